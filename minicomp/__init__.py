@@ -1,0 +1,32 @@
+"""minicomp: a small, readable ML compiler for PyTorch.
+
+    compiled = minicomp.compile(model)            # or torch.compile(model, backend="minicomp")
+    compiled(x)
+    print(minicomp.report())                      # kernels, fallbacks and fusion decisions
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .compiler import MODES, PIPELINE, Options
+from .report import Report, report, reports
+
+__version__ = "0.1.0"
+
+
+def compile(model: Callable, *, mode: str = "default", dump_dir: str | None = None) -> Callable:
+    """Compile ``model`` (an ``nn.Module`` or a function of tensors) with minicomp.
+
+    ``mode``: ``"default"`` (heuristic schedules) or ``"max-autotune"``.
+    ``dump_dir``: write the FX graph, the IR after every pass, the kernels, the wrapper and a
+    summary there (also ``MINICOMP_DUMP=dir``).
+    """
+    if not callable(model):
+        raise TypeError(f"minicomp.compile: model must be callable, got {type(model).__name__}")
+    from .backend import Backend
+    return torch.compile(model, backend=Backend(mode=mode, dump_dir=dump_dir))
+
+
+__all__ = ["compile", "report", "reports", "Report", "Options", "PIPELINE", "MODES"]

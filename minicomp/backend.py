@@ -1,0 +1,39 @@
+"""The TorchDynamo backend: Dynamo's FX graph -> AOTAutograd (functionalized, decomposed to core
+ATen, split into forward and backward) -> one ``CompiledGraph`` per graph.
+
+Registered as the ``minicomp`` entry point of ``torch_dynamo_backends``, so
+``torch.compile(model, backend="minicomp")`` works without importing minicomp.
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+from torch._decomp import core_aten_decompositions
+from torch._functorch.aot_autograd import aot_module_simplified
+
+from .compiler import CompiledGraph, Options
+
+
+class Backend:
+    """A Dynamo backend with fixed options; ``minicomp_backend`` is the one with defaults."""
+
+    def __init__(self, **options):
+        self.options = Options(**options)
+
+    def __call__(self, gm: fx.GraphModule, example_inputs):
+        opts = self.options
+        return aot_module_simplified(
+            gm, example_inputs,
+            fw_compiler=lambda g, _: CompiledGraph(g, opts, "forward"),
+            bw_compiler=lambda g, _: CompiledGraph(g, opts, "backward"),
+            inference_compiler=lambda g, _: CompiledGraph(g, opts, "inference"),
+            decompositions=core_aten_decompositions(),
+        )
+
+
+def minicomp_backend(gm: fx.GraphModule, example_inputs, **options):
+    """Entry point for ``torch.compile(model, backend="minicomp")``."""
+    return Backend(**options)(gm, example_inputs)
+
+
+__all__ = ["Backend", "minicomp_backend", "torch"]

@@ -1,0 +1,452 @@
+"""Print a Kernel as Triton source. Every decision was made before (schedule); this only spells it.
+
+Math that ``tl`` lacks (tanh, log1p, pow, NaN-propagating max, ...) comes from small helpers written
+with ``tl`` ops only, so the same source runs compiled on a GPU and in Triton's CPU interpreter.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..ir.expr import Affine, Range
+from ..ir.graph import Scalar
+from ..ir.kernel import Compute, IndexValue, Kernel, Load, Masked, Reduce, Store
+from ..ir.types import is_float
+
+TL_DTYPE = {
+    torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
+    torch.float64: "tl.float64", torch.int8: "tl.int8", torch.int16: "tl.int16", torch.int32: "tl.int32",
+    torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+
+HELPERS = {
+    "_max_nan": '''
+@triton.jit
+def _max_nan(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+''',
+    "_min_nan": '''
+@triton.jit
+def _min_nan(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+''',
+    "_prod": '''
+@triton.jit
+def _prod(a, b):
+    return a * b
+''',
+    "_sum": '''
+@triton.jit
+def _sum(a, b):
+    return a + b
+''',
+    "_max_int": '''
+@triton.jit
+def _max_int(a, b):
+    return tl.maximum(a, b)
+''',
+    "_min_int": '''
+@triton.jit
+def _min_int(a, b):
+    return tl.minimum(a, b)
+''',
+    "_argmax": '''
+@triton.jit
+def _argmax(v1, i1, v2, i2):
+    take = (v1 > v2) | ((v1 != v1) & (v2 == v2)) | (((v1 == v2) | ((v1 != v1) & (v2 != v2))) & (i1 < i2))
+    return tl.where(take, v1, v2), tl.where(take, i1, i2)
+''',
+    "_argmin": '''
+@triton.jit
+def _argmin(v1, i1, v2, i2):
+    take = (v1 < v2) | ((v1 != v1) & (v2 == v2)) | (((v1 == v2) | ((v1 != v1) & (v2 != v2))) & (i1 < i2))
+    return tl.where(take, v1, v2), tl.where(take, i1, i2)
+''',
+    "_tanh": '''
+@triton.jit
+def _tanh(x):
+    # tanh(|x|) = (1 - e) / (1 + e) with e = exp(-2|x|); a short series near 0 avoids cancellation
+    ax = tl.abs(x)
+    e = tl.exp(-2.0 * ax)
+    big = (1.0 - e) / (1.0 + e)
+    x2 = x * x
+    small = ax * (1.0 - x2 * (0.3333333333333333 - x2 * 0.13333333333333333))
+    t = tl.where(ax < 0.0625, small, big)
+    return tl.where(x < 0, -t, tl.where(x == x, t, x))
+''',
+    "_log1p": '''
+@triton.jit
+def _log1p(x):
+    # log(u) * x / (u - 1) with u = 1 + x corrects the rounding of u (Goldberg's trick)
+    u = 1.0 + x
+    d = u - 1.0
+    return tl.where(d == 0.0, x, tl.log(u) * (x / tl.where(d == 0.0, 1.0, d)))
+''',
+    "_expm1": '''
+@triton.jit
+def _expm1(x):
+    u = tl.exp(x)
+    d = u - 1.0
+    lu = tl.log(u)
+    r = tl.where((d == 0.0) | (lu == 0.0), x, d * (x / tl.where(lu == 0.0, 1.0, lu)))
+    return tl.where(d == -1.0, -1.0, tl.where(u == float("inf"), u, r))
+''',
+    "_trunc": '''
+@triton.jit
+def _trunc(x):
+    return tl.where(x < 0, tl.math.ceil(x), tl.math.floor(x))
+''',
+    "_round": '''
+@triton.jit
+def _round(x):
+    # round half to even, as torch.round
+    f = tl.math.floor(x)
+    d = x - f
+    odd = (f - 2.0 * tl.math.floor(f * 0.5)) != 0.0
+    return tl.where((d > 0.5) | ((d == 0.5) & odd), f + 1.0, f)
+''',
+    "_pow": '''
+@triton.jit
+def _pow(a, b):
+    # |a|**b through exp2/log2, then the sign for negative bases with integral exponents
+    r = tl.exp2(b * tl.log2(tl.abs(a)))
+    b_int = tl.math.floor(b) == b
+    b_odd = b_int & ((b - 2.0 * tl.math.floor(b * 0.5)) != 0.0)
+    r = tl.where(a < 0, tl.where(b_int, tl.where(b_odd, -r, r), float("nan")), r)
+    return tl.where(b == 0.0, 1.0, tl.where(a == 1.0, 1.0, r))
+''',
+    "_floordiv_int": '''
+@triton.jit
+def _floordiv_int(a, b):
+    q = a // b
+    r = a - q * b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), q - 1, q)
+''',
+    "_remainder_int": '''
+@triton.jit
+def _remainder_int(a, b):
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+''',
+    "_remainder_float": '''
+@triton.jit
+def _remainder_float(a, b):
+    r = a - b * tl.math.floor(a / b)
+    return r
+''',
+    "_fmod_float": '''
+@triton.jit
+def _fmod_float(a, b):
+    q = a / b
+    return a - b * tl.where(q < 0, tl.math.ceil(q), tl.math.floor(q))
+''',
+}
+
+REDUCE_IDENTITY = {"sum": 0, "prod": 1, "any": 0, "all": 1}
+
+
+def literal(value, dtype: torch.dtype, block: bool = False) -> str:
+    """A Triton expression for a constant of ``dtype`` (a one-element block if ``block``)."""
+    if block:
+        return f"tl.full([1], {literal(value, dtype)}, {TL_DTYPE[dtype]})" if dtype != torch.bool \
+            else literal(value, dtype)
+    if dtype == torch.bool:
+        return f"tl.full([1], {int(bool(value))}, tl.int1)"
+    if is_float(dtype):
+        text = repr(float(value)) if math.isfinite(value) else f'float("{value}")'
+        return text if dtype == torch.float32 else f"tl.full([1], {text}, {TL_DTYPE[dtype]})"
+    if dtype == torch.int32 and -2**31 <= value < 2**31:
+        return str(int(value))
+    return f"tl.full([1], {int(value)}, {TL_DTYPE[dtype]})"
+
+
+def _extreme(fn: str, dtype: torch.dtype, largest: bool):
+    if dtype == torch.bool:
+        return int(largest)
+    if is_float(dtype):
+        return float("inf") if largest else float("-inf")
+    info = torch.iinfo(dtype)
+    return info.max if largest else info.min
+
+
+def reduce_identity(fn: str, dtype: torch.dtype):
+    if fn in ("max", "argmax"):
+        return _extreme(fn, dtype, largest=False)
+    if fn in ("min", "argmin"):
+        return _extreme(fn, dtype, largest=True)
+    return REDUCE_IDENTITY[fn]
+
+
+class TritonPrinter:
+    def __init__(self, kernel: Kernel):
+        self.k = kernel
+        self.dtypes: dict[str, torch.dtype] = {}
+        self.helpers: set[str] = set()
+        self.lines: list[str] = []
+
+    # --- expressions --------------------------------------------------------------------
+    def index(self, e: Affine) -> str:
+        return str(e)
+
+    def store_vars(self, inner: bool) -> list[str]:
+        template = self.k.schedule.template
+        if template == "tiled":
+            return ["yindex", "xindex"]
+        if template == "reduction" and inner:
+            return ["xindex", "rindex"]
+        return ["xindex"]
+
+    def mask(self, exprs, extra: tuple[Range, ...] = (), names=()) -> str:
+        """The base masks of the variables used, and the view's validity ranges."""
+        used = set(names)
+        for e in exprs:
+            used |= {v.name for v in e.vars()}
+        for r in extra:
+            used |= {v.name for v in r.expr.vars()}
+        parts = [f"{n[0]}mask" for n in ("yindex", "xindex", "rindex") if n in used]
+        parts += [f"({self.range(r)})" for r in extra]
+        return " & ".join(parts)
+
+    def range(self, r: Range) -> str:
+        parts = []
+        if r.lo is not None:
+            parts.append(f"({r.expr} >= {r.lo})")
+        if r.hi is not None:
+            parts.append(f"({r.expr} < {r.hi})")
+        return " & ".join(parts)
+
+    def arg(self, a) -> str:
+        return literal(a.value, a.dtype) if isinstance(a, Scalar) else a
+
+    def compute(self, s: Compute) -> str:
+        fn, dt = s.fn, s.dtype
+        a = [self.arg(x) for x in s.args]
+        in_dt = next((self.dtypes[x] for x in s.args if isinstance(x, str) and x in self.dtypes),
+                     next((x.dtype for x in s.args if isinstance(x, Scalar)), dt))
+        flt = is_float(in_dt)
+        binary = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or": "|",
+                  "bitwise_xor": "^", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+        if fn in binary:
+            expr = f"{a[0]} {binary[fn]} {a[1]}"
+        elif fn == "truediv":
+            expr = f"{a[0]} / {a[1]}"
+        elif fn == "floordiv":
+            expr = f"tl.math.floor({a[0]} / {a[1]})" if flt else self.helper("_floordiv_int", a)
+        elif fn == "truncdiv":
+            expr = self.helper("_trunc", [f"{a[0]} / {a[1]}"]) if flt else f"{a[0]} // {a[1]}"
+        elif fn == "remainder":
+            expr = self.helper("_remainder_float" if flt else "_remainder_int", a)
+        elif fn == "fmod":
+            expr = self.helper("_fmod_float", a) if flt else f"{a[0]} % {a[1]}"
+        elif fn == "pow":
+            expr = self.helper("_pow", a)
+        elif fn in ("maximum", "minimum"):
+            if flt:
+                expr = self.helper("_max_nan" if fn == "maximum" else "_min_nan", a)
+            else:
+                expr = f"tl.{fn}({a[0]}, {a[1]})"
+        elif fn == "neg":
+            expr = f"-{a[0]}"
+        elif fn == "abs":
+            expr = f"tl.abs({a[0]})"
+        elif fn == "reciprocal":
+            expr = f"1.0 / {a[0]}"
+        elif fn == "sign":
+            expr = f"({a[0]} > 0).to({TL_DTYPE[dt]}) - ({a[0]} < 0).to({TL_DTYPE[dt]})"
+            if flt:
+                expr = f"tl.where({a[0]} != {a[0]}, {a[0]}, {expr})"
+        elif fn in ("floor", "ceil"):
+            expr = f"tl.math.{fn}({a[0]})"
+        elif fn in ("trunc", "round", "tanh", "log1p", "expm1"):
+            expr = self.helper("_" + fn, a)
+        elif fn in ("exp", "exp2", "log", "log2", "sin", "cos", "rsqrt", "erf"):
+            expr = f"tl.{fn}({a[0]})"
+        elif fn == "sqrt":
+            expr = f"tl.sqrt_rn({a[0]})" if in_dt in (torch.float32, torch.float64) else f"tl.sqrt({a[0]})"
+        elif fn == "sigmoid":
+            expr = f"1.0 / (1.0 + tl.exp(-{a[0]}))"
+        elif fn == "relu":
+            expr = f"tl.where({a[0]} < 0, 0, {a[0]})"
+        elif fn == "gelu":
+            if s.params.get("approximate", "none") == "tanh":
+                inner = f"0.7978845608028654 * ({a[0]} + 0.044715 * {a[0]} * {a[0]} * {a[0]})"
+                expr = f"0.5 * {a[0]} * (1.0 + {self.helper('_tanh', [inner])})"
+            else:
+                expr = f"0.5 * {a[0]} * (1.0 + tl.erf({a[0]} * 0.7071067811865476))"
+        elif fn == "isnan":
+            expr = f"{a[0]} != {a[0]}"
+        elif fn == "isinf":
+            expr = f'tl.abs({a[0]}) == float("inf")'
+        elif fn in ("logical_and", "logical_or", "logical_xor"):
+            op = {"logical_and": "&", "logical_or": "|", "logical_xor": "^"}[fn]
+            expr = f"({a[0]} != 0) {op} ({a[1]} != 0)"
+        elif fn == "logical_not":
+            expr = f"{a[0]} == 0"
+        elif fn == "bitwise_not":
+            expr = f"{a[0]} == 0" if in_dt == torch.bool else f"~{a[0]}"
+        elif fn == "where":
+            expr = f"tl.where({a[0]}, {a[1]}, {a[2]})"
+        elif fn == "cast":
+            expr = f"{a[0]} != 0" if dt == torch.bool else f"{a[0]}.to({TL_DTYPE[dt]})"
+        elif fn == "identity" and isinstance(s.args[0], Scalar):
+            return literal(s.args[0].value, dt, block=True)
+        elif fn == "identity":
+            expr = a[0]
+        elif fn == "cat":
+            *pieces, pos = a
+            expr = pieces[-1]
+            for piece, (_, hi) in reversed(list(zip(pieces[:-1], s.params["bounds"][:-1]))):
+                expr = f"tl.where({pos} < {hi}, {piece}, {expr})"
+        else:
+            raise NotImplementedError(f"no Triton spelling for pointwise {fn}")
+        return f"({expr}).to({TL_DTYPE[dt]})"
+
+    def helper(self, name: str, args) -> str:
+        self.helpers.add(name)
+        return f"{name}({', '.join(args)})"
+
+    # --- statements ---------------------------------------------------------------------
+    def emit(self, s, indent: str) -> None:
+        out = self.lines.append
+        if isinstance(s, Load):
+            m = self.mask([s.index], s.mask)
+            mask = f", {m}, other=0" if m else ""
+            out(f"{indent}{s.var} = tl.load(in_ptr_base + ({self.index(s.index)}){mask})"
+                .replace("in_ptr_base", s.buffer))
+            self.dtypes[s.var] = s.dtype
+        elif isinstance(s, Compute):
+            out(f"{indent}{s.var} = {self.compute(s)}")
+            self.dtypes[s.var] = s.dtype
+        elif isinstance(s, IndexValue):
+            out(f"{indent}{s.var} = {self.index(s.expr)}")
+            self.dtypes[s.var] = torch.int64
+        elif isinstance(s, Masked):
+            fill = literal(s.fill.value, s.fill.dtype)
+            out(f"{indent}{s.var} = tl.where({self.mask([], s.mask) or 'True'}, {s.value}, {fill})")
+            self.dtypes[s.var] = s.fill.dtype
+        elif isinstance(s, Store):
+            # the pointer block must have the value's shape: add the iteration variables it lacks
+            used = {v.name for v in s.index.vars()}
+            pad = [v for v in self.store_vars(s.inner) if v not in used]
+            index = self.index(s.index) + "".join(f" + 0 * {v}" for v in pad)
+            m = self.mask([s.index], names=pad)
+            out(f"{indent}tl.store({s.buffer} + ({index}), {s.value}{', ' + m if m else ''})")
+
+    @staticmethod
+    def input_dtype(r: Reduce) -> torch.dtype:
+        return torch.int8 if r.fn in ("any", "all") else r.value_dtype
+
+    def reduction_input(self, r: Reduce) -> str:
+        """The value to reduce, with masked-off lanes set to the reduction's identity."""
+        dt = self.input_dtype(r)
+        value = f"({r.value} != 0).to(tl.int8)" if r.fn in ("any", "all") else r.value
+        ident = literal(reduce_identity(r.fn, dt), dt)
+        return f"tl.where(rmask & xmask, {value}, {ident})"
+
+    def finish(self, r: Reduce, acc: str, index: str | None, indent: str) -> None:
+        """Reduce the block along the reduction axis (only ``tl.reduce`` with our own combine
+        functions: Triton's standard-library reductions do not run in the interpreter)."""
+        out = self.lines.append
+        if r.fn in ("argmax", "argmin"):
+            helper = "_" + r.fn
+            self.helpers.add(helper)
+            out(f"{indent}_, {r.var} = tl.reduce(({acc}, {index}), 1, {helper})")
+            out(f"{indent}{r.var} = {r.var}[:, None].to(tl.int64)")
+        else:
+            helper = self.combine_fn(r)
+            self.helpers.add(helper)
+            value = f"tl.reduce({acc}, 1, {helper})[:, None]"
+            if r.fn in ("any", "all"):
+                out(f"{indent}{r.var} = {value} != 0")
+            else:
+                out(f"{indent}{r.var} = ({value}).to({TL_DTYPE[r.dtype]})")
+        self.dtypes[r.var] = r.dtype
+
+    @staticmethod
+    def combine_fn(r: Reduce) -> str:
+        if r.fn in ("sum", "prod"):
+            return "_" + r.fn
+        largest = r.fn in ("max", "any")
+        if is_float(r.value_dtype):
+            return "_max_nan" if largest else "_min_nan"
+        return "_max_int" if largest else "_min_int"
+
+    # --- the kernel ---------------------------------------------------------------------
+    def source(self) -> str:
+        k, sch = self.k, self.k.schedule
+        blocks = list(sch.blocks)
+        params = [a.name for a in k.args] + [f"{b}: tl.constexpr" for b in blocks]
+        body = self.lines
+        ind = "    "
+        pid = "tl.program_id(0)" + (".to(tl.int64)" if sch.index_dtype == "int64" else "")
+        numels = k.numels
+        for name, n in numels.items():
+            body.append(f"{ind}{name}numel = {n}")
+        if sch.template == "pointwise":
+            body.append(f"{ind}xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)")
+            body.append(f"{ind}xmask = xindex < xnumel")
+        elif sch.template == "tiled":
+            body.append(f"{ind}pid = {pid}")
+            body.append(f"{ind}x_programs = (xnumel + XBLOCK - 1) // XBLOCK")
+            body.append(f"{ind}yindex = ((pid // x_programs) * YBLOCK + tl.arange(0, YBLOCK))[:, None]")
+            body.append(f"{ind}xindex = ((pid % x_programs) * XBLOCK + tl.arange(0, XBLOCK))[None, :]")
+            body.append(f"{ind}ymask = yindex < ynumel")
+            body.append(f"{ind}xmask = xindex < xnumel")
+        else:
+            body.append(f"{ind}xindex = ({pid} * XBLOCK + tl.arange(0, XBLOCK))[:, None]")
+            body.append(f"{ind}xmask = xindex < xnumel")
+        if sch.template != "reduction":
+            for phase in k.phases:
+                for s in phase.outer + phase.inner:
+                    self.emit(s, ind)
+        elif sch.persistent:
+            body.append(f"{ind}rindex = tl.arange(0, RBLOCK)[None, :]")
+            body.append(f"{ind}rmask = rindex < rnumel")
+            for phase in k.phases:
+                for s in phase.outer + phase.inner:
+                    self.emit(s, ind)
+                for r in phase.reductions:
+                    value = self.reduction_input(r)
+                    index = f"tl.broadcast_to({r.index}, [XBLOCK, RBLOCK])" if r.index else None
+                    self.finish(r, value, index, ind)
+        else:
+            for phase in k.phases:
+                for s in phase.outer:
+                    self.emit(s, ind)
+                if not (phase.inner or phase.reductions):
+                    continue
+                for r in phase.reductions:
+                    dt = self.input_dtype(r)
+                    ident = literal(reduce_identity(r.fn, dt), dt)
+                    body.append(f"{ind}acc_{r.var} = tl.full([XBLOCK, RBLOCK], {ident}, {TL_DTYPE[dt]})")
+                    if r.index:
+                        body.append(f"{ind}acc_{r.var}_i = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
+                body.append(f"{ind}for roffset in range(0, rnumel, RBLOCK):")
+                inner = ind * 2
+                body.append(f"{inner}rindex = roffset + tl.arange(0, RBLOCK)[None, :]")
+                body.append(f"{inner}rmask = rindex < rnumel")
+                for s in phase.inner:
+                    self.emit(s, inner)
+                for r in phase.reductions:
+                    self._accumulate(r, self.reduction_input(r), inner)
+                for r in phase.reductions:
+                    self.finish(r, f"acc_{r.var}", f"acc_{r.var}_i" if r.index else None, ind)
+        helpers = "".join(HELPERS[h] for h in sorted(self.helpers))
+        header = (f"# {k.name}: {', '.join(k.origins)}\n# schedule: {sch}\n"
+                  "import triton\nimport triton.language as tl\n")
+        return (header + helpers + "\n\n@triton.jit\n"
+                f"def {k.name}({', '.join(params)}):\n" + "\n".join(body) + "\n")
+
+    def _accumulate(self, r: Reduce, value: str, indent: str) -> None:
+        acc = f"acc_{r.var}"
+        if r.fn in ("argmax", "argmin"):
+            self.helpers.add("_" + r.fn)
+            self.lines.append(f"{indent}{acc}, {acc}_i = _{r.fn}({acc}, {acc}_i, {value}, "
+                              f"tl.broadcast_to({r.index}, [XBLOCK, RBLOCK]))")
+        else:
+            self.lines.append(f"{indent}{acc} = {self.helper(self.combine_fn(r), [acc, value])}")
+
+
+def kernel_source(kernel: Kernel) -> str:
+    return TritonPrinter(kernel).source()

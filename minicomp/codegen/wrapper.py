@@ -1,0 +1,112 @@
+"""The generated Python wrapper: allocates buffers, launches the kernels and fallback ops in order,
+and returns the graph's results. Generated code, not an interpreter loop, to keep per-call overhead
+low and to make the order of work readable."""
+from __future__ import annotations
+
+import networkx as nx
+
+from ..ir.graph import Graph, Node
+from ..ir.kernel import Kernel
+from ..passes.fusion import terminal
+from ..ir.layout import buffer_strides, view_as_strided
+
+
+def buffer_name(node: Node) -> str:
+    if node.op == "input":
+        return f"arg{node.attrs['index']}"
+    if node.op == "constant":
+        return f"const{node.id}"
+    return f"buf{node.id}"
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def grid(kernel: Kernel) -> int:
+    n, b = kernel.numels, kernel.schedule.blocks
+    if kernel.schedule.template == "tiled":
+        return _cdiv(n["x"], b["XBLOCK"]) * _cdiv(n["y"], b["YBLOCK"])
+    return _cdiv(n["x"], b["XBLOCK"])
+
+
+def _order(graph: Graph, kernels: list[Kernel]) -> list:
+    """Kernels and fallback ops in an order that respects their dependencies."""
+    groups = graph.meta.get("groups", [])
+    unit_of = {}
+    for k, g in zip(kernels, groups):
+        for n in g.nodes:
+            unit_of[n] = ("k", k)
+    dag = nx.DiGraph()
+    position = {}
+    for pos, n in enumerate(graph.nodes):
+        if n.op in ("extern", "getitem"):
+            unit_of[n] = ("n", n)
+        u = unit_of.get(n)
+        if u is None:
+            continue
+        key = (u[0], id(u[1]))
+        position.setdefault(key, pos)
+        dag.add_node(key)
+        for i in n.inputs:
+            src = unit_of.get(terminal(i))
+            if src is not None and (src[0], id(src[1])) != key:
+                dag.add_edge((src[0], id(src[1])), key)
+    objs = {(u[0], id(u[1])): u for u in unit_of.values()}
+    return [objs[k] for k in nx.lexicographical_topological_sort(dag, key=lambda k: position[k])]
+
+
+def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
+    layouts = graph.meta.get("layouts", {})
+    lines = [f"# minicomp wrapper for {graph_name}", "import torch",
+             "from minicomp.runtime.support import ensure_strides", "", "",
+             "def call(args, kernels, externs):"]
+    ind = "    "
+    for n in graph.inputs:
+        lines.append(f"{ind}{buffer_name(n)} = args[{n.attrs['index']}]")
+    for n in graph.nodes:
+        if n.op == "constant":
+            lines.append(f"{ind}{buffer_name(n)} = externs[{n.id}]")
+    for kind, obj in _order(graph, kernels):
+        if kind == "k":
+            k: Kernel = obj
+            for a in k.args:
+                if a.is_output:
+                    node = a.node
+                    lines.append(f"{ind}{buffer_name(node)} = torch.empty_strided({tuple(node.shape)}, "
+                                 f"{tuple(buffer_strides(node, layouts))}, dtype={node.dtype}, "
+                                 f"device='{node.type.device}')")
+            if k.numels["x"] == 0 or k.numels.get("y", 1) == 0:
+                lines.append(f"{ind}# {k.name}: nothing to compute (empty)")
+                continue
+            launch = ", ".join(buffer_name(a.node) for a in k.args)
+            opts = ", ".join(f"{b}={v}" for b, v in k.schedule.blocks.items())
+            lines.append(f"{ind}kernels[{k.name!r}][({grid(k)},)]({launch}, {opts}, "
+                         f"num_warps={k.schedule.num_warps}, num_stages={k.schedule.num_stages})")
+        else:
+            node: Node = obj
+            if node.op == "extern":
+                args = ", ".join(buffer_name(i) for i in node.inputs)
+                lines.append(f"{ind}{buffer_name(node)} = externs[{node.id}]({args})  # {node.attrs['target']}")
+                if not isinstance(node.type, (tuple, list)):
+                    lines.append(f"{ind}{buffer_name(node)} = ensure_strides({buffer_name(node)}, "
+                                 f"{tuple(node.attrs['strides'])})")
+            else:
+                src = buffer_name(node.inputs[0])
+                lines.append(f"{ind}{buffer_name(node)} = ensure_strides({src}[{node.attrs['index']}], "
+                             f"{tuple(node.attrs['strides'])})")
+    results = []
+    for kind, value in graph.output.attrs["spec"]:
+        if kind == "value":
+            results.append(repr(value))
+            continue
+        node = graph.output.inputs[value]
+        if node.op == "view":
+            strides, offset = view_as_strided(node, layouts)
+            base = buffer_name(node.inputs[0])
+            results.append(f"torch.as_strided({base}, {tuple(node.shape)}, {strides}, "
+                           f"{base}.storage_offset() + {offset})")
+        else:
+            results.append(buffer_name(node))
+    lines.append(f"{ind}return ({', '.join(results)}{',' if len(results) == 1 else ''})")
+    return "\n".join(lines) + "\n"

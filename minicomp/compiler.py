@@ -1,0 +1,154 @@
+"""From an aten FX graph to a callable: lowering, the pass pipeline, codegen and loading.
+
+A ``CompiledGraph`` specializes on the concrete input signature (shapes, strides, dtypes, devices
+and the values of symbolic sizes): a call with new sizes compiles again, so Dynamo's symbolic
+graphs work without symbolic kernels.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.fx as fx
+
+from . import report as reporting
+from .codegen.triton import kernel_source
+from .codegen.wrapper import wrapper_source
+from .frontend.lowering import Lowering
+from .passes.fusion import fusion
+from .passes.manager import Pass, run_pipeline
+from .passes.schedule import schedule
+from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
+from .runtime import cache
+
+PIPELINE: list[Pass] = [
+    Pass("dce", dce, "drop nodes nothing uses"),
+    Pass("cse", cse, "merge nodes that compute the same thing"),
+    Pass("constant_folding", constant_folding, "evaluate ops on constant fills"),
+    Pass("algebraic_simplification", algebraic_simplification, "drop copies and round-trip casts"),
+    Pass("view_folding", view_folding, "compose view chains into one index map"),
+    Pass("fusion", fusion, "group compute nodes into kernels"),
+    Pass("schedule", schedule, "choose templates and block sizes, build kernels"),
+]
+
+MODES = ("default", "max-autotune")
+_graph_ids = itertools.count()
+
+
+class MinicompError(RuntimeError):
+    pass
+
+
+@dataclass
+class Options:
+    mode: str = "default"
+    dump_dir: str | None = None
+    pipeline: list[Pass] = field(default_factory=lambda: list(PIPELINE))
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"minicomp: mode must be one of {MODES}, got {self.mode!r}")
+        self.dump_dir = self.dump_dir or os.environ.get("MINICOMP_DUMP") or None
+
+    @property
+    def strict(self) -> bool:
+        return os.environ.get("MINICOMP_STRICT", "0") not in ("", "0")
+
+
+def _signature(args) -> tuple:
+    sig = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            sig.append((tuple(a.shape), a.stride(), a.dtype, a.device, a.layout))
+        else:
+            sig.append((type(a), a))
+    return tuple(sig)
+
+
+class CompiledGraph:
+    """The callable handed back to AOTAutograd for one (forward or backward) graph."""
+
+    _boxed_call = True
+
+    def __init__(self, gm: fx.GraphModule, options: Options, kind: str = "forward"):
+        self.gm, self.options, self.kind = gm, options, kind
+        self.name = f"graph{next(_graph_ids)}_{kind}"
+        self._specializations: dict[tuple, object] = {}
+
+    def __call__(self, args):
+        key = _signature(args)
+        fn = self._specializations.get(key)
+        if fn is None:
+            fn = self._specializations[key] = self._compile(list(args))
+        return fn(args)
+
+    def _dump_dir(self) -> Path | None:
+        if not self.options.dump_dir:
+            return None
+        suffix = f"_v{len(self._specializations)}" if self._specializations else ""
+        path = Path(self.options.dump_dir) / f"{self.name}{suffix}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _compile(self, args):
+        start = time.perf_counter()
+        before = dict(cache.stats)
+        dump = self._dump_dir()
+        rep = reporting.Report(self.name, dump_dir=str(dump) if dump else None)
+        try:
+            fn = self._build(args, dump, rep)
+        except Exception as e:  # never fail the user's model: run this graph in PyTorch
+            if self.options.strict:
+                raise
+            rep.whole_graph_fallback = f"{type(e).__name__}: {e}"
+            warnings.warn(f"minicomp: {self.name} runs in PyTorch: {rep.whole_graph_fallback}")
+            if dump:
+                (dump / "error.txt").write_text(traceback.format_exc())
+            gm = self.gm
+
+            def fn(a):
+                return gm(*a)
+        rep.compile_seconds = time.perf_counter() - start
+        rep.cache = {k: cache.stats[k] - before.get(k, 0) for k in cache.stats}
+        if dump:
+            (dump / "summary.txt").write_text(rep.summary())
+        reporting.record(rep)
+        return fn
+
+    def _build(self, args, dump: Path | None, rep: reporting.Report):
+        if dump:
+            (dump / "fx_graph.py").write_text(self.gm.print_readable(print_output=False))
+        lowering = Lowering(self.gm, args)
+        graph = lowering.run()
+        graph = run_pipeline(graph, self.options.pipeline, dump)
+        if self.options.strict and lowering.fallbacks:
+            op, reason = lowering.fallbacks[0]
+            raise MinicompError(f"MINICOMP_STRICT: {op} falls back to PyTorch ({reason})")
+        kernels = graph.meta.get("kernels", [])
+        interpret = not any(n.type.device.type == "cuda" for n in graph.inputs)
+        loaded = {}
+        for k in kernels:
+            source = kernel_source(k)
+            path = cache.store("kernels", k.name, source)
+            loaded[k.name] = getattr(cache.load(path, interpret), k.name)
+            rep.kernels.append(reporting.KernelInfo(k.name, str(k.schedule).split(" XBLOCK")[0].split(" YBLOCK")[0],
+                                                    k.origins, str(path), k.bytes_moved))
+            if dump:
+                (dump / f"{k.name}.py").write_text(source)
+        wrapper = wrapper_source(graph, kernels, self.name)
+        module = cache.load(cache.store("wrappers", "wrapper", wrapper))
+        if dump:
+            (dump / "wrapper.py").write_text(wrapper)
+            (dump / "kernels.txt").write_text("\n\n".join(str(k) for k in kernels) + "\n")
+        externs = {n.id: (n.attrs["call"] if n.op == "extern" else n.attrs["value"])
+                   for n in graph.nodes if n.op in ("extern", "constant")}
+        rep.fallbacks = [reporting.Fallback(op, reason) for op, reason in lowering.fallbacks]
+        rep.decisions = list(dict.fromkeys(graph.meta.get("decisions", [])))
+        call = module.call
+        return lambda a: call(a, loaded, externs)

@@ -1,0 +1,766 @@
+"""Lowering: an aten-level FX graph, with concrete inputs, becomes an IR graph.
+
+The FX graph is walked like an interpreter: tensors become IR nodes with concrete types, symbolic
+sizes become the ints they have for these inputs. Every aten op has one rule in ``RULES``; an op
+without a rule, or a rule that declines (``Unsupported``), becomes an ``extern`` node that PyTorch
+runs, with the reason recorded for the report.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO, elementwise_dtypes
+
+from ..ir import views
+from ..ir.graph import Graph, Node, Scalar
+from ..ir.ops import BOOL_RESULT
+from ..ir.types import SUPPORTED_DTYPES, TensorType, contiguous_strides, is_float
+
+aten = torch.ops.aten
+RULES: dict[Any, Callable] = {}
+
+
+class Unsupported(Exception):
+    """Raised by a rule that cannot lower its op natively; the op falls back to PyTorch."""
+
+
+def rule(*targets):
+    def register(fn):
+        for t in targets:
+            RULES[t] = fn
+        return fn
+    return register
+
+
+def _short(target) -> str:
+    return str(target).replace("aten.", "")
+
+
+class Lowering:
+    def __init__(self, gm: fx.GraphModule, args: list):
+        self.gm, self.args = gm, args
+        self.graph = Graph()
+        self.fallbacks: list[tuple[str, str]] = []
+        self._meta: dict[Node, torch.Tensor] = {}
+
+    # --- driver -------------------------------------------------------------------------
+    def run(self) -> Graph:
+        env: dict[fx.Node, Any] = {}
+        placeholder = 0
+        for fx_node in self.gm.graph.nodes:
+            load = lambda a: env[a]  # noqa: E731
+            if fx_node.op == "placeholder":
+                env[fx_node] = self._input(placeholder, self.args[placeholder])
+                placeholder += 1
+            elif fx_node.op == "get_attr":
+                value = getattr(self.gm, fx_node.target)
+                env[fx_node] = self.graph.add("constant", [], _type_of(value), value=value)
+            elif fx_node.op == "call_function":
+                args = fx.node.map_arg(fx_node.args, load)
+                kwargs = fx.node.map_arg(fx_node.kwargs, load)
+                env[fx_node] = self._call(fx_node, args, kwargs)
+            elif fx_node.op == "output":
+                self._output(fx.node.map_arg(fx_node.args[0], load))
+        self.graph.meta["fallbacks"] = self.fallbacks
+        return self.graph
+
+    def _input(self, index: int, value):
+        if isinstance(value, torch.Tensor):
+            return self.graph.input(index, _type_of(value), value.stride())
+        return value  # a concrete int / float / bool for a symbolic or scalar argument
+
+    def _output(self, values) -> None:
+        flat = values if isinstance(values, (list, tuple)) else [values]
+        spec = []
+        nodes = []
+        for v in flat:
+            if isinstance(v, Node):
+                spec.append(("node", len(nodes)))
+                nodes.append(v)
+            else:
+                spec.append(("value", v))
+        self.graph.add("output", nodes, None, spec=spec)
+
+    def _call(self, fx_node: fx.Node, args, kwargs):
+        target = fx_node.target
+        if not isinstance(target, torch._ops.OpOverload):
+            if target is operator.getitem and isinstance(args[0], Node):
+                return self._getitem(args[0], args[1])
+            if target is operator.getitem or callable(target) and getattr(target, "__module__", "") in (
+                    "_operator", "operator", "math", "torch", "torch.fx.experimental.sym_node"):
+                return target(*args, **kwargs)  # Python arithmetic on concrete sizes
+        if isinstance(target, torch._ops.OpOverload) and target.name().startswith("aten::sym_"):
+            return _sym_query(target, *args)
+        self.node = fx_node
+        start = len(self.graph.nodes)
+        reason = self._unsupported_inputs(args, kwargs)
+        fn = RULES.get(target) or RULES.get(getattr(target, "overloadpacket", None))
+        if reason is None and fn is None:
+            reason = "no lowering rule"
+        if reason is None:
+            try:
+                result = fn(self, *args, **kwargs)
+            except Unsupported as e:
+                del self.graph.nodes[start:]
+                reason = str(e)
+        if reason is not None:
+            return self._extern(target, args, kwargs, reason)
+        name = _short(target)
+        for n in self.graph.nodes[start:]:
+            n.origin = n.origin or (name,)
+        return result
+
+    def _unsupported_inputs(self, args, kwargs) -> str | None:
+        for v in _flatten((args, kwargs)):
+            if isinstance(v, Node) and isinstance(v.type, TensorType) and v.dtype not in SUPPORTED_DTYPES:
+                return f"dtype {v.dtype} is not supported natively"
+            if isinstance(v, Node) and v.op == "input" and v.attrs.get("layout") not in (None, torch.strided):
+                return "non-strided layout"
+        return None
+
+    def _extern(self, target, args, kwargs, reason: str):
+        inputs = [v for v in _flatten((args, kwargs)) if isinstance(v, Node)]
+        to_meta = lambda v: self.meta(v) if isinstance(v, Node) else v  # noqa: E731
+        try:
+            out = target(*_map_tree(args, to_meta), **_map_tree(kwargs, to_meta))
+        except Exception as e:  # no meta kernel: the whole graph falls back
+            raise RuntimeError(f"cannot infer the result of {target} for a fallback: {e}") from e
+        device = next((i.type.device for i in inputs), torch.device("cpu"))
+        types = _map_tree(out, lambda t: TensorType(tuple(t.shape), t.dtype, device)
+                          if isinstance(t, torch.Tensor) else t)
+        strides = _map_tree(out, lambda t: tuple(t.stride()) if isinstance(t, torch.Tensor) else None)
+        tree = (args, kwargs)
+        node = self.graph.add("extern", inputs, types, (_short(target),), target=target,
+                              arg_tree=tree, reason=reason, strides=strides)
+        node.attrs["call"] = _make_call(target, tree, inputs)
+        self.fallbacks.append((_short(target), reason))
+        if isinstance(types, (tuple, list)):
+            return tuple(self._getitem(node, k) for k in range(len(types)))
+        return node
+
+    def _getitem(self, node: Node, k: int):
+        if isinstance(node.type, (tuple, list)):
+            t = node.type[k]
+            if not isinstance(t, TensorType):
+                return t
+            return self.graph.add("getitem", [node], t, node.origin, index=k,
+                                  strides=node.attrs["strides"][k])
+        raise TypeError(f"getitem on {node}")
+
+    # --- helpers for rules ----------------------------------------------------------------
+    @property
+    def out_dtype(self) -> torch.dtype:
+        val = self.node.meta.get("val")
+        val = val[0] if isinstance(val, (tuple, list)) else val
+        return val.dtype
+
+    def meta(self, node: Node) -> torch.Tensor:
+        if node not in self._meta:
+            self._meta[node] = torch.empty(node.shape, dtype=node.dtype, device="meta")
+        return self._meta[node]
+
+    def cast(self, x: Node, dtype: torch.dtype) -> Node:
+        if x.dtype == dtype:
+            return x
+        return self.graph.pointwise("cast", [x], dtype, to=dtype)
+
+    def expand(self, x: Node, shape) -> Node:
+        shape = tuple(shape)
+        if x.shape == shape:
+            return x
+        index, mask = views.expand(x.shape, shape)
+        return self.graph.view(x, shape, index, mask, kind="expand")
+
+    def reshape(self, x: Node, shape) -> Node:
+        shape = _infer_shape(shape, x.type.numel)
+        if x.shape == shape:
+            return x
+        index, _ = views.reshape(x.shape, shape)
+        return self.graph.view(x, shape, index, kind="reshape")
+
+    def full(self, shape, value, dtype, device) -> Node:
+        return self.graph.add("pointwise", [], TensorType(tuple(shape), dtype, device),
+                              fn="identity", args=(Scalar(_coerce(value, dtype), dtype),), params={})
+
+    def elementwise(self, fn: str, *args, kind=PROMO.DEFAULT, **params) -> Node:
+        """Promote, broadcast and cast like eager, then apply ``fn`` in the computation dtype."""
+        nodes = [a for a in args if isinstance(a, Node)]
+        if not nodes:
+            raise Unsupported("elementwise op on scalars only")
+        metas = [self.meta(a) if isinstance(a, Node) else a for a in args]
+        compute, result = elementwise_dtypes(*metas, type_promotion_kind=kind)
+        if fn in BOOL_RESULT or kind == PROMO.ALWAYS_BOOL:
+            compute = torch.promote_types(compute, compute) if kind != PROMO.ALWAYS_BOOL else \
+                elementwise_dtypes(*metas, type_promotion_kind=PROMO.DEFAULT)[0]
+        shape = torch.broadcast_shapes(*[n.shape for n in nodes])
+        ir_args = [self.cast(self.expand(a, shape), compute) if isinstance(a, Node)
+                   else Scalar(_coerce(a, compute), compute) for a in args]
+        out_dtype = torch.bool if fn in BOOL_RESULT else compute
+        out = self.graph.pointwise(fn, ir_args, out_dtype, **params)
+        return self.cast(out, result)
+
+    def reduction(self, fn: str, x: Node, dims, keepdim: bool, dtype: torch.dtype) -> Node:
+        """``fn`` over ``dims`` (None or [] = all), computed in ``dtype``'s accumulation type."""
+        if x.type.ndim == 0:
+            x = self.reshape(x, (1,))
+            out = self.reduction(fn, x, [0], True, dtype)
+            return self.reshape(out, ())
+        dims = list(range(x.type.ndim)) if not dims else [d % x.type.ndim for d in dims]
+        acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) and fn in ("sum", "prod") else dtype
+        if fn in ("any", "all"):
+            x = self.elementwise("ne", x, 0) if x.dtype != torch.bool else x
+            acc = torch.bool
+        elif fn not in ("argmax", "argmin"):
+            x = self.cast(x, acc)
+        out = self.graph.reduce(fn, x, dims, torch.int64 if fn in ("argmax", "argmin") else acc)
+        out = self.cast(out, dtype)
+        if not keepdim:
+            out = self.reshape(out, [s for d, s in enumerate(out.shape) if d not in dims])
+        return out
+
+
+# --- small utilities -------------------------------------------------------------------------
+
+def _type_of(t: torch.Tensor) -> TensorType:
+    return TensorType(tuple(t.shape), t.dtype, t.device)
+
+
+def _coerce(value, dtype):
+    if dtype == torch.bool:
+        return bool(value)
+    if is_float(dtype):
+        return float(value)
+    return int(value)
+
+
+def _flatten(tree):
+    if isinstance(tree, (list, tuple)):
+        for t in tree:
+            yield from _flatten(t)
+    elif isinstance(tree, dict):
+        for t in tree.values():
+            yield from _flatten(t)
+    else:
+        yield tree
+
+
+def _map_tree(tree, fn):
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_map_tree(t, fn) for t in tree)
+    if isinstance(tree, dict):
+        return {k: _map_tree(v, fn) for k, v in tree.items()}
+    return fn(tree)
+
+
+def _make_call(target, tree, inputs):
+    """A function of the input tensors that runs the aten op (used by interpreter and wrapper)."""
+    def call(*tensors):
+        env = dict(zip(map(id, inputs), tensors))
+        sub = lambda v: env[id(v)] if isinstance(v, Node) else v  # noqa: E731
+        args, kwargs = _map_tree(tree, sub)
+        return target(*args, **kwargs)
+    return call
+
+
+def _infer_shape(shape, numel) -> tuple[int, ...]:
+    shape = list(shape)
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        shape[shape.index(-1)] = numel // known if known else 0
+    return tuple(shape)
+
+
+def _sym_query(target, x: Node, dim=None):
+    name = target.name()
+    if "sym_size" in name:
+        return x.shape[dim]
+    if "sym_numel" in name:
+        return x.type.numel
+    if "sym_stride" in name:
+        return contiguous_strides(x.shape)[dim]
+    if "sym_storage_offset" in name:
+        return 0
+    raise Unsupported(name)
+
+
+# =============================================================================================
+# Rules, one per aten op
+# =============================================================================================
+
+def _binary(fn, kind=PROMO.DEFAULT):
+    return lambda L, a, b, **kw: L.elementwise(fn, a, b, kind=kind)
+
+
+def _unary(fn, kind=PROMO.DEFAULT):
+    return lambda L, x, **kw: L.elementwise(fn, x, kind=kind)
+
+
+for _fn, _ops in {
+    "add": (aten.add.Tensor, aten.add.Scalar), "sub": (aten.sub.Tensor, aten.sub.Scalar),
+    "mul": (aten.mul.Tensor, aten.mul.Scalar), "maximum": (aten.maximum.default,),
+    "minimum": (aten.minimum.default,), "remainder": (aten.remainder.Tensor, aten.remainder.Scalar),
+    "fmod": (aten.fmod.Tensor, aten.fmod.Scalar),
+}.items():
+    rule(*_ops)(_binary(_fn))
+
+for _fn, _ops in {
+    "eq": (aten.eq.Tensor, aten.eq.Scalar), "ne": (aten.ne.Tensor, aten.ne.Scalar),
+    "lt": (aten.lt.Tensor, aten.lt.Scalar), "le": (aten.le.Tensor, aten.le.Scalar),
+    "gt": (aten.gt.Tensor, aten.gt.Scalar), "ge": (aten.ge.Tensor, aten.ge.Scalar),
+    "logical_and": (aten.logical_and.default,), "logical_or": (aten.logical_or.default,),
+    "logical_xor": (aten.logical_xor.default,),
+}.items():
+    rule(*_ops)(_binary(_fn, PROMO.ALWAYS_BOOL))
+
+for _fn, _ops in {
+    "bitwise_and": (aten.bitwise_and.Tensor, aten.bitwise_and.Scalar),
+    "bitwise_or": (aten.bitwise_or.Tensor, aten.bitwise_or.Scalar),
+    "bitwise_xor": (aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar),
+}.items():
+    rule(*_ops)(_binary(_fn))
+
+for _fn, _op in {
+    "exp": aten.exp, "exp2": aten.exp2, "expm1": aten.expm1, "log": aten.log, "log2": aten.log2,
+    "log1p": aten.log1p, "sqrt": aten.sqrt, "rsqrt": aten.rsqrt, "sin": aten.sin, "cos": aten.cos,
+    "tanh": aten.tanh, "sigmoid": aten.sigmoid, "erf": aten.erf, "reciprocal": aten.reciprocal,
+}.items():
+    rule(_op.default)(_unary(_fn, PROMO.INT_TO_FLOAT))
+
+for _fn, _op in {"neg": aten.neg, "relu": aten.relu, "sign": aten.sign, "bitwise_not": aten.bitwise_not}.items():
+    rule(_op.default)(_unary(_fn))
+
+
+@rule(aten.abs.default)
+def _abs(L, x):
+    return x if x.dtype == torch.bool else L.elementwise("abs", x)
+
+
+@rule(aten.floor.default, aten.ceil.default, aten.trunc.default, aten.round.default)
+def _rounding(L, x):
+    fn = L.node.target.overloadpacket.__name__
+    return x if not is_float(x.dtype) else L.elementwise(fn, x)
+
+
+@rule(aten.isnan.default, aten.isinf.default)
+def _isnan(L, x):
+    fn = L.node.target.overloadpacket.__name__
+    if not is_float(x.dtype):
+        return L.full(x.shape, False, torch.bool, x.type.device)
+    return L.graph.pointwise(fn, [x], torch.bool)
+
+
+@rule(aten.logical_not.default)
+def _logical_not(L, x):
+    return L.graph.pointwise("logical_not", [x], torch.bool)
+
+
+@rule(aten.div.Tensor, aten.div.Scalar)
+def _div(L, a, b):
+    return L.elementwise("truediv", a, b, kind=PROMO.INT_TO_FLOAT)
+
+
+@rule(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div_mode(L, a, b, rounding_mode=None):
+    if rounding_mode is None:
+        return _div(L, a, b)
+    return L.elementwise("floordiv" if rounding_mode == "floor" else "truncdiv", a, b)
+
+
+@rule(aten.floor_divide.default, aten.floor_divide.Scalar)
+def _floor_divide(L, a, b):
+    return L.elementwise("floordiv", a, b)
+
+
+@rule(aten.pow.Tensor_Scalar)
+def _pow_scalar(L, x, e):
+    if e == 1:
+        return L.elementwise("identity", x, kind=PROMO.BOOL_TO_LONG)
+    if e == 2:
+        return L.elementwise("mul", x, x, kind=PROMO.BOOL_TO_LONG)
+    if e == 0.5 and is_float(x.dtype):
+        return L.elementwise("sqrt", x, kind=PROMO.BOOL_TO_LONG)
+    if not is_float(x.dtype) and not isinstance(e, float):
+        if e < 0:
+            raise Unsupported("integer tensor to a negative power")
+        out = L.elementwise("identity", x, kind=PROMO.BOOL_TO_LONG)
+        result = L.full(out.shape, 1, out.dtype, out.type.device)
+        base = out
+        while e:
+            if e & 1:
+                result = L.graph.pointwise("mul", [result, base], out.dtype)
+            e >>= 1
+            if e:
+                base = L.graph.pointwise("mul", [base, base], out.dtype)
+        return result
+    return L.elementwise("pow", x, e, kind=PROMO.BOOL_TO_LONG)
+
+
+@rule(aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def _pow(L, a, b):
+    out = L.elementwise("pow", a, b, kind=PROMO.BOOL_TO_LONG)
+    if not is_float(out.dtype):
+        raise Unsupported("integer pow with a tensor exponent")
+    return out
+
+
+@rule(aten.clamp.default, aten.clamp.Tensor)
+def _clamp(L, x, min=None, max=None):
+    out = x
+    if min is not None:
+        out = L.elementwise("maximum", out, min)
+    if max is not None:
+        out = L.elementwise("minimum", out, max)
+    metas = [L.meta(v) if isinstance(v, Node) else v for v in (x, min, max) if v is not None]
+    return L.cast(out, L.out_dtype)
+
+
+@rule(aten.clamp_min.default, aten.clamp_min.Tensor)
+def _clamp_min(L, x, v):
+    return _clamp(L, x, min=v)
+
+
+@rule(aten.clamp_max.default, aten.clamp_max.Tensor)
+def _clamp_max(L, x, v):
+    return _clamp(L, x, max=v)
+
+
+@rule(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(L, cond, a, b):
+    metas = [L.meta(v) if isinstance(v, Node) else v for v in (a, b)]
+    _, dtype = elementwise_dtypes(*metas, type_promotion_kind=PROMO.NO_OPMATH)
+    dtype = L.out_dtype
+    nodes = [v for v in (cond, a, b) if isinstance(v, Node)]
+    shape = torch.broadcast_shapes(*[n.shape for n in nodes])
+    cond = L.cast(L.expand(cond, shape), torch.bool)
+    args = [L.cast(L.expand(v, shape), dtype) if isinstance(v, Node) else Scalar(_coerce(v, dtype), dtype)
+            for v in (a, b)]
+    return L.graph.pointwise("where", [cond, *args], dtype)
+
+
+@rule(aten.gelu.default)
+def _gelu(L, x, approximate="none"):
+    return L.elementwise("gelu", x, kind=PROMO.DEFAULT, approximate=approximate)
+
+
+@rule(aten.silu.default)
+def _silu(L, x):
+    xf = L.cast(x, torch.float32) if x.dtype in (torch.float16, torch.bfloat16) else x
+    return L.cast(L.graph.pointwise("mul", [xf, L.graph.pointwise("sigmoid", [xf], xf.dtype)], xf.dtype),
+                  x.dtype)
+
+
+@rule(aten._to_copy.default)
+def _to_copy(L, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    if device is not None and torch.device(device) != x.type.device:
+        raise Unsupported("copy to another device")
+    return L.graph.pointwise("identity", [L.cast(x, dtype or x.dtype)], dtype or x.dtype)
+
+
+@rule(torch.ops.prims.convert_element_type.default)
+def _convert(L, x, dtype):
+    return L.cast(x, dtype)
+
+
+@rule(aten.clone.default, aten.lift_fresh_copy.default)
+def _clone(L, x, memory_format=None):
+    return L.graph.pointwise("identity", [x], x.dtype)
+
+
+@rule(aten.alias.default, aten.detach.default)
+def _alias(L, x):
+    return x
+
+
+@rule(aten.copy.default)
+def _copy(L, dst, src, non_blocking=False):
+    if not isinstance(src, Node):
+        return L.full(dst.shape, src, dst.dtype, dst.type.device)
+    return L.graph.pointwise("identity", [L.cast(L.expand(src, dst.shape), dst.dtype)], dst.dtype)
+
+
+@rule(aten.scalar_tensor.default)
+def _scalar_tensor(L, value, dtype=None, layout=None, device=None, pin_memory=None):
+    return L.full((), value, L.out_dtype, torch.device(device or "cpu"))
+
+
+@rule(aten.full.default)
+def _full(L, size, value, dtype=None, layout=None, device=None, pin_memory=None):
+    return L.full(size, value, L.out_dtype, torch.device(device or "cpu"))
+
+
+@rule(aten.full_like.default)
+def _full_like(L, x, value, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return L.full(x.shape, value, L.out_dtype, x.type.device)
+
+
+@rule(aten.zeros_like.default, aten.ones_like.default, aten.empty_like.default)
+def _zeros_like(L, x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    value = 1 if L.node.target == aten.ones_like.default else 0
+    return L.full(x.shape, value, L.out_dtype, x.type.device)
+
+
+@rule(aten.fill.Scalar)
+def _fill(L, x, value):
+    return L.full(x.shape, value, x.dtype, x.type.device)
+
+
+@rule(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(L, x, mask, value):
+    return _where(L, mask, value, x)
+
+
+# --- reductions --------------------------------------------------------------------------------
+
+@rule(aten.sum.dim_IntList, aten.sum.default)
+def _sum(L, x, dim=None, keepdim=False, dtype=None):
+    return L.reduction("sum", x, dim, keepdim, L.out_dtype)
+
+
+@rule(aten.prod.dim_int, aten.prod.default)
+def _prod(L, x, dim=None, keepdim=False, dtype=None):
+    return L.reduction("prod", x, None if dim is None else [dim], keepdim, L.out_dtype)
+
+
+@rule(aten.mean.dim, aten.mean.default)
+def _mean(L, x, dim=None, keepdim=False, dtype=None):
+    out_dtype = L.out_dtype
+    acc = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
+    s = L.reduction("sum", x, dim, keepdim, acc)
+    count = _count(x, dim)
+    return L.cast(L.graph.pointwise("truediv", [s, Scalar(float(count), acc)], acc), out_dtype)
+
+
+def _count(x: Node, dim) -> int:
+    if not dim:
+        return x.type.numel
+    return math.prod(x.shape[d] for d in dim) if x.type.ndim else 1
+
+
+@rule(aten.amax.default, aten.amin.default)
+def _amax(L, x, dim=(), keepdim=False):
+    fn = "max" if L.node.target == aten.amax.default else "min"
+    return L.reduction(fn, x, list(dim), keepdim, x.dtype)
+
+
+@rule(aten.max.default, aten.min.default)
+def _max_all(L, x):
+    return L.reduction("max" if L.node.target == aten.max.default else "min", x, None, False, x.dtype)
+
+
+@rule(aten.max.dim, aten.min.dim)
+def _max_dim(L, x, dim, keepdim=False):
+    fn = "max" if L.node.target == aten.max.dim else "min"
+    return (L.reduction(fn, x, [dim], keepdim, x.dtype),
+            L.reduction("arg" + fn, x, [dim], keepdim, torch.int64))
+
+
+@rule(aten.argmax.default, aten.argmin.default)
+def _argmax(L, x, dim=None, keepdim=False):
+    fn = "argmax" if L.node.target == aten.argmax.default else "argmin"
+    if x.dtype == torch.bool:
+        x = L.cast(x, torch.int8)
+    if dim is None:
+        out = L.reduction(fn, L.reshape(x, (x.type.numel,)), [0], True, torch.int64)
+        return L.reshape(out, (1,) * x.type.ndim if keepdim else ())
+    return L.reduction(fn, x, [dim], keepdim, torch.int64)
+
+
+@rule(aten.any.default, aten.any.dim, aten.any.dims, aten.all.default, aten.all.dim, aten.all.dims)
+def _any(L, x, dim=None, keepdim=False):
+    fn = L.node.target.overloadpacket.__name__
+    dims = None if dim is None else ([dim] if isinstance(dim, int) else list(dim))
+    return L.reduction(fn, x, dims, keepdim, torch.bool)
+
+
+def _var_mean(L, x, dim, correction, keepdim):
+    dims = list(range(x.type.ndim)) if not dim else [d % max(x.type.ndim, 1) for d in dim]
+    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    if not is_float(acc):
+        raise Unsupported("var of an integer tensor")
+    xf = L.cast(x, acc)
+    n = _count(x, dims)
+    mean = L.graph.pointwise("truediv", [L.reduction("sum", xf, dims, True, acc), Scalar(float(n), acc)], acc)
+    d = L.graph.pointwise("sub", [xf, L.expand(mean, x.shape)], acc)
+    ss = L.reduction("sum", L.graph.pointwise("mul", [d, d], acc), dims, True, acc)
+    denom = max(n - (1 if correction is None else correction), 0)
+    var = L.graph.pointwise("truediv", [ss, Scalar(float(denom), acc)], acc)
+    if not keepdim:
+        squeezed = [s for k, s in enumerate(var.shape) if k not in dims]
+        var, mean = L.reshape(var, squeezed), L.reshape(mean, squeezed)
+    return L.cast(var, x.dtype), L.cast(mean, x.dtype)
+
+
+@rule(aten.var.correction)
+def _var(L, x, dim=None, correction=None, keepdim=False):
+    return _var_mean(L, x, dim, correction, keepdim)[0]
+
+
+@rule(aten.var_mean.correction)
+def _var_mean_rule(L, x, dim=None, correction=None, keepdim=False):
+    return _var_mean(L, x, dim, correction, keepdim)
+
+
+# --- normalizations and softmax, written as the graphs they are ----------------------------
+
+def _softmax_parts(L, x, dim, half_to_float):
+    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    xf = L.cast(x, acc)
+    m = L.reduction("max", xf, [dim], True, acc)
+    shifted = L.graph.pointwise("sub", [xf, L.expand(m, x.shape)], acc)
+    e = L.graph.pointwise("exp", [shifted], acc)
+    s = L.reduction("sum", e, [dim], True, acc)
+    return acc, shifted, e, s
+
+
+@rule(aten._softmax.default)
+def _softmax(L, x, dim, half_to_float):
+    acc, _, e, s = _softmax_parts(L, x, dim, half_to_float)
+    return L.cast(L.graph.pointwise("truediv", [e, L.expand(s, x.shape)], acc), L.out_dtype)
+
+
+@rule(aten._log_softmax.default)
+def _log_softmax(L, x, dim, half_to_float):
+    acc, shifted, _, s = _softmax_parts(L, x, dim, half_to_float)
+    log_s = L.graph.pointwise("log", [s], acc)
+    return L.cast(L.graph.pointwise("sub", [shifted, L.expand(log_s, x.shape)], acc), L.out_dtype)
+
+
+@rule(aten.native_layer_norm.default)
+def _layer_norm(L, x, normalized_shape, weight, bias, eps):
+    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    dims = list(range(x.type.ndim - len(normalized_shape), x.type.ndim))
+    xf = L.cast(x, acc)
+    n = float(_count(x, dims))
+    mean = L.graph.pointwise("truediv", [L.reduction("sum", xf, dims, True, acc), Scalar(n, acc)], acc)
+    d = L.graph.pointwise("sub", [xf, L.expand(mean, x.shape)], acc)
+    var = L.graph.pointwise("truediv", [L.reduction("sum", L.graph.pointwise("mul", [d, d], acc), dims, True,
+                                                    acc), Scalar(n, acc)], acc)
+    rstd = L.graph.pointwise("rsqrt", [L.graph.pointwise("add", [var, Scalar(float(eps), acc)], acc)], acc)
+    out = L.graph.pointwise("mul", [d, L.expand(rstd, x.shape)], acc)
+    if weight is not None:
+        out = L.graph.pointwise("mul", [out, L.expand(L.cast(weight, acc), x.shape)], acc)
+    if bias is not None:
+        out = L.graph.pointwise("add", [out, L.expand(L.cast(bias, acc), x.shape)], acc)
+    stat_shape = tuple(L.node.meta["val"][1].shape)
+    return L.cast(out, x.dtype), L.reshape(mean, stat_shape), L.reshape(rstd, stat_shape)
+
+
+# --- views and data movement -------------------------------------------------------------------
+
+@rule(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def _view(L, x, shape):
+    return L.reshape(x, shape)
+
+
+@rule(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def _squeeze(L, x, dim=None):
+    nd = x.type.ndim
+    dims = range(nd) if dim is None else ([dim] if isinstance(dim, int) else dim)
+    dims = {d % nd for d in dims} if nd else set()
+    return L.reshape(x, [s for d, s in enumerate(x.shape) if not (d in dims and s == 1)])
+
+
+@rule(aten.unsqueeze.default)
+def _unsqueeze(L, x, dim):
+    shape = list(x.shape)
+    shape.insert(dim % (len(shape) + 1), 1)
+    return L.reshape(x, shape)
+
+
+@rule(aten.permute.default)
+def _permute(L, x, dims):
+    dims = [d % x.type.ndim for d in dims]
+    if dims == sorted(dims):
+        return x
+    index, _ = views.permute(x.shape, dims)
+    return L.graph.view(x, [x.shape[d] for d in dims], index, kind="permute")
+
+
+@rule(aten.transpose.int)
+def _transpose(L, x, a, b):
+    dims = list(range(x.type.ndim))
+    if dims:
+        dims[a], dims[b] = dims[b], dims[a]
+    return _permute(L, x, dims)
+
+
+@rule(aten.t.default)
+def _t(L, x):
+    return x if x.type.ndim < 2 else _transpose(L, x, 0, 1)
+
+
+@rule(aten.expand.default)
+def _expand(L, x, size, implicit=False):
+    lead = len(size) - x.type.ndim
+    shape = [x.shape[d - lead] if s == -1 else s for d, s in enumerate(size)]
+    return L.expand(x, shape)
+
+
+@rule(aten.slice.Tensor)
+def _slice(L, x, dim=0, start=None, end=None, step=1):
+    size = x.shape[dim]
+    start, end, _ = slice(start, end, step).indices(size)
+    length = max(0, -(-(end - start) // step))
+    shape = tuple(length if d == dim else s for d, s in enumerate(x.shape))
+    if shape == x.shape:
+        return x
+    index, _ = views.slice_(x.shape, dim, start, step, shape)
+    return L.graph.view(x, shape, index, kind="slice")
+
+
+@rule(aten.select.int)
+def _select(L, x, dim, index):
+    dim %= x.type.ndim
+    index, _ = views.select(x.shape, dim, index % x.shape[dim])
+    return L.graph.view(x, [s for d, s in enumerate(x.shape) if d != dim], index, kind="select")
+
+
+@rule(aten.flip.default)
+def _flip(L, x, dims):
+    dims = {d % x.type.ndim for d in dims}
+    index, _ = views.flip(x.shape, dims)
+    return L.graph.view(x, x.shape, index, kind="flip")
+
+
+@rule(aten.constant_pad_nd.default)
+def _pad(L, x, pad, value=0):
+    index, mask, shape = views.pad(x.shape, list(pad))
+    return L.graph.view(x, shape, index, mask, fill=_coerce(value, x.dtype), kind="pad")
+
+
+@rule(aten.split_with_sizes.default)
+def _split_with_sizes(L, x, sizes, dim=0):
+    out, start = [], 0
+    for s in sizes:
+        out.append(_slice(L, x, dim, start, start + s))
+        start += s
+    return tuple(out)
+
+
+@rule(aten.split.Tensor)
+def _split(L, x, size, dim=0):
+    n = x.shape[dim]
+    return _split_with_sizes(L, x, [min(size, n - k) for k in range(0, n, size)] or [0], dim)
+
+
+@rule(aten.cat.default)
+def _cat(L, tensors, dim=0):
+    # legacy: 1-D empty tensors are skipped by cat
+    tensors = [t for t in tensors if not (t.type.ndim == 1 and t.shape[0] == 0)]
+    if len(tensors) == 1:
+        return L.graph.pointwise("identity", [L.cast(tensors[0], L.out_dtype)], L.out_dtype)
+    dtype = L.out_dtype
+    dim %= tensors[0].type.ndim
+    total = sum(t.shape[dim] for t in tensors)
+    pieces, bounds, offset = [], [], 0
+    for t in tensors:
+        index, mask, shape = views.shift(t.shape, dim, offset, total)
+        pieces.append(L.cast(L.graph.view(t, shape, index, mask, fill=_coerce(0, t.dtype), kind="cat"), dtype))
+        bounds.append((offset, offset + t.shape[dim]))
+        offset += t.shape[dim]
+    return L.graph.pointwise("cat", pieces, dtype, dim=dim, bounds=tuple(bounds))

@@ -1,0 +1,204 @@
+"""The tensor graph: typed nodes in topological order, and its stable text form.
+
+Node kinds (``Node.op``):
+
+* ``input``     a graph argument (attrs: ``index``, ``strides``)
+* ``constant``  a tensor baked into the graph (attrs: ``value``: a torch.Tensor)
+* ``pointwise`` ``fn(args...)`` elementwise over the node's shape; args are nodes of that same shape
+                or ``Scalar`` literals (attrs: ``fn``, ``args``, and ``params`` for fn options)
+* ``reduce``    ``fn`` over ``axes`` of its one input; the result keeps reduced axes as size 1
+* ``view``      no data: an index map from the node's index space into its input's, a validity mask
+                and the value where the mask is false (attrs: ``index``, ``mask``, ``fill``, ``kind``)
+* ``extern``    an aten op run by PyTorch (fallback); ``getitem`` picks one result of a tuple
+* ``output``    the graph results (``inputs``)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import torch
+
+from .expr import Affine, Range, Var, index_vars
+from .types import TensorType, short_dtype
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A literal argument of a pointwise op, already of the op's computation dtype."""
+    value: Any
+    dtype: torch.dtype
+
+    def __str__(self) -> str:
+        return repr(self.value)
+
+
+@dataclass(eq=False)
+class Node:
+    id: int
+    op: str
+    inputs: list["Node"]
+    attrs: dict
+    type: Any  # TensorType, or a tuple of them for a multi-result extern
+    origin: tuple[str, ...] = ()  # the aten ops this node came from (provenance)
+    users: list["Node"] = field(default_factory=list, repr=False)
+
+    @property
+    def name(self) -> str:
+        return f"%{self.id}"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.type.dtype
+
+    def __str__(self) -> str:
+        return format_node(self)
+
+
+class Graph:
+    """An ordered list of nodes (always topologically sorted) and one ``output`` node."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self._next_id = 0
+        self.meta: dict = {}  # filled by passes: "groups" (fusion), "schedules", "decisions"
+
+    # --- building -----------------------------------------------------------------------
+    def add(self, op: str, inputs: Iterable[Node], type, origin=(), **attrs) -> Node:
+        node = Node(self._next_id, op, list(inputs), attrs, type, tuple(origin))
+        self._next_id += 1
+        self.nodes.append(node)
+        return node
+
+    def input(self, index: int, type: TensorType, strides) -> Node:
+        return self.add("input", [], type, index=index, strides=tuple(strides))
+
+    def pointwise(self, fn: str, args, dtype: torch.dtype, origin=(), **params) -> Node:
+        shape = next(a.shape for a in args if isinstance(a, Node))
+        device = next(a.type.device for a in args if isinstance(a, Node))
+        nodes = [a for a in args if isinstance(a, Node)]
+        for a in nodes:
+            assert a.shape == shape, f"pointwise {fn}: input shape {a.shape} != {shape}"
+        return self.add("pointwise", nodes, TensorType(shape, dtype, device), origin,
+                        fn=fn, args=tuple(args), params=params)
+
+    def reduce(self, fn: str, x: Node, axes, dtype: torch.dtype, origin=()) -> Node:
+        axes = tuple(sorted(a % max(x.type.ndim, 1) for a in axes)) if x.type.ndim else ()
+        shape = tuple(1 if d in axes else s for d, s in enumerate(x.shape))
+        return self.add("reduce", [x], x.type.with_(shape=shape, dtype=dtype), origin, fn=fn, axes=axes)
+
+    def view(self, x: Node, shape, index, mask=(), fill=None, kind="view", origin=()) -> Node:
+        return self.add("view", [x], x.type.with_(shape=shape), origin, index=tuple(index),
+                        mask=tuple(mask), fill=fill, kind=kind)
+
+    # --- queries ------------------------------------------------------------------------
+    @property
+    def output(self) -> Node:
+        return next(n for n in reversed(self.nodes) if n.op == "output")
+
+    @property
+    def inputs(self) -> list[Node]:
+        return [n for n in self.nodes if n.op == "input"]
+
+    def recompute_users(self) -> None:
+        for n in self.nodes:
+            n.users = []
+        for n in self.nodes:
+            for i in n.inputs:
+                if n not in i.users:
+                    i.users.append(n)
+
+    def replace_all_uses(self, old: Node, new: Node) -> None:
+        for n in self.nodes:
+            if old in n.inputs:
+                n.inputs = [new if i is old else i for i in n.inputs]
+                if "args" in n.attrs:
+                    n.attrs["args"] = tuple(new if a is old else a for a in n.attrs["args"])
+                if "arg_tree" in n.attrs:
+                    n.attrs["arg_tree"] = _replace_in_tree(n.attrs["arg_tree"], old, new)
+
+    def __str__(self) -> str:
+        return format_graph(self)
+
+
+def _replace_in_tree(tree, old, new):
+    if tree is old:
+        return new
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_replace_in_tree(t, old, new) for t in tree)
+    if isinstance(tree, dict):
+        return {k: _replace_in_tree(v, old, new) for k, v in tree.items()}
+    return tree
+
+
+def view_vars(node: Node) -> tuple[Var, ...]:
+    """The variables a view node's index map is written in: one per dimension of the view."""
+    return index_vars(node.shape)
+
+
+def compose_view(outer_index, inner: Node):
+    """Index into ``inner``'s input, given an index (expressions) into view node ``inner``."""
+    mapping = dict(zip(view_vars(inner), (Affine.of(e) for e in outer_index)))
+    return (tuple(e.subs(mapping) for e in inner.attrs["index"]),
+            tuple(r.subs(mapping) for r in inner.attrs["mask"]))
+
+
+# --- printing -------------------------------------------------------------------------------
+
+def _type_str(t) -> str:
+    if isinstance(t, tuple):
+        return "(" + ", ".join(map(str, t)) + ")"
+    return str(t)
+
+
+def format_node(n: Node) -> str:
+    head = f"{n.name} = {n.op:<9} {_type_str(n.type):<16}"
+    a = n.attrs
+    if n.op == "input":
+        body = f"arg{a['index']} strides={a['strides']}"
+    elif n.op == "constant":
+        body = f"tensor{tuple(a['value'].shape)}"
+    elif n.op == "pointwise":
+        args = ", ".join(x.name if isinstance(x, Node) else str(x) for x in a["args"])
+        params = "".join(f", {k}={v}" for k, v in sorted(a["params"].items()))
+        body = f"{a['fn']}({args}{params})"
+    elif n.op == "reduce":
+        body = f"{a['fn']}({n.inputs[0].name}) axes={a['axes']}"
+    elif n.op == "view":
+        idx = ", ".join(str(e) for e in a["index"])
+        body = f"{a['kind']}({n.inputs[0].name}) [{idx}]"
+        if a["mask"]:
+            body += f" if {' & '.join(map(str, a['mask']))} else {a['fill']}"
+    elif n.op == "extern":
+        body = f"{a['target']}({', '.join(i.name for i in n.inputs)})  # fallback: {a['reason']}"
+    elif n.op == "getitem":
+        body = f"{n.inputs[0].name}[{a['index']}]"
+    elif n.op == "output":
+        body = "(" + ", ".join(i.name for i in n.inputs) + ")"
+        head = f"output{'':<20}"
+    else:
+        body = str(a)
+    return f"{head} {body}"
+
+
+def format_graph(g: Graph) -> str:
+    lines = [format_node(n) for n in g.nodes]
+    groups = g.meta.get("groups")
+    if groups:
+        lines.append("")
+        for grp in groups:
+            lines.append(str(grp))
+    for d in g.meta.get("decisions", []):
+        lines.append(f"# {d}")
+    return "\n".join(lines) + "\n"
+
+
+def dtype_str(dtype) -> str:
+    return short_dtype(dtype)
+
+
+__all__ = ["Graph", "Node", "Scalar", "Range", "compose_view", "view_vars", "format_graph"]

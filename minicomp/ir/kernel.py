@@ -1,0 +1,149 @@
+"""The kernel level of the IR: what one launch computes, after fusion and scheduling.
+
+A kernel iterates over flat index variables (``x``; ``y, x`` for 2-D tiles; ``x, r`` for
+reductions). Its body is a list of phases; each phase has statements that do not depend on the
+reduction index (``outer``), statements that do (``inner``, run per reduction block) and the
+reductions that close it. Codegen prints a Kernel; it decides nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+import torch
+
+from .expr import Affine, Range, Var
+from .graph import Node, Scalar
+from .types import short_dtype
+
+
+@dataclass
+class Load:
+    var: str
+    buffer: str
+    index: Affine
+    mask: tuple[Range, ...]
+    dtype: torch.dtype
+
+
+@dataclass
+class Compute:
+    var: str
+    fn: str
+    args: tuple[Union[str, Scalar], ...]
+    params: dict
+    dtype: torch.dtype
+
+
+@dataclass
+class IndexValue:
+    """The value of an index expression (for concatenation and arg-reductions)."""
+    var: str
+    expr: Affine
+
+
+@dataclass
+class Masked:
+    """``value`` where every range in ``mask`` holds, else ``fill`` (a padded view)."""
+    var: str
+    mask: tuple[Range, ...]
+    value: str
+    fill: Scalar
+
+
+@dataclass
+class Reduce:
+    var: str
+    fn: str
+    value: str
+    index: str | None  # for argmax/argmin: the coordinate along the reduced axis
+    dtype: torch.dtype
+    value_dtype: torch.dtype
+
+
+@dataclass
+class Store:
+    buffer: str
+    index: Affine
+    value: str
+    inner: bool  # True: one value per element of the iteration space; False: one per row
+
+
+Stmt = Union[Load, Compute, IndexValue, Masked, Reduce, Store]
+
+
+@dataclass
+class Phase:
+    outer: list[Stmt] = field(default_factory=list)
+    inner: list[Stmt] = field(default_factory=list)
+    reductions: list[Reduce] = field(default_factory=list)
+
+
+@dataclass
+class KernelArg:
+    name: str
+    node: Node
+    is_output: bool
+
+
+@dataclass
+class Schedule:
+    template: str          # "pointwise", "tiled" or "reduction"
+    blocks: dict           # e.g. {"XBLOCK": 1024} or {"XBLOCK": 1, "RBLOCK": 4096}
+    num_warps: int = 4
+    num_stages: int = 1
+    persistent: bool = True  # reductions: the whole row in one block
+    index_dtype: str = "int32"
+
+    def __str__(self) -> str:
+        blocks = " ".join(f"{k}={v}" for k, v in self.blocks.items())
+        kind = "" if self.template != "reduction" else (" persistent" if self.persistent else " looped")
+        return f"{self.template}{kind} {blocks} num_warps={self.num_warps} index={self.index_dtype}"
+
+
+@dataclass
+class Kernel:
+    name: str
+    vars: dict[str, Var]              # "x", and "y" or "r" when present
+    args: list[KernelArg]
+    phases: list[Phase]
+    schedule: Schedule
+    origins: tuple[str, ...]
+    group_id: int
+    bytes_moved: int = 0
+    flops: int = 0
+
+    @property
+    def numels(self) -> dict[str, int]:
+        return {k: v.size for k, v in self.vars.items()}
+
+    def __str__(self) -> str:
+        lines = [f"kernel {self.name}  ({self.schedule})",
+                 "  iterates " + ", ".join(f"{k} < {v.size}" for k, v in self.vars.items()),
+                 "  args " + ", ".join(f"{a.name}={a.node.name}{'(out)' if a.is_output else ''}" for a in self.args)]
+        for k, ph in enumerate(self.phases):
+            lines.append(f"  phase {k}:")
+            lines += [f"    {format_stmt(s)}" for s in ph.outer]
+            if ph.inner:
+                lines.append("    per reduction block:")
+                lines += [f"      {format_stmt(s)}" for s in ph.inner]
+            lines += [f"    {format_stmt(s)}" for s in ph.reductions]
+        return "\n".join(lines)
+
+
+def format_stmt(s: Stmt) -> str:
+    if isinstance(s, Load):
+        m = f" if {' & '.join(map(str, s.mask))}" if s.mask else ""
+        return f"{s.var} = load {s.buffer}[{s.index}]{m}  ({short_dtype(s.dtype)})"
+    if isinstance(s, Compute):
+        params = "".join(f", {k}={v}" for k, v in s.params.items())
+        return f"{s.var} = {s.fn}({', '.join(map(str, s.args))}{params})  ({short_dtype(s.dtype)})"
+    if isinstance(s, IndexValue):
+        return f"{s.var} = index {s.expr}"
+    if isinstance(s, Masked):
+        return f"{s.var} = {s.value} if {' & '.join(map(str, s.mask))} else {s.fill}"
+    if isinstance(s, Reduce):
+        return f"{s.var} = reduce.{s.fn}({s.value}{', ' + s.index if s.index else ''})"
+    if isinstance(s, Store):
+        return f"store {s.buffer}[{s.index}] = {s.value}"
+    return str(s)

@@ -1,0 +1,37 @@
+"""Memory layout of the values that live in buffers (the IR itself is layout-free)."""
+from __future__ import annotations
+
+from .expr import Affine, linear_index
+from .graph import Node, view_vars
+from .types import contiguous_strides
+
+
+def buffer_strides(node: Node, layouts: dict) -> tuple[int, ...]:
+    """Strides of a node that lives in memory: graph inputs and fallback results as PyTorch gives
+    them, planned layouts (``layouts``) for graph results, contiguous for everything else."""
+    if node in layouts:
+        return layouts[node]
+    if node.op in ("input", "getitem"):
+        return node.attrs["strides"]
+    if node.op == "extern" and not isinstance(node.type, (tuple, list)):
+        return node.attrs["strides"]
+    if node.op == "constant":
+        return tuple(node.attrs["value"].stride())
+    return contiguous_strides(node.shape)
+
+
+def view_as_strided(view: Node, layouts: dict) -> tuple[tuple[int, ...], int] | None:
+    """Strides and offset of a view of a buffer, if the view is plain strided (no div/mod, no mask)."""
+    if view.attrs["mask"]:
+        return None
+    offset = linear_index(view.attrs["index"], buffer_strides(view.inputs[0], layouts))
+    strides = []
+    for var in view_vars(view):
+        c = offset.coeff_of(var)
+        if c is None:
+            return None
+        if c < 0:
+            return None  # torch.as_strided takes no negative strides (flip)
+        strides.append(c if var.size > 1 else 0)
+    rest = offset - linear_index([Affine.of(v) for v in view_vars(view)], strides)
+    return (tuple(strides), rest.const) if rest.is_const else None

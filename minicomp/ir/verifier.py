@@ -1,0 +1,63 @@
+"""Structural checks run after every pass: a pass that breaks an invariant is named at once."""
+from __future__ import annotations
+
+from .expr import Affine
+from .graph import Graph, Node
+from .ops import POINTWISE, REDUCTIONS
+from .types import TensorType
+
+
+class VerificationError(AssertionError):
+    pass
+
+
+def verify(graph: Graph) -> None:
+    seen: set[int] = set()
+    outputs = [n for n in graph.nodes if n.op == "output"]
+    _check(len(outputs) == 1, "graph must have exactly one output node")
+    for node in graph.nodes:
+        for i in node.inputs:
+            _check(id(i) in seen, f"{node.name} uses {i.name} before it is defined")
+        seen.add(id(node))
+        _check(node.op == "output" or isinstance(node.type, (TensorType, tuple)),
+               f"{node.name} has no type")
+        getattr(_RULES, node.op, _unknown)(node)
+
+
+def _check(cond, msg) -> None:
+    if not cond:
+        raise VerificationError(msg)
+
+
+def _unknown(node: Node) -> None:
+    _check(node.op in ("input", "constant", "extern", "getitem", "output"), f"unknown op {node.op}")
+
+
+class _RULES:
+    @staticmethod
+    def pointwise(node: Node) -> None:
+        _check(node.attrs["fn"] in POINTWISE, f"{node.name}: unknown pointwise fn {node.attrs['fn']}")
+        for i in node.inputs:
+            _check(i.shape == node.shape, f"{node.name}: input {i.name} shape {i.shape} != {node.shape}")
+
+    @staticmethod
+    def reduce(node: Node) -> None:
+        (x,) = node.inputs
+        _check(node.attrs["fn"] in REDUCTIONS, f"{node.name}: unknown reduction")
+        expect = tuple(1 if d in node.attrs["axes"] else s for d, s in enumerate(x.shape))
+        _check(node.shape == expect, f"{node.name}: reduce shape {node.shape} != {expect}")
+
+    @staticmethod
+    def view(node: Node) -> None:
+        (x,) = node.inputs
+        index = node.attrs["index"]
+        _check(len(index) == len(x.shape), f"{node.name}: index rank {len(index)} != {len(x.shape)}")
+        _check(node.dtype == x.dtype, f"{node.name}: a view cannot change dtype")
+        if node.type.numel == 0:
+            return
+        masked = bool(node.attrs["mask"])
+        for e, size in zip(index, x.shape):
+            _check(isinstance(e, Affine), f"{node.name}: index is not an expression")
+            lo, hi = e.bounds()
+            _check(masked or (0 <= lo and hi < max(size, 1)),
+                   f"{node.name}: index {e} leaves [0, {size})")

@@ -1,0 +1,257 @@
+"""Fusion: partition the compute nodes (pointwise, reduce) into kernel groups.
+
+A group is one kernel: an iteration space (``shape``; a reduction group also has ``axes``) and the
+nodes it computes. Views are not computed: every read through a view becomes a re-indexed load, so a
+pointwise producer can be evaluated at whatever index its consumer needs.
+
+*Legality* (``check_group``) is about indexing: starting from the nodes the group must store, it
+propagates the index at which each member is evaluated; a reduction must be read exactly at its own
+rows, a stored member must lie on the iteration space, and a member needed at more than
+``MAX_PLACEMENTS`` different indices would be recomputed too often. Merging must also keep the group
+graph acyclic. *Preference* is separate (``RULES`` order and ``_score``): which merges to try first.
+
+Every merge that is tried and refused is recorded with the rule that stopped it.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from ..ir.expr import Affine, index_vars
+from ..ir.graph import Graph, Node, compose_view
+from ..ir.layout import view_as_strided
+
+MAX_PLACEMENTS = 2
+
+# The fusion rules, in the order they are tried; each names the pattern it fuses.
+RULES = (
+    ("vertical", "producer -> consumer over the same iteration space: the intermediate stays in registers"),
+    ("reduction-prologue", "pointwise ops feeding a reduction are computed inside its loop"),
+    ("reduction-epilogue", "ops on a reduction's result (and broadcasts back over its rows) join its kernel"),
+    ("horizontal", "independent kernels over the same space that read the same data become one pass"),
+)
+
+
+class NotFusable(Exception):
+    def __init__(self, rule: str, reason: str):
+        super().__init__(f"{rule}: {reason}")
+        self.rule, self.reason = rule, reason
+
+
+@dataclass(eq=False)
+class Group:
+    id: int
+    nodes: list[Node]
+    shape: tuple[int, ...]
+    axes: tuple[int, ...] = ()
+    stores: list[Node] = field(default_factory=list)
+    rule: str = ""
+
+    @property
+    def kind(self) -> str:
+        return "reduction" if self.axes else "pointwise"
+
+    @property
+    def reduced_shape(self) -> tuple[int, ...]:
+        return tuple(1 if d in self.axes else s for d, s in enumerate(self.shape))
+
+    def __str__(self) -> str:
+        space = f"[{','.join(map(str, self.shape))}]" + (f" axes={self.axes}" if self.axes else "")
+        members = " ".join(n.name for n in self.nodes)
+        stores = " ".join(n.name for n in self.stores)
+        return f"group g{self.id} {self.kind:<9} {space}: {members} -> stores {stores}"
+
+
+def is_compute(node: Node) -> bool:
+    return node.op in ("pointwise", "reduce")
+
+
+def terminal(node: Node) -> Node:
+    """The node a read lands on once views are looked through."""
+    while node.op == "view":
+        node = node.inputs[0]
+    return node
+
+
+def _space(node: Node) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    if node.op == "reduce":
+        return node.inputs[0].shape, node.attrs["axes"]
+    return node.shape, ()
+
+
+def canonical_index(node: Node, shape, axes):
+    """The index at which a member of a group with this space is stored, or None if it cannot be."""
+    full = tuple(Affine.of(v) for v in index_vars(shape))
+    reduced = tuple(Affine.of(0) if d in axes else e for d, e in enumerate(full))
+    if node.op == "reduce":
+        return reduced
+    if node.shape == tuple(shape):
+        return full
+    if axes and node.shape == tuple(1 if d in axes else s for d, s in enumerate(shape)):
+        return reduced
+    if axes and node.shape == tuple(s for d, s in enumerate(shape) if d not in axes):
+        return tuple(e for d, e in enumerate(full) if d not in axes)
+    return None
+
+
+def check_group(members: list[Node], shape, axes, stored: list[Node]) -> dict[Node, set]:
+    """Raise NotFusable unless ``members`` can be one kernel over ``shape``/``axes`` that stores
+    ``stored``; return the indices (placements) at which each member is evaluated."""
+    member_set = set(members)
+    full = tuple(Affine.of(v) for v in index_vars(shape))
+    reduced = tuple(Affine.of(0) if d in axes else e for d, e in enumerate(full))
+    placements: dict[Node, set] = defaultdict(set)
+    work = []
+    for m in members:
+        if m.op == "reduce":
+            if (m.inputs[0].shape, m.attrs["axes"]) != (tuple(shape), tuple(axes)):
+                raise NotFusable("reduction-space", f"{m.name} reduces a different space than {shape} axes={axes}")
+            work.append((m, reduced))
+    for m in stored:
+        idx = canonical_index(m, shape, axes)
+        if idx is None:
+            raise NotFusable("store-shape", f"{m.name} {m.type} is stored but the kernel iterates {list(shape)}")
+        work.append((m, idx))
+    while work:
+        m, idx = work.pop()
+        if idx in placements[m]:
+            continue
+        placements[m].add(idx)
+        if m.op == "reduce":
+            if idx != reduced:
+                raise NotFusable("indexing", f"reduction {m.name} is read at [{', '.join(map(str, idx))}], "
+                                             f"not at its own rows")
+            feeds = [(m.inputs[0], full)]
+        else:
+            if len(placements[m]) > MAX_PLACEMENTS:
+                raise NotFusable("recompute", f"{m.name} would be computed at {len(placements[m])} indices")
+            feeds = [(i, idx) for i in m.inputs]
+        for node, at in feeds:
+            while node.op == "view":
+                at, _ = compose_view(at, node)
+                node = node.inputs[0]
+            if node in member_set:
+                work.append((node, at))
+    return placements
+
+
+class _Partition:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.group_of: dict[Node, Group] = {}
+        self.groups: list[Group] = []
+        self.decisions: list[str] = []
+        self.consumers: dict[Node, list[Node]] = defaultdict(list)  # through views
+        for n in graph.nodes:
+            if n.op != "view":
+                for i in n.inputs:
+                    self.consumers[terminal(i)].append(n)
+
+    def new_group(self, node: Node) -> None:
+        shape, axes = _space(node)
+        g = Group(len(self.groups), [node], shape, axes)
+        self.groups.append(g)
+        self.group_of[node] = g
+
+    def stored(self, members) -> list[Node]:
+        s = set(members)
+        return [m for m in members if any(c not in s for c in self.consumers[m])]
+
+    def unit_graph(self) -> nx.DiGraph:
+        """Groups and the other non-view nodes as one DAG (views are looked through)."""
+        def unit(n):
+            g = self.group_of.get(n)
+            return ("g", g.id) if g else ("n", n.id)
+        dag = nx.DiGraph()
+        for n in self.graph.nodes:
+            if n.op == "view":
+                continue
+            dag.add_node(unit(n))
+            for i in n.inputs:
+                if unit(terminal(i)) != unit(n):
+                    dag.add_edge(unit(terminal(i)), unit(n))
+        return dag
+
+    def try_merge(self, a: Group, b: Group, rule: str) -> bool:
+        if a is b:
+            return True
+        if a.axes and b.axes and (a.shape, a.axes) != (b.shape, b.axes):
+            self._refuse(a, b, "reduction-space", "the reductions run over different iteration spaces")
+            return False
+        shape, axes = (a.shape, a.axes) if a.axes else (b.shape, b.axes)
+        if not a.axes and not b.axes:
+            shape = b.shape if rule != "horizontal" else a.shape
+        members = sorted(a.nodes + b.nodes, key=self.graph.nodes.index)
+        dag = self.unit_graph()
+        ua, ub = ("g", a.id), ("g", b.id)
+        between = (nx.descendants(dag, ua) & nx.ancestors(dag, ub)) | (nx.descendants(dag, ub) & nx.ancestors(dag, ua))
+        if between:
+            self._refuse(a, b, "cycle", "another kernel or fallback op sits between them")
+            return False
+        try:
+            check_group(members, shape, axes, self.stored(members))
+        except NotFusable as e:
+            self._refuse(a, b, e.rule, e.reason)
+            return False
+        a.nodes, a.shape, a.axes, a.rule = members, tuple(shape), tuple(axes), a.rule or rule
+        for n in b.nodes:
+            self.group_of[n] = a
+        self.groups.remove(b)
+        return True
+
+    def _refuse(self, a: Group, b: Group, rule: str, reason: str) -> None:
+        self.decisions.append(f"not fused: {a.nodes[-1].name} -> {b.nodes[0].name} [{rule}] {reason}")
+
+
+def _copy_unstrided_results(graph: Graph) -> None:
+    """A result that is a view with div/mod or padding cannot be returned as a strided view of its
+    base: give it a buffer of its own (a copy, as eager would for such a reshape)."""
+    out = graph.output
+    for k, node in enumerate(out.inputs):
+        if node.op == "view" and view_as_strided(node, {}) is None:
+            copy = graph.add("pointwise", [node], node.type, node.origin, fn="identity", args=(node,), params={})
+            graph.nodes.remove(copy)
+            graph.nodes.insert(graph.nodes.index(out), copy)
+            out.inputs[k] = copy
+
+
+def fusion(graph: Graph) -> Graph:
+    """Group compute nodes into kernels (rules: ``RULES``); results in ``graph.meta['groups']``."""
+    _copy_unstrided_results(graph)
+    graph.recompute_users()
+    part = _Partition(graph)
+    for node in graph.nodes:
+        if not is_compute(node):
+            continue
+        part.new_group(node)
+        for producer in dict.fromkeys(terminal(i) for i in node.inputs):
+            if producer in part.group_of:
+                mine, theirs = part.group_of[node], part.group_of[producer]
+                rule = ("reduction-prologue" if node.op == "reduce" and not theirs.axes else
+                        "reduction-epilogue" if theirs.axes else "vertical")
+                part.try_merge(theirs, mine, rule)
+    _horizontal(part)
+    for k, g in enumerate(part.groups):
+        g.id = k
+        g.stores = part.stored(g.nodes)
+    graph.meta["groups"] = part.groups
+    graph.meta["decisions"] = part.decisions
+    return graph
+
+
+def _horizontal(part: _Partition) -> None:
+    """Merge groups over the same space that read a common input, when neither depends on the other."""
+    changed = True
+    while changed:
+        changed = False
+        reads = {g.id: {terminal(i) for n in g.nodes for i in n.inputs} - set(g.nodes) for g in part.groups}
+        for a in part.groups:
+            for b in part.groups:
+                if a.id < b.id and (a.shape, a.axes) == (b.shape, b.axes) and reads[a.id] & reads[b.id]:
+                    if part.try_merge(a, b, "horizontal"):
+                        changed = True
+                        break
+            if changed:
+                break

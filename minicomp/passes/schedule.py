@@ -1,0 +1,324 @@
+"""Scheduling: choose a template and block sizes for every fusion group and build its Kernel.
+
+The group's members are emitted at the index each consumer needs (views become re-indexed loads),
+first in per-dimension index variables; once the template is known, those are rewritten in the
+kernel's flat variables and the index simplifier folds them back to plain strided offsets.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import torch
+
+from ..ir.expr import Affine, Range, Var, index_vars, linear_index, unravel
+from ..ir.graph import Graph, Node, Scalar, compose_view
+from ..ir.kernel import (Compute, IndexValue, Kernel, KernelArg, Load, Masked, Phase, Reduce, Schedule,
+                         Store)
+from ..ir.layout import buffer_strides
+from ..ir.types import short_dtype
+from .fusion import Group, canonical_index
+
+INT32_LIMIT = 2**31 - 1
+
+
+def plan_layouts(graph: Graph) -> dict[Node, tuple[int, ...]]:
+    """Graph results take the strides eager would give them; everything else is contiguous."""
+    out = {}
+    for node, strides in zip(graph.output.inputs, graph.output.attrs.get("strides") or ()):
+        if strides is not None and node.op in ("pointwise", "reduce") and len(strides) == len(node.shape):
+            out.setdefault(node, tuple(strides))
+    return out
+
+
+def schedule(graph: Graph) -> Graph:
+    """Build one Kernel per fusion group (``graph.meta['kernels']``)."""
+    layouts = plan_layouts(graph)
+    graph.meta["layouts"] = layouts
+    kernels = [build_kernel(g, layouts) for g in graph.meta.get("groups", [])]
+    graph.meta["kernels"] = kernels
+    return graph
+
+
+# --- choosing the schedule -------------------------------------------------------------------
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (max(n, 1) - 1).bit_length())
+
+
+def choose_schedule(group: Group, on_gpu: bool, tiled: bool, itemsize: int) -> Schedule:
+    numel = math.prod(group.shape)
+    if group.axes:
+        rnumel = math.prod(group.shape[d] for d in group.axes)
+        xnumel = numel // max(rnumel, 1) if rnumel else math.prod(
+            s for d, s in enumerate(group.shape) if d not in group.axes)
+        limit = 8192 if on_gpu else 2**14
+        if _pow2(rnumel) <= limit:
+            rblock = _pow2(rnumel)
+            xblock = min(_pow2(xnumel), max(1, (4096 if on_gpu else 2**15) // rblock))
+            warps = min(16, max(1, xblock * rblock // 256)) if on_gpu else 1
+            return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, _pow2(warps), 1, True)
+        rblock = 2048 if on_gpu else 4096
+        return Schedule("reduction", {"XBLOCK": 1, "RBLOCK": rblock}, 8 if on_gpu else 1, 1, False)
+    if tiled:
+        block = 64 if on_gpu else 128
+        return Schedule("tiled", {"YBLOCK": block, "XBLOCK": block}, 4 if on_gpu else 1)
+    xblock = min(1024, _pow2(numel)) if on_gpu else min(2**16, _pow2(numel))
+    warps = max(1, min(4, xblock // 256)) if on_gpu else 1
+    return Schedule("pointwise", {"XBLOCK": xblock}, warps)
+
+
+# --- emission ----------------------------------------------------------------------------------
+
+class _Emitter:
+    """Writes a group's computation as kernel statements, one value per (node, index, mask)."""
+
+    def __init__(self, group: Group, layouts: dict, dims: tuple[Var, ...], persistent: bool):
+        self.group, self.layouts, self.persistent = group, layouts, persistent
+        self.members = set(group.nodes)
+        self.reduction_vars = {dims[d] for d in group.axes}
+        self.dims = dims
+        self.args: dict[Node, KernelArg] = {}
+        self.phases: list[Phase] = []
+        self.outer_memo: dict = {}
+        self.inner_memo: dict = {}
+        self.reduced: dict[Node, str] = {}
+        self._n = 0
+
+    def new_phase(self) -> Phase:
+        self.phases.append(Phase())
+        if not self.persistent:
+            self.inner_memo = {}
+        return self.phases[-1]
+
+    def _var(self, prefix="t") -> str:
+        self._n += 1
+        return f"{prefix}{self._n}"
+
+    def _inner(self, *exprs) -> bool:
+        return any(self.reduction_vars & e.vars() for e in exprs)
+
+    def _put(self, key, stmt, inner: bool) -> tuple[str, bool]:
+        phase = self.phases[-1]
+        (phase.inner if inner else phase.outer).append(stmt)
+        (self.inner_memo if inner else self.outer_memo)[key] = stmt.var
+        return stmt.var, inner
+
+    def arg(self, node: Node, is_output: bool) -> str:
+        if node not in self.args:
+            kind = "out" if is_output else "in"
+            count = sum(1 for a in self.args.values() if a.is_output == is_output)
+            self.args[node] = KernelArg(f"{kind}_ptr{count}", node, is_output)
+        return self.args[node].name
+
+    def emit(self, node: Node, idx: tuple, mask: tuple = ()) -> tuple[str, bool]:
+        key = (node.id, idx, mask)
+        if key in self.outer_memo:
+            return self.outer_memo[key], False
+        if key in self.inner_memo:
+            return self.inner_memo[key], True
+        if node.op == "view":
+            inner_idx, extra = compose_view(idx, node)
+            extra = tuple(r for r in (r.simplified() for r in extra) if r is not True)
+            if not extra:
+                return self.emit(node.inputs[0], inner_idx, mask)
+            if any(r is False for r in extra):
+                stmt = Compute(self._var(), "identity", (Scalar(node.attrs["fill"], node.dtype),), {}, node.dtype)
+                return self._put(key, stmt, False)
+            value, inner = self.emit(node.inputs[0], inner_idx, mask + extra)
+            stmt = Masked(self._var(), extra, value, Scalar(node.attrs["fill"], node.dtype))
+            return self._put(key, stmt, inner or self._inner(*(r.expr for r in extra)))
+        if node in self.members and node.op == "reduce":
+            return self.reduced[node], False
+        if node in self.members:
+            return self._pointwise(node, idx, mask, key)
+        index = linear_index(idx, buffer_strides(node, self.layouts))
+        stmt = Load(self._var("v"), self.arg(node, False), index, mask, node.dtype)
+        return self._put(key, stmt, self._inner(index, *(r.expr for r in mask)))
+
+    def _pointwise(self, node: Node, idx, mask, key) -> tuple[str, bool]:
+        args, inner = [], False
+        for a in node.attrs["args"]:
+            if isinstance(a, Node):
+                name, dep = self.emit(a, idx, mask)
+                args.append(name)
+                inner |= dep
+            else:
+                args.append(a)
+        params = dict(node.attrs["params"])
+        if node.attrs["fn"] == "cat":
+            pos = idx[params["dim"]]
+            stmt = IndexValue(self._var("i"), pos)
+            name, dep = self._put(("index", pos), stmt, self._inner(pos))
+            args.append(name)
+            inner |= dep
+        return self._put(key, Compute(self._var(), node.attrs["fn"], tuple(args), params, node.dtype), inner)
+
+    def reduce(self, node: Node, full_idx) -> Reduce:
+        value, _ = self.emit(node.inputs[0], full_idx)
+        index = None
+        if node.attrs["fn"] in ("argmax", "argmin"):
+            (axis,) = node.attrs["axes"]
+            pos = full_idx[axis]
+            index, _ = self._put(("index", pos), IndexValue(self._var("i"), pos), self._inner(pos))
+        stmt = Reduce(self._var("r"), node.attrs["fn"], value, index, node.dtype, node.inputs[0].dtype)
+        self.reduced[node] = stmt.var
+        self.phases[-1].reductions.append(stmt)
+        self.outer_memo[(node.id, "reduced")] = stmt.var
+        return stmt
+
+    def store(self, node: Node, idx) -> None:
+        value, inner = self.emit(node, idx)
+        index = linear_index(idx, buffer_strides(node, self.layouts))
+        stmt = Store(self.arg(node, True), index, value, inner or self._inner(index))
+        (self.phases[-1].inner if stmt.inner else self.phases[-1].outer).append(stmt)
+
+
+def _reduction_levels(group: Group) -> dict[Node, int]:
+    """Level 1 reductions read no other reduction of the group; level k reads level k-1."""
+    members = set(group.nodes)
+    levels: dict[Node, int] = {}
+
+    def depth(node: Node, seen) -> int:
+        best = 0
+        for i in node.inputs:
+            while i.op == "view":
+                i = i.inputs[0]
+            if i in members and i not in seen:
+                seen.add(i)
+                best = max(best, levels[i] if i.op == "reduce" else depth(i, seen))
+        return best
+
+    for n in group.nodes:  # topological order
+        if n.op == "reduce":
+            levels[n] = depth(n, set()) + 1
+    return levels
+
+
+def _transposed(group: Group, layouts) -> bool:
+    """True when some read is contiguous along another dimension than the stores: a 2-D tile keeps
+    both sides coalesced."""
+    if len(group.shape) < 2 or group.axes:
+        return False
+    dims = index_vars(group.shape)
+    probe = _Emitter(group, layouts, dims, True)
+    probe.new_phase()
+    full = tuple(Affine.of(v) for v in dims)
+    for m in group.stores:
+        if m.shape == group.shape:
+            probe.store(m, full)
+    last = dims[-1]
+    for stmt in probe.phases[0].outer:
+        if isinstance(stmt, Load) and last.size > 1 and stmt.index.coeff_of(last) not in (1,):
+            if any(stmt.index.coeff_of(d) == 1 for d in dims[:-1]):
+                return True
+    return False
+
+
+def build_kernel(group: Group, layouts: dict) -> Kernel:
+    device = group.nodes[0].type.device
+    on_gpu = device.type == "cuda"
+    tiled = _transposed(group, layouts)
+    itemsize = max(n.dtype.itemsize for n in group.nodes)
+    sched = choose_schedule(group, on_gpu, tiled, itemsize)
+    dims = index_vars(group.shape)
+    em = _Emitter(group, layouts, dims, sched.persistent)
+    full = tuple(Affine.of(v) for v in dims)
+    levels = _reduction_levels(group)
+    for level in sorted(set(levels.values())):
+        em.new_phase()
+        for node in group.nodes:
+            if levels.get(node) == level:
+                em.reduce(node, full)
+    em.new_phase()
+    for m in group.stores:
+        em.store(m, canonical_index(m, group.shape, group.axes))
+
+    flat = _flat_vars(group, sched, tiled)
+    mapping = _dim_mapping(group, dims, flat, tiled)
+    for phase in em.phases:
+        for stmt in phase.outer + phase.inner:
+            _substitute(stmt, mapping)
+    args = sorted(em.args.values(), key=lambda a: (a.is_output, a.name))
+    numels = [math.prod(a.node.shape) for a in args] + [math.prod(group.shape)]
+    if max(numels + [0]) > INT32_LIMIT // 2:
+        sched.index_dtype = "int64"
+    kernel = Kernel(_kernel_name(group), flat, args, [p for p in em.phases if p.outer or p.inner or p.reductions],
+                    sched, _origins(group), group.id)
+    kernel.bytes_moved = sum(math.prod(a.node.shape) * a.node.dtype.itemsize for a in args)
+    return kernel
+
+
+def _flat_vars(group: Group, sched: Schedule, tiled: bool) -> dict[str, Var]:
+    shape, axes = group.shape, group.axes
+    if axes:
+        return {"x": Var("xindex", math.prod(s for d, s in enumerate(shape) if d not in axes)),
+                "r": Var("rindex", math.prod(shape[d] for d in axes))}
+    if tiled:
+        split = _tile_split(shape)
+        return {"y": Var("yindex", math.prod(shape[:split])), "x": Var("xindex", math.prod(shape[split:]))}
+    return {"x": Var("xindex", math.prod(shape))}
+
+
+def _tile_split(shape) -> int:
+    return len(shape) - 1
+
+
+def _dim_mapping(group: Group, dims, flat, tiled) -> dict[Var, Affine]:
+    shape, axes = group.shape, group.axes
+    if axes:
+        outer = [d for d in range(len(shape)) if d not in axes]
+        xs = unravel(flat["x"], [shape[d] for d in outer])
+        rs = unravel(flat["r"], [shape[d] for d in axes])
+        mapping = {dims[d]: e for d, e in zip(outer, xs)}
+        mapping.update({dims[d]: e for d, e in zip(axes, rs)})
+        return mapping
+    if tiled:
+        split = _tile_split(shape)
+        es = unravel(flat["y"], shape[:split]) + unravel(flat["x"], shape[split:])
+    else:
+        es = unravel(flat["x"], shape)
+    return dict(zip(dims, es))
+
+
+def _substitute(stmt, mapping) -> None:
+    if isinstance(stmt, (Load, Store)):
+        stmt.index = stmt.index.subs(mapping)
+    if isinstance(stmt, (Load, Masked)):
+        stmt.mask = tuple(r for r in (Range(r.expr.subs(mapping), r.lo, r.hi).simplified() for r in stmt.mask)
+                          if r is not True)
+    if isinstance(stmt, IndexValue):
+        stmt.expr = stmt.expr.subs(mapping)
+
+
+_NAME_ALIASES = {"_softmax": "softmax", "_log_softmax": "log_softmax", "native_layer_norm": "layer_norm",
+                 "_to_copy": "to", "convert_element_type": "to"}
+
+
+def _origins(group: Group) -> tuple[str, ...]:
+    seen = []
+    for n in group.nodes:
+        for o in n.origin:
+            if o not in seen:
+                seen.append(o)
+    return tuple(seen)
+
+
+def _kernel_name(group: Group) -> str:
+    names = []
+    for o in _origins(group):
+        base = o.split(".")[0]
+        base = _NAME_ALIASES.get(base, base.strip("_"))
+        if base not in names:
+            names.append(base)
+    if any(n in names for n in ("softmax", "log_softmax", "layer_norm")):
+        names = [n for n in names if n in ("softmax", "log_softmax", "layer_norm")]
+    summary = "_".join(names[:3]) or "copy"
+    dtype = short_dtype(group.stores[0].dtype if group.stores else group.nodes[-1].dtype)
+    if group.axes:
+        rnumel = math.prod(group.shape[d] for d in group.axes)
+        last = set(group.axes) == set(range(len(group.shape) - len(group.axes), len(group.shape)))
+        space = f"{'row' if last else 'col'}{rnumel}"
+    else:
+        space = "x".join(map(str, group.shape)) or "scalar"
+    return re.sub(r"[^0-9a-zA-Z_]", "_", f"k{group.id}_{summary}_{dtype}_{space}")

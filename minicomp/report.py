@@ -1,0 +1,74 @@
+"""What the compiler did with a graph: kernels, fallbacks, fusion decisions, in a form tests and
+people can read."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class KernelInfo:
+    name: str
+    template: str          # pointwise, tiled, reduction (persistent/looped)
+    ops: tuple[str, ...]   # the aten ops it covers
+    source_path: str
+    bytes_moved: int
+
+    def __str__(self) -> str:
+        return f"{self.name:<48} {self.template:<22} {', '.join(self.ops)}"
+
+
+@dataclass
+class Fallback:
+    op: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.op}: {self.reason}"
+
+
+@dataclass
+class Report:
+    graph: str
+    kernels: list[KernelInfo] = field(default_factory=list)
+    fallbacks: list[Fallback] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)
+    whole_graph_fallback: str | None = None  # why the graph runs in PyTorch, if it does
+    compile_seconds: float = 0.0
+    dump_dir: str | None = None
+    cache: dict = field(default_factory=dict)
+
+    def summary(self) -> str:
+        lines = [f"graph {self.graph}: {len(self.kernels)} kernel(s), {len(self.fallbacks)} fallback op(s), "
+                 f"compiled in {self.compile_seconds:.2f}s"]
+        if self.whole_graph_fallback:
+            lines.append(f"whole graph runs in PyTorch: {self.whole_graph_fallback}")
+        if self.kernels:
+            lines.append("kernels:")
+            lines += [f"  {k}" for k in self.kernels]
+        if self.fallbacks:
+            lines.append("fallbacks (run by PyTorch):")
+            lines += [f"  {f}" for f in self.fallbacks]
+        if self.decisions:
+            lines.append("fusion decisions:")
+            lines += [f"  {d}" for d in self.decisions]
+        return "\n".join(lines) + "\n"
+
+    __str__ = summary
+
+
+_reports: list[Report] = []
+
+
+def record(report: Report) -> None:
+    _reports.append(report)
+    del _reports[:-100]
+
+
+def report() -> Report | None:
+    """The report of the most recently compiled graph (None before any compile)."""
+    return _reports[-1] if _reports else None
+
+
+def reports() -> list[Report]:
+    """Reports of the recently compiled graphs, oldest first."""
+    return list(_reports)

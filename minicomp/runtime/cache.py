@@ -1,0 +1,92 @@
+"""Content-addressed on-disk cache of generated source.
+
+Files are named by the hash of their content, written atomically (temp file, then rename) and
+imported from there, so tracebacks and Triton's own cache see real files. A file whose content no
+longer matches its name is rewritten; a folder that cannot be written falls back to a temporary one
+with a warning. Either way the cost is a recompile, never a wrong result.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+
+stats = {"written": 0, "reused": 0, "repaired": 0}
+_modules: dict[tuple[str, bool], ModuleType] = {}
+_fallback_dir: Path | None = None
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def cache_dir() -> Path:
+    """``$MINICOMP_CACHE_DIR``, default ``~/.cache/minicomp``; a temporary folder if unwritable."""
+    global _fallback_dir
+    root = Path(os.environ.get("MINICOMP_CACHE_DIR") or Path.home() / ".cache" / "minicomp")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+        return root
+    except OSError as e:
+        if _fallback_dir is None:
+            _fallback_dir = Path(tempfile.mkdtemp(prefix="minicomp-cache-"))
+            warnings.warn(f"minicomp: cache folder {root} is not writable ({e}); using {_fallback_dir}")
+        return _fallback_dir
+
+
+def store(kind: str, name: str, source: str) -> Path:
+    """Write ``source`` under ``<cache>/<kind>/<name>_<hash>.py`` unless an intact copy exists."""
+    path = cache_dir() / kind / f"{name}_{digest(source)}.py"
+    if path.exists():
+        try:
+            if path.read_text() == source:
+                stats["reused"] += 1
+                return path
+        except (OSError, UnicodeDecodeError):
+            pass
+        warnings.warn(f"minicomp: corrupt cache entry {path}; rebuilding it")
+        stats["repaired"] += 1
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".py")
+    with os.fdopen(fd, "w") as f:
+        f.write(source)
+    os.replace(tmp, path)
+    stats["written"] += 1
+    return path
+
+
+@contextmanager
+def interpreting(on: bool):
+    """Triton chooses compiled or interpreted functions when ``@triton.jit`` runs."""
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = old
+
+
+def load(path: Path, interpret: bool = False) -> ModuleType:
+    """Import a cached file (once per process and mode)."""
+    key = (str(path), interpret)
+    if key not in _modules:
+        name = f"minicomp_gen_{path.stem}_{'interp' if interpret else 'jit'}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        with interpreting(interpret):
+            spec.loader.exec_module(module)
+        sys.modules[name] = module
+        _modules[key] = module
+    return _modules[key]
