@@ -59,7 +59,7 @@ def _order(graph: Graph, kernels: list[Kernel]) -> list:
 def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
     layouts = graph.meta.get("layouts", {})
     lines = [f"# minicomp wrapper for {graph_name}", "import torch",
-             "from minicomp.runtime.support import ensure_strides", "", "",
+             "from minicomp.runtime.support import empty, ensure_strides", "", "",
              "def call(args, kernels, externs):"]
     ind = "    "
     for n in graph.inputs:
@@ -73,9 +73,8 @@ def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
             for a in k.args:
                 if a.is_output:
                     node = a.node
-                    lines.append(f"{ind}{buffer_name(node)} = torch.empty_strided({tuple(node.shape)}, "
-                                 f"{tuple(buffer_strides(node, layouts))}, dtype={node.dtype}, "
-                                 f"device='{node.type.device}')")
+                    lines.append(f"{ind}{buffer_name(node)} = empty({tuple(node.shape)}, "
+                                 f"{tuple(buffer_strides(node, layouts))}, {node.dtype}, '{node.type.device}')")
             if k.numels["x"] == 0 or k.numels.get("y", 1) == 0:
                 lines.append(f"{ind}# {k.name}: nothing to compute (empty)")
                 continue

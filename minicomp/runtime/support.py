@@ -1,7 +1,22 @@
 """Small helpers the generated wrappers call."""
 from __future__ import annotations
 
+import os
+
 import torch
+
+
+def poisoning() -> bool:
+    return os.environ.get("MINICOMP_POISON", "0") not in ("", "0")
+
+
+def empty(shape, strides, dtype, device) -> torch.Tensor:
+    """A fresh buffer; with ``MINICOMP_POISON=1`` filled with garbage (NaN, or a large integer) so a
+    kernel that leaves part of its output unwritten is caught by any comparison."""
+    t = torch.empty_strided(shape, strides, dtype=dtype, device=device)
+    if poisoning() and t.numel():
+        t.fill_(True if dtype == torch.bool else float("nan") if dtype.is_floating_point else 77)
+    return t
 
 
 def ensure_strides(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:

@@ -1,0 +1,23 @@
+import os
+
+import pytest
+import torch
+
+# Every buffer minicomp allocates starts as garbage, so an unwritten element cannot pass as correct.
+os.environ.setdefault("MINICOMP_POISON", "1")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """An empty minicomp cache for this test."""
+    path = tmp_path / "cache"
+    monkeypatch.setenv("MINICOMP_CACHE_DIR", str(path))
+    return path

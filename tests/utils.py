@@ -1,0 +1,41 @@
+"""Shared checks: compile with minicomp, compare with eager on the same inputs."""
+from __future__ import annotations
+
+import torch
+import torch.utils._pytree as pytree
+
+import minicomp
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def tolerances(dtype: torch.dtype) -> dict:
+    if dtype in LOW_PRECISION:
+        return dict(atol=2e-2, rtol=2e-2)
+    if dtype == torch.float32:
+        return dict(atol=1e-5, rtol=1e-5)
+    return dict(atol=0, rtol=0) if not dtype.is_floating_point else dict(atol=1e-10, rtol=1e-10)
+
+
+def compile_and_compare(fn, *args, kernels: int | None = None, fallbacks: int | None = 0, **tol):
+    """Run ``fn`` eagerly and through ``minicomp.compile``; results must match (dtype, shape and
+    values, NaN where eager has NaN). Optionally check the kernel and fallback counts. Returns the
+    report."""
+    expected = fn(*args)
+    actual = minicomp.compile(fn)(*args)
+    exp_leaves, act_leaves = pytree.tree_leaves(expected), pytree.tree_leaves(actual)
+    assert len(exp_leaves) == len(act_leaves)
+    for e, a in zip(exp_leaves, act_leaves):
+        if isinstance(e, torch.Tensor):
+            assert a.dtype == e.dtype, (a.dtype, e.dtype)
+            assert a.shape == e.shape, (a.shape, e.shape)
+            torch.testing.assert_close(a, e, equal_nan=True, **(tol or tolerances(e.dtype)))
+        else:
+            assert a == e
+    report = minicomp.report()
+    assert report is not None and report.whole_graph_fallback is None, report and report.whole_graph_fallback
+    if kernels is not None:
+        assert len(report.kernels) == kernels, report.summary()
+    if fallbacks is not None:
+        assert len(report.fallbacks) == fallbacks, report.summary()
+    return report
