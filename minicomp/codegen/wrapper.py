@@ -30,6 +30,15 @@ def grid(kernel: Kernel) -> int:
     return _cdiv(n["x"], b["XBLOCK"])
 
 
+def value_expr(node: Node, layouts) -> str:
+    """A buffer, or a strided view of one (views that are not strided were copied by fusion)."""
+    if node.op != "view":
+        return buffer_name(node)
+    strides, offset = view_as_strided(node, layouts)
+    base = buffer_name(node.inputs[0])
+    return f"torch.as_strided({base}, {tuple(node.shape)}, {strides}, {base}.storage_offset() + {offset})"
+
+
 def _order(graph: Graph, kernels: list[Kernel]) -> list:
     """Kernels and fallback ops in an order that respects their dependencies."""
     groups = graph.meta.get("groups", [])
@@ -85,7 +94,7 @@ def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
         else:
             node: Node = obj
             if node.op == "extern":
-                args = ", ".join(buffer_name(i) for i in node.inputs)
+                args = ", ".join(value_expr(i, layouts) for i in node.inputs)
                 lines.append(f"{ind}{buffer_name(node)} = externs[{node.id}]({args})  # {node.attrs['target']}")
                 if not isinstance(node.type, (tuple, list)):
                     lines.append(f"{ind}{buffer_name(node)} = ensure_strides({buffer_name(node)}, "
@@ -99,13 +108,6 @@ def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
         if kind == "value":
             results.append(repr(value))
             continue
-        node = graph.output.inputs[value]
-        if node.op == "view":
-            strides, offset = view_as_strided(node, layouts)
-            base = buffer_name(node.inputs[0])
-            results.append(f"torch.as_strided({base}, {tuple(node.shape)}, {strides}, "
-                           f"{base}.storage_offset() + {offset})")
-        else:
-            results.append(buffer_name(node))
+        results.append(value_expr(graph.output.inputs[value], layouts))
     lines.append(f"{ind}return ({', '.join(results)}{',' if len(results) == 1 else ''})")
     return "\n".join(lines) + "\n"

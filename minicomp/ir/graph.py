@@ -114,12 +114,16 @@ class Graph:
 
     def replace_all_uses(self, old: Node, new: Node) -> None:
         for n in self.nodes:
-            if old in n.inputs:
-                n.inputs = [new if i is old else i for i in n.inputs]
-                if "args" in n.attrs:
-                    n.attrs["args"] = tuple(new if a is old else a for a in n.attrs["args"])
-                if "arg_tree" in n.attrs:
-                    n.attrs["arg_tree"] = _replace_in_tree(n.attrs["arg_tree"], old, new)
+            self.replace_all_uses_in(n, old, new)
+
+    @staticmethod
+    def replace_all_uses_in(n: Node, old: Node, new: Node) -> None:
+        if old in n.inputs:
+            n.inputs = [new if i is old else i for i in n.inputs]
+            if "args" in n.attrs:
+                n.attrs["args"] = tuple(new if a is old else a for a in n.attrs["args"])
+            if "arg_tree" in n.attrs:
+                n.attrs["arg_tree"] = _replace_in_tree(n.attrs["arg_tree"], old, new)
 
     def __str__(self) -> str:
         return format_graph(self)

@@ -205,21 +205,22 @@ class _Partition:
         self.decisions.append(f"not fused: {a.nodes[-1].name} -> {b.nodes[0].name} [{rule}] {reason}")
 
 
-def _copy_unstrided_results(graph: Graph) -> None:
-    """A result that is a view with div/mod or padding cannot be returned as a strided view of its
-    base: give it a buffer of its own (a copy, as eager would for such a reshape)."""
-    out = graph.output
-    for k, node in enumerate(out.inputs):
-        if node.op == "view" and view_as_strided(node, {}) is None:
-            copy = graph.add("pointwise", [node], node.type, node.origin, fn="identity", args=(node,), params={})
-            graph.nodes.remove(copy)
-            graph.nodes.insert(graph.nodes.index(out), copy)
-            out.inputs[k] = copy
+def _copy_unstrided_views(graph: Graph) -> None:
+    """Results and fallback-op arguments are real tensors. A view with div/mod or padding cannot be
+    a strided view of its base: give it a buffer of its own (a copy, as eager would make)."""
+    for user in [n for n in graph.nodes if n.op in ("output", "extern")]:
+        for k, node in enumerate(user.inputs):
+            if node.op == "view" and view_as_strided(node, {}) is None:
+                copy = graph.add("pointwise", [node], node.type, node.origin, fn="identity", args=(node,),
+                                 params={})
+                graph.nodes.remove(copy)
+                graph.nodes.insert(graph.nodes.index(user), copy)
+                graph.replace_all_uses_in(user, node, copy)
 
 
 def fusion(graph: Graph) -> Graph:
     """Group compute nodes into kernels (rules: ``RULES``); results in ``graph.meta['groups']``."""
-    _copy_unstrided_results(graph)
+    _copy_unstrided_views(graph)
     graph.recompute_users()
     part = _Partition(graph)
     for node in graph.nodes:

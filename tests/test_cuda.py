@@ -1,0 +1,57 @@
+"""The same checks on a CUDA device (compiled Triton, not the interpreter); skipped without CUDA."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import minicomp
+from tests.utils import compile_and_compare
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def rms_norm(x, w):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+
+
+def _dev(*shapes, dtype=torch.float32):
+    return [torch.randn(s, device="cuda", dtype=dtype) for s in shapes]
+
+
+# (name, fn, inputs, expected kernel count)
+FUSIONS = [
+    ("relu_mul_add", lambda x: torch.relu(x) * 0.5 + 1, lambda: _dev((1000, 1024)), 1),
+    ("gelu_bias", lambda x, b: F.gelu(x + b), lambda: _dev((512, 1024), (1024,), dtype=torch.bfloat16), 1),
+    ("softmax", lambda x: F.softmax(x, -1), lambda: _dev((512, 4096), dtype=torch.bfloat16), 1),
+    ("softmax_long_rows", lambda x: F.softmax(x, -1), lambda: _dev((8, 100000), dtype=torch.bfloat16), 1),
+    ("x_over_sum", lambda x: x / x.sum(-1, keepdim=True), lambda: _dev((512, 4096), dtype=torch.bfloat16), 1),
+    ("layer_norm", lambda x, w, b: F.layer_norm(x, (4096,), w, b),
+     lambda: _dev((512, 4096), (4096,), (4096,), dtype=torch.bfloat16), 1),
+    ("rms_norm", rms_norm, lambda: _dev((512, 4096), (4096,), dtype=torch.bfloat16), 1),
+    ("t_plus", lambda x, y: x.t() + y, lambda: _dev((1024, 768), (768, 1024), dtype=torch.bfloat16), 1),
+    ("col_sum", lambda x: x.sum(0), lambda: _dev((2048, 1024)), 1),
+]
+
+
+@pytest.mark.parametrize("name,fn,make,kernels", FUSIONS, ids=[f[0] for f in FUSIONS])
+def test_fusions_on_cuda(name, fn, make, kernels):
+    compile_and_compare(fn, *make(), kernels=kernels)
+
+
+def test_ops_on_cuda():
+    x, y = _dev((64, 96), (96,))
+    i = torch.randint(-50, 50, (64, 96), device="cuda")
+    compile_and_compare(lambda x, y, i: (
+        x.exp(), x.abs().log1p(), x.tanh(), x.sigmoid(), x.abs().sqrt(), x.abs().pow(1.5), torch.maximum(x, y),
+        x.clamp(-0.5, 0.5), torch.where(x > y, x, y), i // 7, i % 7, i.abs() & 6, x.amax(0), x.argmax(-1),
+        x.var(-1), x.prod(-1), (x > 0).any(-1), torch.cat([x, x * 2], 0).flip(1), F.pad(x, (1, 2), value=3.0),
+        x.t().reshape(-1)[::3], x.to(torch.float16) * 2, F.log_softmax(x, 0)), x, y, i)
+
+
+def test_mlp_on_cuda_matches_eager():
+    mlp = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.LayerNorm(512), torch.nn.GELU(),
+                              torch.nn.Linear(512, 256)).cuda().to(torch.bfloat16)
+    x = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        compile_and_compare(mlp, x, fallbacks=None)
+    assert any("layer_norm" in k.name for k in minicomp.report().kernels)
