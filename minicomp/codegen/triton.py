@@ -71,7 +71,7 @@ def _tanh(x):
     e = tl.exp(-2.0 * ax)
     big = (1.0 - e) / (1.0 + e)
     x2 = x * x
-    small = ax * (1.0 - x2 * (0.3333333333333333 - x2 * 0.13333333333333333))
+    small = ax * (1.0 - x2 * (0.3333333333333333 - x2 * (0.13333333333333333 - x2 * 0.05396825396825397)))
     t = tl.where(ax < 0.0625, small, big)
     return tl.where(x < 0, -t, tl.where(x == x, t, x))
 ''',
@@ -81,7 +81,8 @@ def _log1p(x):
     # log(u) * x / (u - 1) with u = 1 + x corrects the rounding of u (Goldberg's trick)
     u = 1.0 + x
     d = u - 1.0
-    return tl.where(d == 0.0, x, tl.log(u) * (x / tl.where(d == 0.0, 1.0, d)))
+    r = tl.where(d == 0.0, x, tl.log(u) * (x / tl.where(d == 0.0, 1.0, d)))
+    return tl.where(u == float("inf"), u, r)
 ''',
     "_expm1": '''
 @triton.jit
@@ -91,6 +92,14 @@ def _expm1(x):
     lu = tl.log(u)
     r = tl.where((d == 0.0) | (lu == 0.0), x, d * (x / tl.where(lu == 0.0, 1.0, lu)))
     return tl.where(d == -1.0, -1.0, tl.where(u == float("inf"), u, r))
+''',
+    "_f32_to_bf16": '''
+@triton.jit
+def _f32_to_bf16(x):
+    # round to nearest even on the bits: Triton's interpreter truncates fp32 -> bf16
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return tl.where(x != x, x, bits.to(tl.float32, bitcast=True)).to(tl.bfloat16)
 ''',
     "_trunc": '''
 @triton.jit
@@ -113,7 +122,8 @@ def _pow(a, b):
     r = tl.exp2(b * tl.log2(tl.abs(a)))
     b_int = tl.math.floor(b) == b
     b_odd = b_int & ((b - 2.0 * tl.math.floor(b * 0.5)) != 0.0)
-    r = tl.where(a < 0, tl.where(b_int, tl.where(b_odd, -r, r), float("nan")), r)
+    negative = (a < 0) | ((a == 0) & (1.0 / a < 0))  # -0.0 counts: (-0.0) ** -1 == -inf
+    r = tl.where((a < 0) & (a != float("-inf")) & (b_int == 0), float("nan"), tl.where(negative & b_odd, -r, r))
     return tl.where(b == 0.0, 1.0, tl.where(a == 1.0, 1.0, r))
 ''',
     "_floordiv_int": '''
@@ -149,8 +159,8 @@ REDUCE_IDENTITY = {"sum": 0, "prod": 1, "any": 0, "all": 1}
 def literal(value, dtype: torch.dtype, block: bool = False) -> str:
     """A Triton expression for a constant of ``dtype`` (a one-element block if ``block``)."""
     if block:
-        return f"tl.full([1], {literal(value, dtype)}, {TL_DTYPE[dtype]})" if dtype != torch.bool \
-            else literal(value, dtype)
+        text = literal(value, dtype)
+        return text if text.startswith("tl.full") else f"tl.full([1], {text}, {TL_DTYPE[dtype]})"
     if dtype == torch.bool:
         return f"tl.full([1], {int(bool(value))}, tl.int1)"
     if is_float(dtype):
@@ -216,12 +226,13 @@ class TritonPrinter:
             parts.append(f"({r.expr} < {r.hi})")
         return " & ".join(parts)
 
-    def arg(self, a) -> str:
-        return literal(a.value, a.dtype) if isinstance(a, Scalar) else a
+    def arg(self, a, block: bool = False) -> str:
+        return literal(a.value, a.dtype, block) if isinstance(a, Scalar) else a
 
     def compute(self, s: Compute) -> str:
         fn, dt = s.fn, s.dtype
         a = [self.arg(x) for x in s.args]
+        blocks = [self.arg(x, block=True) for x in s.args]  # helpers want tensors, not Python numbers
         in_dt = next((self.dtypes[x] for x in s.args if isinstance(x, str) and x in self.dtypes),
                      next((x.dtype for x in s.args if isinstance(x, Scalar)), dt))
         flt = is_float(in_dt)
@@ -232,18 +243,18 @@ class TritonPrinter:
         elif fn == "truediv":
             expr = f"{a[0]} / {a[1]}"
         elif fn == "floordiv":
-            expr = f"tl.math.floor({a[0]} / {a[1]})" if flt else self.helper("_floordiv_int", a)
+            expr = f"tl.math.floor({a[0]} / {a[1]})" if flt else self.helper("_floordiv_int", blocks)
         elif fn == "truncdiv":
             expr = self.helper("_trunc", [f"{a[0]} / {a[1]}"]) if flt else f"{a[0]} // {a[1]}"
         elif fn == "remainder":
-            expr = self.helper("_remainder_float" if flt else "_remainder_int", a)
+            expr = self.helper("_remainder_float" if flt else "_remainder_int", blocks)
         elif fn == "fmod":
-            expr = self.helper("_fmod_float", a) if flt else f"{a[0]} % {a[1]}"
+            expr = self.helper("_fmod_float", blocks) if flt else f"{a[0]} % {a[1]}"
         elif fn == "pow":
-            expr = self.helper("_pow", a)
+            expr = self.helper("_pow", blocks)
         elif fn in ("maximum", "minimum"):
             if flt:
-                expr = self.helper("_max_nan" if fn == "maximum" else "_min_nan", a)
+                expr = self.helper("_max_nan" if fn == "maximum" else "_min_nan", blocks)
             else:
                 expr = f"tl.{fn}({a[0]}, {a[1]})"
         elif fn == "neg":
@@ -254,8 +265,6 @@ class TritonPrinter:
             expr = f"1.0 / {a[0]}"
         elif fn == "sign":
             expr = f"({a[0]} > 0).to({TL_DTYPE[dt]}) - ({a[0]} < 0).to({TL_DTYPE[dt]})"
-            if flt:
-                expr = f"tl.where({a[0]} != {a[0]}, {a[0]}, {expr})"
         elif fn in ("floor", "ceil"):
             expr = f"tl.math.{fn}({a[0]})"
         elif fn in ("trunc", "round", "tanh", "log1p", "expm1"):
@@ -263,7 +272,7 @@ class TritonPrinter:
         elif fn in ("exp", "exp2", "log", "log2", "sin", "cos", "rsqrt", "erf"):
             expr = f"tl.{fn}({a[0]})"
         elif fn == "sqrt":
-            expr = f"tl.sqrt_rn({a[0]})" if in_dt in (torch.float32, torch.float64) else f"tl.sqrt({a[0]})"
+            expr = f"tl.sqrt_rn({a[0]})" if in_dt == torch.float32 else f"tl.sqrt({a[0]})"
         elif fn == "sigmoid":
             expr = f"1.0 / (1.0 + tl.exp(-{a[0]}))"
         elif fn == "relu":
@@ -288,7 +297,12 @@ class TritonPrinter:
         elif fn == "where":
             expr = f"tl.where({a[0]}, {a[1]}, {a[2]})"
         elif fn == "cast":
-            expr = f"{a[0]} != 0" if dt == torch.bool else f"{a[0]}.to({TL_DTYPE[dt]})"
+            if dt == torch.bool:
+                expr = f"{a[0]} != 0"
+            elif in_dt == torch.float32 and dt == torch.bfloat16:
+                expr = self.helper("_f32_to_bf16", a)
+            else:
+                expr = f"{a[0]}.to({TL_DTYPE[dt]})"
         elif fn == "identity" and isinstance(s.args[0], Scalar):
             return literal(s.args[0].value, dt, block=True)
         elif fn == "identity":

@@ -199,6 +199,9 @@ class Lowering:
         shape = torch.broadcast_shapes(*[n.shape for n in nodes])
         ir_args = [self.cast(self.expand(a, shape), compute) if isinstance(a, Node)
                    else Scalar(_coerce(a, compute), compute) for a in args]
+        if compute == torch.bool:  # on bools, + and max are "or", * and min are "and"
+            fn = {"add": "logical_or", "maximum": "logical_or", "mul": "logical_and",
+                  "minimum": "logical_and"}.get(fn, fn)
         out_dtype = torch.bool if fn in BOOL_RESULT else compute
         out = self.graph.pointwise(fn, ir_args, out_dtype, **params)
         return self.cast(out, result)
@@ -234,7 +237,8 @@ def _coerce(value, dtype):
         return bool(value)
     if is_float(dtype):
         return float(value)
-    return int(value)
+    info = torch.iinfo(dtype)  # integers wrap around, as eager's do
+    return (int(value) - info.min) % (info.max - info.min + 1) + info.min
 
 
 def _flatten(tree):
@@ -292,7 +296,11 @@ def _sym_query(target, x: Node, dim=None):
 # =============================================================================================
 
 def _binary(fn, kind=PROMO.DEFAULT):
-    return lambda L, a, b, **kw: L.elementwise(fn, a, b, kind=kind)
+    def lower(L, a, b, alpha=1):
+        if alpha != 1:
+            b = L.elementwise("mul", b, alpha) if isinstance(b, Node) else b * alpha
+        return L.elementwise(fn, a, b, kind=kind)
+    return lower
 
 
 def _unary(fn, kind=PROMO.DEFAULT):
@@ -377,11 +385,13 @@ def _floor_divide(L, a, b):
 
 @rule(aten.pow.Tensor_Scalar)
 def _pow_scalar(L, x, e):
+    x = L.cast(x, L.out_dtype)  # int ** 2.0 is a float
     if e == 1:
         return L.elementwise("identity", x, kind=PROMO.BOOL_TO_LONG)
     if e == 2:
         return L.elementwise("mul", x, x, kind=PROMO.BOOL_TO_LONG)
-    if e == 0.5 and is_float(x.dtype):
+    # eager takes sqrt for ** 0.5 (edge cases differ from pow: -0.0, -inf), except for half on CPU
+    if e == 0.5 and is_float(x.dtype) and (x.type.device.type == "cuda" or x.dtype.itemsize >= 4):
         return L.elementwise("sqrt", x, kind=PROMO.BOOL_TO_LONG)
     if not is_float(x.dtype) and not isinstance(e, float):
         if e < 0:

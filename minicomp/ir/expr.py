@@ -225,12 +225,13 @@ def atom_bounds(atom: Atom) -> tuple[int, int]:
 def _merge_reshapes(e: Affine) -> Affine:
     """Fold ``(x // a) * a*c + (x % a) * c`` into ``x * c`` and ``(x // a % b) * a*c + (x % a) * c``
     into ``(x % (a*b)) * c``: the patterns a reshape followed by its inverse leaves behind."""
-    terms = dict(e.terms)
-    changed = True
-    while changed:
-        changed = False
+    terms, const = dict(e.terms), e.const
+    changed = False
+    progress = True
+    while progress:
+        progress = False
         for atom, coeff in list(terms.items()):
-            if not isinstance(atom, Mod) or atom not in terms:
+            if not isinstance(atom, Mod):
                 continue
             x, a = atom.arg, atom.div
             partners = [(FloorDiv(x, a), x)]
@@ -244,13 +245,12 @@ def _merge_reshapes(e: Affine) -> Affine:
                     del terms[partner], terms[atom]
                     for m_atom, m_coeff in merged.terms:
                         terms[m_atom] = terms.get(m_atom, 0) + m_coeff * coeff
-                    changed = True
+                    const += merged.const * coeff
+                    progress = changed = True
                     break
-            if changed:
+            if progress:
                 break
-    if len(terms) == len(e.terms):
-        return e
-    return Affine._make(terms, e.const) if terms else Affine.of(e.const)
+    return Affine._make(terms, const) if changed else e
 
 
 @dataclass(frozen=True)

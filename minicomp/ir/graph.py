@@ -7,6 +7,7 @@ Node kinds (``Node.op``):
 * ``pointwise`` ``fn(args...)`` elementwise over the node's shape; args are nodes of that same shape
                 or ``Scalar`` literals (attrs: ``fn``, ``args``, and ``params`` for fn options)
 * ``reduce``    ``fn`` over ``axes`` of its one input; the result keeps reduced axes as size 1
+* ``matmul``    ``a @ b`` with equal batch dims, accumulated in the node's dtype (attrs: ``precision``)
 * ``view``      no data: an index map from the node's index space into its input's, a validity mask
                 and the value where the mask is false (attrs: ``index``, ``mask``, ``fill``, ``kind``)
 * ``extern``    an aten op run by PyTorch (fallback); ``getitem`` picks one result of a tuple
@@ -91,6 +92,11 @@ class Graph:
         shape = tuple(1 if d in axes else s for d, s in enumerate(x.shape))
         return self.add("reduce", [x], x.type.with_(shape=shape, dtype=dtype), origin, fn=fn, axes=axes)
 
+    def matmul(self, a: Node, b: Node, dtype: torch.dtype, precision: str, origin=()) -> Node:
+        """``a @ b`` over equal batch dims (``[..., M, K] @ [..., K, N]``), accumulated in ``dtype``."""
+        shape = (*a.shape[:-1], b.shape[-1])
+        return self.add("matmul", [a, b], a.type.with_(shape=shape, dtype=dtype), origin, precision=precision)
+
     def view(self, x: Node, shape, index, mask=(), fill=None, kind="view", origin=()) -> Node:
         return self.add("view", [x], x.type.with_(shape=shape), origin, index=tuple(index),
                         mask=tuple(mask), fill=fill, kind=kind)
@@ -172,6 +178,8 @@ def format_node(n: Node) -> str:
         body = f"{a['fn']}({args}{params})"
     elif n.op == "reduce":
         body = f"{a['fn']}({n.inputs[0].name}) axes={a['axes']}"
+    elif n.op == "matmul":
+        body = f"{n.inputs[0].name} @ {n.inputs[1].name}  precision={a['precision']}"
     elif n.op == "view":
         idx = ", ".join(str(e) for e in a["index"])
         body = f"{a['kind']}({n.inputs[0].name}) [{idx}]"

@@ -60,6 +60,9 @@ def run(graph: Graph, args: list) -> list:
             env[node] = _pointwise(node, env)
         elif op == "reduce":
             env[node] = reduce_ref(node.attrs["fn"], env[node.inputs[0]], node.attrs["axes"])
+        elif op == "matmul":
+            a, b = (env[i].to(node.dtype) for i in node.inputs)
+            env[node] = torch.matmul(a, b)
         elif op == "view":
             env[node] = _view(node, env[node.inputs[0]])
         elif op == "extern":

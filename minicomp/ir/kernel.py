@@ -62,6 +62,16 @@ class Reduce:
 
 
 @dataclass
+class Dot:
+    """``acc += a @ b`` for one K block of a GEMM (``a``: [BLOCK_M, BLOCK_K], ``b``: [BLOCK_K, BLOCK_N])."""
+    var: str
+    a: str
+    b: str
+    precision: str  # "ieee", "tf32", or "" for fp16/bf16 operands
+    dtype: torch.dtype
+
+
+@dataclass
 class Store:
     buffer: str
     index: Affine
@@ -69,14 +79,14 @@ class Store:
     inner: bool  # True: one value per element of the iteration space; False: one per row
 
 
-Stmt = Union[Load, Compute, IndexValue, Masked, Reduce, Store]
+Stmt = Union[Load, Compute, IndexValue, Masked, Reduce, Dot, Store]
 
 
 @dataclass
 class Phase:
     outer: list[Stmt] = field(default_factory=list)
     inner: list[Stmt] = field(default_factory=list)
-    reductions: list[Reduce] = field(default_factory=list)
+    reductions: list[Union[Reduce, Dot]] = field(default_factory=list)
 
 
 @dataclass
@@ -88,7 +98,7 @@ class KernelArg:
 
 @dataclass
 class Schedule:
-    template: str          # "pointwise", "tiled" or "reduction"
+    template: str          # "pointwise", "tiled", "reduction" or "gemm"
     blocks: dict           # e.g. {"XBLOCK": 1024} or {"XBLOCK": 1, "RBLOCK": 4096}
     num_warps: int = 4
     num_stages: int = 1
@@ -144,6 +154,8 @@ def format_stmt(s: Stmt) -> str:
         return f"{s.var} = {s.value} if {' & '.join(map(str, s.mask))} else {s.fill}"
     if isinstance(s, Reduce):
         return f"{s.var} = reduce.{s.fn}({s.value}{', ' + s.index if s.index else ''})"
+    if isinstance(s, Dot):
+        return f"{s.var} += dot({s.a}, {s.b})" + (f"  precision={s.precision}" if s.precision else "")
     if isinstance(s, Store):
         return f"store {s.buffer}[{s.index}] = {s.value}"
     return str(s)

@@ -48,6 +48,13 @@ class _RULES:
         _check(node.shape == expect, f"{node.name}: reduce shape {node.shape} != {expect}")
 
     @staticmethod
+    def matmul(node: Node) -> None:
+        a, b = node.inputs
+        _check(a.shape[:-2] == b.shape[:-2] and a.shape[-1] == b.shape[-2],
+               f"{node.name}: cannot multiply {a.shape} by {b.shape}")
+        _check(a.dtype == b.dtype, f"{node.name}: operand dtypes differ")
+
+    @staticmethod
     def view(node: Node) -> None:
         (x,) = node.inputs
         index = node.attrs["index"]

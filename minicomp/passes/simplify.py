@@ -26,8 +26,10 @@ def _freeze(v):
         return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
     if isinstance(v, (list, tuple)):
         return tuple(_freeze(x) for x in v)
-    if isinstance(v, float) and v != v:
-        return "nan"
+    if isinstance(v, float):
+        return ("float", repr(v))  # keeps -0.0 apart from 0.0, and nan equal to itself
+    if isinstance(v, Scalar):
+        return ("scalar", _freeze(v.value), v.dtype)
     return v
 
 
