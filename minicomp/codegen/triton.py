@@ -199,22 +199,35 @@ class TritonPrinter:
     def index(self, e: Affine) -> str:
         return str(e)
 
+    # block size of each iteration variable, to know which ones need bounds masks
+    BLOCK_OF = {"xindex": "XBLOCK", "yindex": "YBLOCK", "rindex": "RBLOCK", "mindex": "BLOCK_M",
+                "nindex": "BLOCK_N", "kaindex": "BLOCK_K", "kbindex": "BLOCK_K"}
+
+    def needs_mask(self, var: str) -> bool:
+        """A variable needs a bounds mask unless its blocks tile its range exactly."""
+        block = self.k.schedule.blocks.get(self.BLOCK_OF.get(var, ""), 1)
+        size = next(v.size for v in self.k.vars.values() if v.name == var)
+        return size % block != 0
+
     def store_vars(self, inner: bool) -> list[str]:
         template = self.k.schedule.template
         if template == "tiled":
             return ["yindex", "xindex"]
         if template == "reduction" and inner:
             return ["xindex", "rindex"]
+        if template == "gemm":
+            return ["mindex", "nindex"]
         return ["xindex"]
 
     def mask(self, exprs, extra: tuple[Range, ...] = (), names=()) -> str:
-        """The base masks of the variables used, and the view's validity ranges."""
+        """The bounds masks of the variables used (where needed), and a view's validity ranges."""
         used = set(names)
         for e in exprs:
             used |= {v.name for v in e.vars()}
         for r in extra:
             used |= {v.name for v in r.expr.vars()}
-        parts = [f"{n[0]}mask" for n in ("yindex", "xindex", "rindex") if n in used]
+        order = ("yindex", "xindex", "rindex", "mindex", "nindex", "kaindex", "kbindex")
+        parts = [v.replace("index", "mask") for v in order if v in used and self.needs_mask(v)]
         parts += [f"({self.range(r)})" for r in extra]
         return " & ".join(parts)
 
@@ -355,8 +368,10 @@ class TritonPrinter:
         """The value to reduce, with masked-off lanes set to the reduction's identity."""
         dt = self.input_dtype(r)
         value = f"({r.value} != 0).to(tl.int8)" if r.fn in ("any", "all") else r.value
-        ident = literal(reduce_identity(r.fn, dt), dt)
-        return f"tl.where(rmask & xmask, {value}, {ident})"
+        mask = self.mask([], names=("xindex", "rindex"))
+        if not mask:
+            return value
+        return f"tl.where({mask}, {value}, {literal(reduce_identity(r.fn, dt), dt)})"
 
     def finish(self, r: Reduce, acc: str, index: str | None, indent: str) -> None:
         """Reduce the block along the reduction axis (only ``tl.reduce`` with our own combine
@@ -389,68 +404,111 @@ class TritonPrinter:
     # --- the kernel ---------------------------------------------------------------------
     def source(self) -> str:
         k, sch = self.k, self.k.schedule
-        blocks = list(sch.blocks)
-        params = [a.name for a in k.args] + [f"{b}: tl.constexpr" for b in blocks]
-        body = self.lines
-        ind = "    "
+        params = [a.name for a in k.args] + [f"{b}: tl.constexpr" for b in sch.blocks]
         pid = "tl.program_id(0)" + (".to(tl.int64)" if sch.index_dtype == "int64" else "")
-        numels = k.numels
-        for name, n in numels.items():
-            body.append(f"{ind}{name}numel = {n}")
-        if sch.template == "pointwise":
-            body.append(f"{ind}xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)")
-            body.append(f"{ind}xmask = xindex < xnumel")
-        elif sch.template == "tiled":
-            body.append(f"{ind}pid = {pid}")
-            body.append(f"{ind}x_programs = (xnumel + XBLOCK - 1) // XBLOCK")
-            body.append(f"{ind}yindex = ((pid // x_programs) * YBLOCK + tl.arange(0, YBLOCK))[:, None]")
-            body.append(f"{ind}xindex = ((pid % x_programs) * XBLOCK + tl.arange(0, XBLOCK))[None, :]")
-            body.append(f"{ind}ymask = yindex < ynumel")
-            body.append(f"{ind}xmask = xindex < xnumel")
-        else:
-            body.append(f"{ind}xindex = ({pid} * XBLOCK + tl.arange(0, XBLOCK))[:, None]")
-            body.append(f"{ind}xmask = xindex < xnumel")
-        if sch.template != "reduction":
-            for phase in k.phases:
-                for s in phase.outer + phase.inner:
-                    self.emit(s, ind)
-        elif sch.persistent:
-            body.append(f"{ind}rindex = tl.arange(0, RBLOCK)[None, :]")
-            body.append(f"{ind}rmask = rindex < rnumel")
-            for phase in k.phases:
-                for s in phase.outer + phase.inner:
-                    self.emit(s, ind)
-                for r in phase.reductions:
-                    value = self.reduction_input(r)
-                    index = f"tl.broadcast_to({r.index}, [XBLOCK, RBLOCK])" if r.index else None
-                    self.finish(r, value, index, ind)
-        else:
-            for phase in k.phases:
-                for s in phase.outer:
-                    self.emit(s, ind)
-                if not (phase.inner or phase.reductions):
-                    continue
-                for r in phase.reductions:
-                    dt = self.input_dtype(r)
-                    ident = literal(reduce_identity(r.fn, dt), dt)
-                    body.append(f"{ind}acc_{r.var} = tl.full([XBLOCK, RBLOCK], {ident}, {TL_DTYPE[dt]})")
-                    if r.index:
-                        body.append(f"{ind}acc_{r.var}_i = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
-                body.append(f"{ind}for roffset in range(0, rnumel, RBLOCK):")
-                inner = ind * 2
-                body.append(f"{inner}rindex = roffset + tl.arange(0, RBLOCK)[None, :]")
-                body.append(f"{inner}rmask = rindex < rnumel")
-                for s in phase.inner:
-                    self.emit(s, inner)
-                for r in phase.reductions:
-                    self._accumulate(r, self.reduction_input(r), inner)
-                for r in phase.reductions:
-                    self.finish(r, f"acc_{r.var}", f"acc_{r.var}_i" if r.index else None, ind)
+        for name, var in k.vars.items():
+            self.lines.append(f"    {var.name.replace('index', '')}numel = {var.size}")
+        getattr(self, f"_{sch.template}")(pid)
         helpers = "".join(HELPERS[h] for h in sorted(self.helpers))
         header = (f"# {k.name}: {', '.join(k.origins)}\n# schedule: {sch}\n"
                   "import triton\nimport triton.language as tl\n")
         return (header + helpers + "\n\n@triton.jit\n"
-                f"def {k.name}({', '.join(params)}):\n" + "\n".join(body) + "\n")
+                f"def {k.name}({', '.join(params)}):\n" + "\n".join(self.lines) + "\n")
+
+    def _body(self, indent: str = "    ") -> None:
+        for phase in self.k.phases:
+            for s in phase.outer + phase.inner:
+                self.emit(s, indent)
+
+    def _pointwise(self, pid: str) -> None:
+        self.lines += [f"    xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)", "    xmask = xindex < xnumel"]
+        self._body()
+
+    def _tiled(self, pid: str) -> None:
+        self.lines += [f"    pid = {pid}",
+                       "    x_programs = (xnumel + XBLOCK - 1) // XBLOCK",
+                       "    yindex = ((pid // x_programs) * YBLOCK + tl.arange(0, YBLOCK))[:, None]",
+                       "    xindex = ((pid % x_programs) * XBLOCK + tl.arange(0, XBLOCK))[None, :]",
+                       "    ymask = yindex < ynumel",
+                       "    xmask = xindex < xnumel"]
+        self._body()
+
+    def _reduction(self, pid: str) -> None:
+        body, ind = self.lines, "    "
+        body += [f"    xindex = ({pid} * XBLOCK + tl.arange(0, XBLOCK))[:, None]", "    xmask = xindex < xnumel"]
+        if self.k.schedule.persistent:
+            body += ["    rindex = tl.arange(0, RBLOCK)[None, :]", "    rmask = rindex < rnumel"]
+            for phase in self.k.phases:
+                for s in phase.outer + phase.inner:
+                    self.emit(s, ind)
+                for r in phase.reductions:
+                    index = f"tl.broadcast_to({r.index}, [XBLOCK, RBLOCK])" if r.index else None
+                    self.finish(r, self.reduction_input(r), index, ind)
+            return
+        for phase in self.k.phases:
+            for s in phase.outer:
+                self.emit(s, ind)
+            if not (phase.inner or phase.reductions):
+                continue
+            for r in phase.reductions:
+                dt = self.input_dtype(r)
+                ident = literal(reduce_identity(r.fn, dt), dt)
+                body.append(f"{ind}acc_{r.var} = tl.full([XBLOCK, RBLOCK], {ident}, {TL_DTYPE[dt]})")
+                if r.index:
+                    body.append(f"{ind}acc_{r.var}_i = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
+            inner = ind * 2
+            body += [f"{ind}for roffset in range(0, rnumel, RBLOCK):",
+                     f"{inner}rindex = roffset + tl.arange(0, RBLOCK)[None, :]", f"{inner}rmask = rindex < rnumel"]
+            for s in phase.inner:
+                self.emit(s, inner)
+            for r in phase.reductions:
+                self._accumulate(r, self.reduction_input(r), inner)
+            for r in phase.reductions:
+                self.finish(r, f"acc_{r.var}", f"acc_{r.var}_i" if r.index else None, ind)
+
+    def _gemm(self, pid: str) -> None:
+        """Tiles of C = A @ B in grouped order (GROUP_M row-tiles share B columns in L2), a K loop of
+        tl.dot into an fp32 accumulator, then the fused epilogue on the tile."""
+        k, b = self.k, self.k.schedule.blocks
+        n_m = -(-k.numels["m"] // b["BLOCK_M"])
+        n_n = -(-k.numels["n"] // b["BLOCK_N"])
+        ind, inner = "    ", "        "
+        self.lines += [
+            f"    pid = {pid}",
+            f"    group_id = pid // (GROUP_M * {n_n})",
+            "    first_m = group_id * GROUP_M",
+            f"    group_rows = tl.minimum({n_m} - first_m, GROUP_M)",
+            f"    pid_m = first_m + ((pid % (GROUP_M * {n_n})) % group_rows)",
+            f"    pid_n = (pid % (GROUP_M * {n_n})) // group_rows",
+            "    bindex = tl.program_id(1)",
+            "    mindex = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]",
+            "    nindex = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]",
+            "    mmask = mindex < mnumel",
+            "    nmask = nindex < nnumel",
+        ]
+        loop, epilogue = k.phases[0], k.phases[1:]
+        for s in loop.outer:
+            self.emit(s, ind)
+        (dot,) = loop.reductions
+        self.lines += [f"    {dot.var} = tl.full([BLOCK_M, BLOCK_N], 0, tl.float32)",
+                       "    for koffset in range(0, kanumel, BLOCK_K):",
+                       f"{inner}kaindex = koffset + tl.arange(0, BLOCK_K)[None, :]",
+                       f"{inner}kbindex = koffset + tl.arange(0, BLOCK_K)[:, None]",
+                       f"{inner}kamask = kaindex < kanumel",
+                       f"{inner}kbmask = kbindex < kbnumel"]
+        for s in loop.inner:
+            self.emit(s, inner)
+        precision = f', input_precision="{dot.precision}"' if dot.precision else ""
+        a, b = f"tl.broadcast_to({dot.a}, [BLOCK_M, BLOCK_K])", f"tl.broadcast_to({dot.b}, [BLOCK_K, BLOCK_N])"
+        if "UPCAST_BF16" in k.schedule.blocks:  # exact: bf16 products fit fp32
+            self.lines += [f"{inner}a_tile, b_tile = {a}, {b}", f"{inner}if UPCAST_BF16:",
+                           f"{inner}    a_tile, b_tile = a_tile.to(tl.float32), b_tile.to(tl.float32)"]
+            a, b = "a_tile", "b_tile"
+        self.lines.append(f"{inner}{dot.var} = tl.dot({a}, {b}, {dot.var}{precision})")
+        self.dtypes[dot.var] = dot.dtype
+        for phase in epilogue:
+            for s in phase.outer + phase.inner:
+                self.emit(s, ind)
 
     def _accumulate(self, r: Reduce, value: str, indent: str) -> None:
         acc = f"acc_{r.var}"

@@ -23,11 +23,13 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def grid(kernel: Kernel) -> int:
+def grid(kernel: Kernel) -> tuple[int, ...]:
     n, b = kernel.numels, kernel.schedule.blocks
     if kernel.schedule.template == "tiled":
-        return _cdiv(n["x"], b["XBLOCK"]) * _cdiv(n["y"], b["YBLOCK"])
-    return _cdiv(n["x"], b["XBLOCK"])
+        return (_cdiv(n["x"], b["XBLOCK"]) * _cdiv(n["y"], b["YBLOCK"]),)
+    if kernel.schedule.template == "gemm":
+        return (_cdiv(n["m"], b["BLOCK_M"]) * _cdiv(n["n"], b["BLOCK_N"]), n["b"])
+    return (_cdiv(n["x"], b["XBLOCK"]),)
 
 
 def value_expr(node: Node, layouts) -> str:
@@ -84,12 +86,12 @@ def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
                     node = a.node
                     lines.append(f"{ind}{buffer_name(node)} = empty({tuple(node.shape)}, "
                                  f"{tuple(buffer_strides(node, layouts))}, {node.dtype}, '{node.type.device}')")
-            if k.numels["x"] == 0 or k.numels.get("y", 1) == 0:
+            if 0 in grid(k):
                 lines.append(f"{ind}# {k.name}: nothing to compute (empty)")
                 continue
             launch = ", ".join(buffer_name(a.node) for a in k.args)
             opts = ", ".join(f"{b}={v}" for b, v in k.schedule.blocks.items())
-            lines.append(f"{ind}kernels[{k.name!r}][({grid(k)},)]({launch}, {opts}, "
+            lines.append(f"{ind}kernels[{k.name!r}][{grid(k)}]({launch}, {opts}, "
                          f"num_warps={k.schedule.num_warps}, num_stages={k.schedule.num_stages})")
         else:
             node: Node = obj

@@ -774,3 +774,39 @@ def _cat(L, tensors, dim=0):
         bounds.append((offset, offset + t.shape[dim]))
         offset += t.shape[dim]
     return L.graph.pointwise("cat", pieces, dtype, dim=dim, bounds=tuple(bounds))
+
+
+# --- matrix products ---------------------------------------------------------------------------
+
+def _matmul_precision(x: Node) -> str:
+    """fp32 uses TF32 only where PyTorch would: on CUDA, when allowed."""
+    if x.dtype != torch.float32 or x.type.device.type != "cuda":
+        return "ieee"
+    allowed = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+    return "tf32" if allowed else "ieee"
+
+
+def _matmul(L, a: Node, b: Node, bias=None, beta=1, alpha=1) -> Node:
+    """``alpha * (a @ b) + beta * bias`` accumulated in fp32, rounded once to the result dtype."""
+    if a.dtype not in (torch.float16, torch.bfloat16, torch.float32) or a.dtype != b.dtype:
+        raise Unsupported(f"matrix product of {a.dtype} and {b.dtype} is not lowered natively")
+    acc = torch.float32
+    out = L.graph.matmul(a, b, acc, _matmul_precision(a))
+    if alpha != 1:
+        out = L.graph.pointwise("mul", [out, Scalar(float(alpha), acc)], acc)
+    if bias is not None and beta != 0:
+        c = L.cast(L.expand(bias, out.shape), acc)
+        if beta != 1:
+            c = L.graph.pointwise("mul", [c, Scalar(float(beta), acc)], acc)
+        out = L.graph.pointwise("add", [out, c], acc)
+    return L.cast(out, L.out_dtype)
+
+
+@rule(aten.mm.default, aten.bmm.default)
+def _mm(L, a, b):
+    return _matmul(L, a, b)
+
+
+@rule(aten.addmm.default, aten.baddbmm.default)
+def _addmm(L, bias, a, b, beta=1, alpha=1):
+    return _matmul(L, a, b, bias, beta, alpha)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from ..ir.expr import Affine, index_vars
+from ..ir.expr import Affine, Var, index_vars
 from ..ir.graph import Graph, Node, compose_view
 from ..ir.layout import view_as_strided
 
@@ -31,7 +31,13 @@ RULES = (
     ("reduction-prologue", "pointwise ops feeding a reduction are computed inside its loop"),
     ("reduction-epilogue", "ops on a reduction's result (and broadcasts back over its rows) join its kernel"),
     ("horizontal", "independent kernels over the same space that read the same data become one pass"),
+    ("gemm-epilogue", "bias, activation, residual and casts after a matrix product run on its tile"),
+    ("gemm-prologue", "a cheap pointwise op on an operand (cast, scale) runs on the loaded tile"),
 )
+
+# pointwise fns cheap enough to recompute on every tile of a GEMM operand
+CHEAP_PROLOGUE = {"cast", "mul", "add", "sub", "neg", "truediv", "identity"}
+MAX_PROLOGUE_OPS = 4
 
 
 class NotFusable(Exception):
@@ -51,7 +57,11 @@ class Group:
 
     @property
     def kind(self) -> str:
-        return "reduction" if self.axes else "pointwise"
+        return "gemm" if self.matmul is not None else "reduction" if self.axes else "pointwise"
+
+    @property
+    def matmul(self) -> Node | None:
+        return next((n for n in self.nodes if n.op == "matmul"), None)
 
     @property
     def reduced_shape(self) -> tuple[int, ...]:
@@ -65,7 +75,16 @@ class Group:
 
 
 def is_compute(node: Node) -> bool:
-    return node.op in ("pointwise", "reduce")
+    return node.op in ("pointwise", "reduce", "matmul")
+
+
+def operand_indices(node: Node, idx) -> tuple[tuple, tuple]:
+    """Where a matmul at output index ``idx`` reads its operands: A at (batch, m, k), B at (batch, k, n).
+    The K coordinate gets its own variable per operand (the tiles are [M, K] and [K, N])."""
+    a, b = node.inputs
+    k = a.shape[-1]
+    batch = tuple(idx[:-2])
+    return (*batch, idx[-2], Affine.of(Var("k_a", k))), (*batch, Affine.of(Var("k_b", k)), idx[-1])
 
 
 def terminal(node: Node) -> Node:
@@ -76,6 +95,8 @@ def terminal(node: Node) -> Node:
 
 
 def _space(node: Node) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    if node.op == "matmul":
+        return node.shape, ()
     if node.op == "reduce":
         return node.inputs[0].shape, node.attrs["axes"]
     return node.shape, ()
@@ -105,6 +126,8 @@ def check_group(members: list[Node], shape, axes, stored: list[Node]) -> dict[No
     placements: dict[Node, set] = defaultdict(set)
     work = []
     for m in members:
+        if m.op == "matmul":
+            work.append((m, full))
         if m.op == "reduce":
             if (m.inputs[0].shape, m.attrs["axes"]) != (tuple(shape), tuple(axes)):
                 raise NotFusable("reduction-space", f"{m.name} reduces a different space than {shape} axes={axes}")
@@ -119,7 +142,11 @@ def check_group(members: list[Node], shape, axes, stored: list[Node]) -> dict[No
         if idx in placements[m]:
             continue
         placements[m].add(idx)
-        if m.op == "reduce":
+        if m.op == "matmul":
+            if idx != full:
+                raise NotFusable("indexing", f"matrix product {m.name} is read at another index than its own")
+            feeds = list(zip(m.inputs, operand_indices(m, idx)))
+        elif m.op == "reduce":
             if idx != reduced:
                 raise NotFusable("indexing", f"reduction {m.name} is read at [{', '.join(map(str, idx))}], "
                                              f"not at its own rows")
@@ -177,6 +204,11 @@ class _Partition:
     def try_merge(self, a: Group, b: Group, rule: str) -> bool:
         if a is b:
             return True
+        if a.matmul is not None or b.matmul is not None:
+            refusal = _gemm_refusal(a, b, rule)
+            if refusal:
+                self._refuse(a, b, *refusal)
+                return False
         if a.axes and b.axes and (a.shape, a.axes) != (b.shape, b.axes):
             self._refuse(a, b, "reduction-space", "the reductions run over different iteration spaces")
             return False
@@ -218,6 +250,21 @@ def _copy_unstrided_views(graph: Graph) -> None:
                 graph.replace_all_uses_in(user, node, copy)
 
 
+def _gemm_refusal(a: Group, b: Group, rule: str) -> tuple[str, str] | None:
+    """Why a GEMM group and another group should not merge (None: they may)."""
+    if a.matmul is not None and b.matmul is not None:
+        return "gemm-gemm", "two matrix products do not share a kernel"
+    if a.axes or b.axes:
+        return "gemm-reduction", "a matrix product and a reduction do not share a kernel"
+    if rule == "horizontal":
+        return "gemm-horizontal", "matrix products do not merge sideways"
+    if b.matmul is not None:  # a is a producer of the GEMM's operand: a prologue
+        cheap = all(n.op == "pointwise" and n.attrs["fn"] in CHEAP_PROLOGUE for n in a.nodes)
+        if not cheap or len(a.nodes) > MAX_PROLOGUE_OPS:
+            return "gemm-prologue", "the operand's producer is too costly to recompute for every tile"
+    return None
+
+
 def fusion(graph: Graph) -> Graph:
     """Group compute nodes into kernels (rules: ``RULES``); results in ``graph.meta['groups']``."""
     _copy_unstrided_views(graph)
@@ -230,7 +277,9 @@ def fusion(graph: Graph) -> Graph:
         for producer in dict.fromkeys(terminal(i) for i in node.inputs):
             if producer in part.group_of:
                 mine, theirs = part.group_of[node], part.group_of[producer]
-                rule = ("reduction-prologue" if node.op == "reduce" and not theirs.axes else
+                rule = ("gemm-prologue" if node.op == "matmul" else
+                        "gemm-epilogue" if theirs.matmul is not None else
+                        "reduction-prologue" if node.op == "reduce" and not theirs.axes else
                         "reduction-epilogue" if theirs.axes else "vertical")
                 part.try_merge(theirs, mine, rule)
     _horizontal(part)
@@ -250,7 +299,8 @@ def _horizontal(part: _Partition) -> None:
         reads = {g.id: {terminal(i) for n in g.nodes for i in n.inputs} - set(g.nodes) for g in part.groups}
         for a in part.groups:
             for b in part.groups:
-                if a.id < b.id and (a.shape, a.axes) == (b.shape, b.axes) and reads[a.id] & reads[b.id]:
+                if a.id < b.id and (a.shape, a.axes) == (b.shape, b.axes) and reads[a.id] & reads[b.id] \
+                        and a.matmul is None and b.matmul is None:
                     if part.try_merge(a, b, "horizontal"):
                         changed = True
                         break

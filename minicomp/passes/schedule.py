@@ -13,11 +13,11 @@ import torch
 
 from ..ir.expr import Affine, Range, Var, index_vars, linear_index, unravel
 from ..ir.graph import Graph, Node, Scalar, compose_view
-from ..ir.kernel import (Compute, IndexValue, Kernel, KernelArg, Load, Masked, Phase, Reduce, Schedule,
-                         Store)
+from ..ir.kernel import (Compute, Dot, IndexValue, Kernel, KernelArg, Load, Masked, Phase, Reduce,
+                         Schedule, Store)
 from ..ir.layout import buffer_strides
 from ..ir.types import short_dtype
-from .fusion import Group, canonical_index
+from .fusion import Group, canonical_index, operand_indices
 
 INT32_LIMIT = 2**31 - 1
 
@@ -48,7 +48,10 @@ def _pow2(n: int) -> int:
 
 def choose_schedule(group: Group, on_gpu: bool, tiled: bool, itemsize: int) -> Schedule:
     numel = math.prod(group.shape)
-    if group.axes:
+    if group.matmul is not None:
+        a, b = group.matmul.inputs
+        space = "x".join(map(str, (*group.shape[:-2], a.shape[-2], b.shape[-1], a.shape[-1])))
+    elif group.axes:
         rnumel = math.prod(group.shape[d] for d in group.axes)
         xnumel = numel // max(rnumel, 1) if rnumel else math.prod(
             s for d, s in enumerate(group.shape) if d not in group.axes)
@@ -128,7 +131,7 @@ class _Emitter:
             value, inner = self.emit(node.inputs[0], inner_idx, mask + extra)
             stmt = Masked(self._var(), extra, value, Scalar(node.attrs["fill"], node.dtype))
             return self._put(key, stmt, inner or self._inner(*(r.expr for r in extra)))
-        if node in self.members and node.op == "reduce":
+        if node in self.members and node.op in ("reduce", "matmul"):
             return self.reduced[node], False
         if node in self.members:
             return self._pointwise(node, idx, mask, key)
@@ -215,7 +218,73 @@ def _transposed(group: Group, layouts) -> bool:
     return False
 
 
+def gemm_schedule(m: int, n: int, k: int, dtype: torch.dtype, on_gpu: bool) -> Schedule:
+    """Tile sizes for a GEMM: the big Hopper tiles for large half-precision products, smaller ones
+    for small sizes and fp32; small tiles for the CPU interpreter."""
+    def fit(size, most):
+        return max(16, min(most, _pow2(size)))
+    if not on_gpu:
+        blocks, warps, stages = (fit(m, 32), fit(n, 32), fit(k, 32)), 1, 1
+    elif dtype in (torch.float16, torch.bfloat16):
+        if m >= 128 and n >= 256:
+            blocks, warps, stages = (128, 256, 64), 8, 3
+        else:
+            blocks, warps, stages = (fit(m, 128), fit(n, 128), fit(k, 64)), 4, 4
+    else:
+        blocks, warps, stages = (fit(m, 128), fit(n, 128), fit(k, 32)), 8, 3
+    return Schedule("gemm", dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), blocks), GROUP_M=8), warps, stages)
+
+
+def build_gemm_kernel(group: Group, layouts: dict) -> Kernel:
+    mm = group.matmul
+    a, b = mm.inputs
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    on_gpu = mm.type.device.type == "cuda"
+    sched = gemm_schedule(m, n, k, a.dtype, on_gpu)
+    if a.dtype == torch.bfloat16:  # Triton's interpreter multiplies bf16 bit patterns as integers
+        sched.blocks["UPCAST_BF16"] = int(not on_gpu)
+    dims = index_vars(group.shape)
+    em = _Emitter(group, layouts, dims, persistent=False)
+    full = tuple(Affine.of(v) for v in dims)
+    idx_a, idx_b = operand_indices(mm, full)
+    ka, kb = Var("k_a", k), Var("k_b", k)  # as operand_indices names them
+    em.reduction_vars = {ka, kb}
+    em.new_phase()
+    va, _ = em.emit(a, idx_a)
+    vb, _ = em.emit(b, idx_b)
+    precision = mm.attrs["precision"] if a.dtype == torch.float32 else ""
+    dot = Dot(em._var("acc"), va, vb, precision, mm.dtype)
+    em.phases[-1].reductions.append(dot)
+    em.reduced[mm] = dot.var
+    em.new_phase()
+    for node in group.stores:
+        em.store(node, canonical_index(node, group.shape, group.axes))
+    batch = group.shape[:-2]
+    flat = {"b": Var("bindex", math.prod(batch)), "m": Var("mindex", m), "n": Var("nindex", n),
+            "ka": Var("kaindex", k), "kb": Var("kbindex", k)}
+    mapping = dict(zip(dims[:-2], unravel(flat["b"], batch)))
+    mapping.update({dims[-2]: Affine.of(flat["m"]), dims[-1]: Affine.of(flat["n"]),
+                    ka: Affine.of(flat["ka"]), kb: Affine.of(flat["kb"])})
+    return _finish_kernel(group, em, sched, flat, mapping)
+
+
+def _finish_kernel(group: Group, em: "_Emitter", sched: Schedule, flat: dict, mapping: dict) -> Kernel:
+    for phase in em.phases:
+        for stmt in phase.outer + phase.inner:
+            _substitute(stmt, mapping)
+    args = sorted(em.args.values(), key=lambda a: (a.is_output, a.name))
+    numels = [math.prod(a.node.shape) for a in args] + [math.prod(group.shape)]
+    if max(numels + [0]) > INT32_LIMIT // 2:
+        sched.index_dtype = "int64"
+    kernel = Kernel(_kernel_name(group), flat, args, [p for p in em.phases if p.outer or p.inner or p.reductions],
+                    sched, _origins(group), group.id)
+    kernel.bytes_moved = sum(math.prod(a.node.shape) * a.node.dtype.itemsize for a in args)
+    return kernel
+
+
 def build_kernel(group: Group, layouts: dict) -> Kernel:
+    if group.matmul is not None:
+        return build_gemm_kernel(group, layouts)
     device = group.nodes[0].type.device
     on_gpu = device.type == "cuda"
     tiled = _transposed(group, layouts)
@@ -235,18 +304,7 @@ def build_kernel(group: Group, layouts: dict) -> Kernel:
         em.store(m, canonical_index(m, group.shape, group.axes))
 
     flat = _flat_vars(group, sched, tiled)
-    mapping = _dim_mapping(group, dims, flat, tiled)
-    for phase in em.phases:
-        for stmt in phase.outer + phase.inner:
-            _substitute(stmt, mapping)
-    args = sorted(em.args.values(), key=lambda a: (a.is_output, a.name))
-    numels = [math.prod(a.node.shape) for a in args] + [math.prod(group.shape)]
-    if max(numels + [0]) > INT32_LIMIT // 2:
-        sched.index_dtype = "int64"
-    kernel = Kernel(_kernel_name(group), flat, args, [p for p in em.phases if p.outer or p.inner or p.reductions],
-                    sched, _origins(group), group.id)
-    kernel.bytes_moved = sum(math.prod(a.node.shape) * a.node.dtype.itemsize for a in args)
-    return kernel
+    return _finish_kernel(group, em, sched, flat, _dim_mapping(group, dims, flat, tiled))
 
 
 def _flat_vars(group: Group, sched: Schedule, tiled: bool) -> dict[str, Var]:
@@ -311,7 +369,9 @@ def _kernel_name(group: Group) -> str:
         base = _NAME_ALIASES.get(base, base.strip("_"))
         if base not in names:
             names.append(base)
-    if any(n in names for n in ("softmax", "log_softmax", "layer_norm")):
+    if group.matmul is not None:
+        names = ["mm"] + [n for n in names if n not in ("mm", "addmm", "bmm", "baddbmm", "to")]
+    elif any(n in names for n in ("softmax", "log_softmax", "layer_norm")):
         names = [n for n in names if n in ("softmax", "log_softmax", "layer_norm")]
     summary = "_".join(names[:3]) or "copy"
     dtype = short_dtype(group.stores[0].dtype if group.stores else group.nodes[-1].dtype)
