@@ -171,6 +171,15 @@ def literal(value, dtype: torch.dtype, block: bool = False) -> str:
     return f"tl.full([1], {int(value)}, {TL_DTYPE[dtype]})"
 
 
+def plain_literal(value, dtype: torch.dtype) -> str:
+    """A Python literal for ``value`` (as ``tl.full``'s fill value)."""
+    if dtype == torch.bool:
+        return str(int(bool(value)))
+    if is_float(dtype):
+        return repr(float(value)) if math.isfinite(value) else f'float("{value}")'
+    return str(int(value))
+
+
 def _extreme(fn: str, dtype: torch.dtype, largest: bool):
     if dtype == torch.bool:
         return int(largest)
@@ -207,7 +216,7 @@ class TritonPrinter:
         """A variable needs a bounds mask unless its blocks tile its range exactly."""
         block = self.k.schedule.blocks.get(self.BLOCK_OF.get(var, ""), 1)
         size = next(v.size for v in self.k.vars.values() if v.name == var)
-        return size % block != 0
+        return size == 0 or size % block != 0
 
     def store_vars(self, inner: bool) -> list[str]:
         template = self.k.schedule.template
@@ -362,12 +371,15 @@ class TritonPrinter:
 
     @staticmethod
     def input_dtype(r: Reduce) -> torch.dtype:
-        return torch.int8 if r.fn in ("any", "all") else r.value_dtype
+        """bf16 is reduced in fp32 (exact for max/min; Triton's interpreter compares bf16 bits)."""
+        return {torch.bool: torch.int8, torch.bfloat16: torch.float32}.get(
+            torch.bool if r.fn in ("any", "all") else r.value_dtype, r.value_dtype)
 
     def reduction_input(self, r: Reduce) -> str:
-        """The value to reduce, with masked-off lanes set to the reduction's identity."""
+        """The value to reduce as a full block, masked-off lanes set to the reduction's identity."""
         dt = self.input_dtype(r)
-        value = f"({r.value} != 0).to(tl.int8)" if r.fn in ("any", "all") else r.value
+        value = f"({r.value} != 0).to(tl.int8)" if r.fn in ("any", "all") else f"{r.value}.to({TL_DTYPE[dt]})"
+        value = f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])"
         mask = self.mask([], names=("xindex", "rindex"))
         if not mask:
             return value
@@ -396,7 +408,7 @@ class TritonPrinter:
     def combine_fn(r: Reduce) -> str:
         if r.fn in ("sum", "prod"):
             return "_" + r.fn
-        largest = r.fn in ("max", "any")
+        largest = r.fn in ("max", "any", "argmax")
         if is_float(r.value_dtype):
             return "_max_nan" if largest else "_min_nan"
         return "_max_int" if largest else "_min_int"
@@ -452,7 +464,7 @@ class TritonPrinter:
                 continue
             for r in phase.reductions:
                 dt = self.input_dtype(r)
-                ident = literal(reduce_identity(r.fn, dt), dt)
+                ident = plain_literal(reduce_identity(r.fn, dt), dt)
                 body.append(f"{ind}acc_{r.var} = tl.full([XBLOCK, RBLOCK], {ident}, {TL_DTYPE[dt]})")
                 if r.index:
                     body.append(f"{ind}acc_{r.var}_i = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")

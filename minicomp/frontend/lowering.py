@@ -713,6 +713,7 @@ def _expand(L, x, size, implicit=False):
 
 @rule(aten.slice.Tensor)
 def _slice(L, x, dim=0, start=None, end=None, step=1):
+    dim %= x.type.ndim
     size = x.shape[dim]
     start, end, _ = slice(start, end, step).indices(size)
     length = max(0, -(-(end - start) // step))

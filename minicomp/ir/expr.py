@@ -64,7 +64,7 @@ class Affine:
             return x
         if isinstance(x, int):
             return Affine((), x)
-        if isinstance(x, Var) and x.size <= 1:
+        if isinstance(x, Var) and x.size == 1:
             return Affine((), 0)
         return Affine(((x, 1),), 0)
 
@@ -299,7 +299,7 @@ def unravel(flat: ExprLike, shape) -> tuple[Affine, ...]:
     flat = Affine.of(flat)
     out, stride = [], 1
     for size in reversed(shape):
-        out.append((flat // stride) % size if size > 1 else Affine.of(0))
+        out.append((flat // stride) % size if size > 1 else flat // stride if size == 0 else Affine.of(0))
         stride *= max(size, 1)
     return tuple(reversed(out))
 

@@ -68,8 +68,8 @@ def pad(in_shape, pads):
     for d, v in enumerate(out):
         e = Affine.of(v) - before[d]
         index.append(e)
-        r = Range(e, 0, in_shape[d]).simplified()
-        if r is not True:
+        r = _valid(e, in_shape[d])
+        if r is not None:
             mask.append(r)
     return tuple(index), tuple(mask), tuple(out_shape)
 
@@ -79,8 +79,15 @@ def shift(in_shape, dim, offset, out_size):
     out_shape = tuple(out_size if d == dim else s for d, s in enumerate(in_shape))
     out = index_vars(out_shape)
     index = tuple(Affine.of(v) - offset if d == dim else Affine.of(v) for d, v in enumerate(out))
-    r = Range(index[dim], 0, in_shape[dim]).simplified()
-    return index, (() if r is True else (r,)), out_shape
+    r = _valid(index[dim], in_shape[dim])
+    return index, (() if r is None else (r,)), out_shape
+
+
+def _valid(e: Affine, size: int) -> Range | None:
+    """The condition ``0 <= e < size``, simplified; None when always true."""
+    r = Range(e, 0, size)
+    s = r.simplified()
+    return None if s is True else r if s is False else s
 
 
 def is_identity(index, mask, in_shape, out_shape) -> bool:

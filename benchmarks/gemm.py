@@ -1,0 +1,132 @@
+"""GEMM benchmark (issue 3): minicomp's generated tl.dot kernels against cuBLAS (eager) and Inductor.
+
+    python benchmarks/gemm.py [--sweep]
+
+Workloads: 4096^3 bf16 matmul; gelu(linear(x, W, b)) at 8192x4096x4096 bf16; a transformer MLP block
+(LayerNorm -> Linear -> GELU(tanh) -> Linear + residual, d=1024, 8x1024 tokens, bf16). Times are
+medians of triton.testing.do_bench; the floor is FLOPs / the bf16 matmul peak measured at the start of
+the run (cuBLAS at 8192^3). Writes benchmarks/results/<date>-gemm.{md,json}.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import triton
+from triton.testing import do_bench
+
+import minicomp
+from minicomp.runtime import cache
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def bench(fn) -> float:
+    return do_bench(fn, warmup=50, rep=200)
+
+
+def peak_tflops() -> float:
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    ms = bench(lambda: a @ a)
+    return 2 * 8192**3 / ms / 1e9
+
+
+class MLPBlock(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.fc2 = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return x + self.fc2(F.gelu(self.fc1(self.norm(x)), approximate="tanh"))
+
+
+def workloads():
+    dt = torch.bfloat16
+    a, b = (torch.randn(4096, 4096, device="cuda", dtype=dt) for _ in range(2))
+    yield "matmul 4096^3 bf16", (lambda a, b: a @ b), (a, b), 2 * 4096**3
+    x = torch.randn(8192, 4096, device="cuda", dtype=dt)
+    w = torch.randn(4096, 4096, device="cuda", dtype=dt) / 64
+    bias = torch.randn(4096, device="cuda", dtype=dt)
+    yield "gelu(linear(x,W,b)) 8192x4096x4096 bf16", (lambda x, w, b: F.gelu(F.linear(x, w, b))), (x, w, bias), \
+        2 * 8192 * 4096 * 4096
+    block = MLPBlock(1024).cuda().to(dt).eval()
+    xs = torch.randn(8 * 1024, 1024, device="cuda", dtype=dt)
+    yield "MLP block d=1024 8x1024 tok bf16", block, (xs,), 2 * 2 * 8192 * 1024 * 4096
+
+
+def sweep(out: list[str]) -> None:
+    """Time the generated 4096^3 kernel under several tile configs (informs the default heuristic)."""
+    a, b = (torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    minicomp.compile(lambda a, b: a @ b)(a, b)
+    info = minicomp.report().kernels[0]
+    kernel = getattr(cache.load(Path(info.source_path)), info.name)
+    c = torch.empty(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    for bm, bn, bk, warps, stages, group in [(128, 256, 64, 8, 3, 8), (128, 256, 64, 8, 4, 8), (256, 128, 64, 8, 3, 8),
+                                             (128, 128, 64, 4, 4, 8), (128, 128, 64, 8, 4, 8), (128, 256, 32, 8, 4, 8),
+                                             (64, 256, 64, 4, 4, 8), (128, 128, 128, 8, 3, 8), (128, 256, 64, 8, 3, 16)]:
+        grid = (triton.cdiv(4096, bm) * triton.cdiv(4096, bn), 1)
+        try:
+            ms = bench(lambda: kernel[grid](a, b, c, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, UPCAST_BF16=0,
+                                            num_warps=warps, num_stages=stages))
+            ok = torch.allclose(c.float(), (a @ b).float(), atol=0.5, rtol=2e-2)
+            out.append(f"| {bm}x{bn}x{bk} w{warps} s{stages} g{group} | {ms:.3f} | {2 * 4096**3 / ms / 1e9:.0f} | {ok} |")
+        except Exception as e:  # a config may not fit in shared memory
+            out.append(f"| {bm}x{bn}x{bk} w{warps} s{stages} g{group} | failed: {type(e).__name__} | | |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sweep", action="store_true", help="also time tile configs of the 4096^3 kernel")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    peak = peak_tflops()
+    rows = []
+    with torch.no_grad():
+        for name, fn, inputs, flops in workloads():
+            expected = fn(*inputs)
+            inductor = torch.compile(fn)
+            torch.testing.assert_close(inductor(*inputs), expected, atol=0.1, rtol=0.05)
+            torch._dynamo.reset()
+            compiled = minicomp.compile(fn)
+            torch.testing.assert_close(compiled(*inputs), expected, atol=0.1, rtol=0.05)
+            report = minicomp.report()
+            e, i, m = bench(lambda: fn(*inputs)), bench(lambda: inductor(*inputs)), bench(lambda: compiled(*inputs))
+            floor = flops / peak / 1e9
+            rows.append(dict(workload=name, eager_ms=e, inductor_ms=i, minicomp_ms=m, floor_ms=floor,
+                             minicomp_tflops=flops / m / 1e9, kernels=[k.name for k in report.kernels],
+                             fallbacks=[str(f) for f in report.fallbacks]))
+            torch._dynamo.reset()
+    meta = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                triton=triton.__version__, peak_bf16_tflops=round(peak, 1))
+    lines = [f"# GEMM benchmark — {meta['date']}", "",
+             f"GPU {meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}; measured bf16 matmul peak "
+             f"(cuBLAS 8192^3) {peak:.0f} TFLOP/s. Command: `python benchmarks/gemm.py --sweep`.", "",
+             "| workload | eager (cuBLAS) ms | inductor ms | minicomp ms | floor ms | minicomp TFLOP/s | "
+             "minicomp / eager | minicomp / inductor | minicomp / floor |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['workload']} | {r['eager_ms']:.3f} | {r['inductor_ms']:.3f} | {r['minicomp_ms']:.3f} | "
+                     f"{r['floor_ms']:.3f} | {r['minicomp_tflops']:.0f} | {r['eager_ms'] / r['minicomp_ms']:.2f}x faster"
+                     f" | {r['inductor_ms'] / r['minicomp_ms']:.2f}x faster | {r['minicomp_ms'] / r['floor_ms']:.2f}x |")
+    lines += ["", "Kernels:"] + [f"- {r['workload']}: {', '.join(r['kernels'])}" for r in rows]
+    if args.sweep:
+        lines += ["", "Tile configs of the generated 4096^3 bf16 kernel:", "",
+                  "| config | ms | TFLOP/s | correct |", "|---|---:|---:|---|"]
+        sweep(lines)
+    text = "\n".join(lines) + "\n"
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{meta['date']}-gemm.md").write_text(text)
+    (RESULTS / f"{meta['date']}-gemm.json").write_text(json.dumps(dict(meta, rows=rows), indent=1))
+    print(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,596 @@
+"""Reductions, views / data movement and normalizations, each compared with eager.
+
+Every compiled function runs on fresh random inputs; ``compile_and_compare`` checks dtype, shape
+and values (NaN where eager has NaN) and that nothing fell back to PyTorch.
+"""
+import faulthandler
+import os
+import traceback
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.utils import compile_and_compare
+
+LOW = (torch.float16, torch.bfloat16)
+
+
+def randint(*shape, low=-50, high=50, dtype=torch.int64):
+    return torch.randint(low, high, shape, dtype=dtype)
+
+
+def in_child(check):
+    """Run ``check`` in a forked process, so that a crash inside a kernel (a segfault) fails this
+    test instead of ending the whole run."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave without running pytest's teardown
+        os.close(read)
+        faulthandler.disable()
+        status, message = 0, b""
+        try:
+            check()
+        except BaseException:
+            status, message = 1, traceback.format_exc().encode()
+        os.write(write, message[-60000:])
+        os._exit(status)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        message = f.read().decode(errors="replace")
+    _, status = os.waitpid(pid, 0)
+    assert not os.WIFSIGNALED(status), f"the compiled function crashed with signal {os.WTERMSIG(status)}"
+    assert os.WEXITSTATUS(status) == 0, message
+
+
+# =============================================================================================
+# 1. Reductions
+# =============================================================================================
+
+DIMS = [0, 1, 2, -1, -2, (0, 2), (-1, -3), (1, 2), (0, 1, 2)]
+
+
+@pytest.mark.parametrize("dim", DIMS, ids=str)
+def test_sum_mean_amax_amin_over_dims(dim):
+    def fn(x):
+        return (x.sum(dim), x.sum(dim, keepdim=True), x.mean(dim), x.mean(dim, keepdim=True),
+                x.amax(dim), x.amin(dim, keepdim=True), torch.amin(x, dim), torch.amax(x, dim, True))
+    compile_and_compare(fn, torch.randn(4, 6, 8))
+
+
+def test_reductions_over_non_adjacent_dims_of_4d():
+    def fn(x):
+        return (x.sum((0, 2)), x.amax((1, 3)), x.mean((0, 3), keepdim=True), x.var((1, 2)), x.amin((-4, -1)),
+                x.any((0, 2)), x.sum((-3, -1), keepdim=True))
+    compile_and_compare(fn, torch.randn(3, 4, 5, 6))
+
+
+def test_sum_mean_amax_amin_over_all_axes():
+    def fn(x):
+        return (x.sum(), x.mean(), x.amax(), x.amin(), x.sum(dim=(0, 1, 2), keepdim=True),
+                x.mean((-1, 0, 1), keepdim=True), x.amax((0, 1, 2), keepdim=True), torch.sum(x) * 2)
+    compile_and_compare(fn, torch.randn(3, 5, 7))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_max_min_with_dim_values_and_indices(dim):
+    def fn(x):
+        mx, imx = x.max(dim)
+        mn, imn = x.min(dim)
+        mxk, imxk = torch.max(x, dim, keepdim=True)
+        mnk, imnk = torch.min(x, dim, keepdim=True)
+        return mx, imx, mn, imn, mxk, imxk, mnk, imnk
+    compile_and_compare(fn, torch.randn(5, 7, 6))
+
+
+def test_max_min_over_all_elements():
+    compile_and_compare(lambda x: (x.max(), x.min(), torch.max(x) - torch.min(x)), torch.randn(6, 9))
+    compile_and_compare(lambda x: (x.max(), x.min()), randint(6, 9, dtype=torch.int32))
+
+
+def test_argmax_argmin_with_and_without_dim():
+    def fn(x):
+        return (x.argmax(), x.argmin(), x.argmax(1), x.argmin(0), x.argmax(-1, keepdim=True),
+                x.argmin(-2, keepdim=True), x.argmax(keepdim=True), torch.argmin(x, dim=None, keepdim=True),
+                x.argmax(2), x.argmin(-3))
+    compile_and_compare(fn, torch.randn(4, 7, 5))
+
+
+def test_argmax_argmin_feeding_gather():
+    # the indices are used inside the graph too, to pick the extremal values
+    def fn(x):
+        i = x.argmax(1)
+        j = x.argmin(0, keepdim=True)
+        return i, j, x.gather(1, i.unsqueeze(1)).squeeze(1) - x.amax(1), x.gather(0, j) - x.amin(0), x.argmax()
+    report = compile_and_compare(fn, torch.randn(9, 13), fallbacks=2)  # gather is not lowered natively
+    assert {f.op for f in report.fallbacks} == {"gather.default"}, report.summary()
+
+
+def test_prod():
+    def fn(x):
+        return x.prod(), x.prod(1), x.prod(-1, keepdim=True), x.prod(0), torch.prod(x, 0, keepdim=True)
+    compile_and_compare(fn, torch.rand(6, 8) + 0.5)
+    compile_and_compare(lambda x: (x.prod(1), x.prod()), randint(3, 5, low=-3, high=4))
+    compile_and_compare(lambda x: (x.prod(1), x.prod()), randint(3, 5, low=1, high=4, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("correction", [None, 0, 1])
+def test_var_std_corrections(correction):
+    kw = {} if correction is None else dict(correction=correction)
+
+    def fn(x):
+        return (torch.var(x, 1, **kw), torch.std(x, 1, **kw), torch.var(x, (0, 2), keepdim=True, **kw),
+                torch.std(x, -1, keepdim=True, **kw), torch.var(x, **kw), torch.std(x, **kw),
+                torch.var(x, (-1, -3), **kw))
+    compile_and_compare(fn, torch.randn(4, 6, 8) * 3 + 1)
+
+
+def test_var_std_unbiased_default_and_flag():
+    def fn(x):
+        return (x.var(), x.std(), x.var(0), x.std(1), x.var(1, unbiased=False), x.std(0, unbiased=True),
+                x.var(unbiased=False))
+    compile_and_compare(fn, torch.randn(7, 9) + 2)
+
+
+def test_var_mean():
+    def fn(x):
+        v, m = torch.var_mean(x, 1)
+        v0, m0 = torch.var_mean(x, (0, 2), correction=0, keepdim=True)
+        va, ma = torch.var_mean(x)
+        return v, m, v0, m0, va, ma
+    compile_and_compare(fn, torch.randn(5, 6, 7) * 2 - 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.int32], ids=str)
+def test_any_all(dtype):
+    def fn(x):
+        return (x.any(), x.all(), x.any(1), x.all(0), x.any(-1, keepdim=True), x.all(2, keepdim=True),
+                torch.any(x, (0, 2)), torch.all(x, (1, 2), keepdim=True))
+    if dtype == torch.bool:
+        x = torch.rand(4, 5, 6) > 0.3
+        x[0] = True        # a slice that is all True
+        x[1, :, 0] = False
+        x[2] = False       # a slice that is all False
+    elif dtype == torch.float32:
+        x = torch.randn(4, 5, 6)
+        x[x.abs() < 0.5] = 0.0
+        x[0] = 1.5
+        x[3] = 0.0
+        x[1, 2, 3] = float("nan")  # NaN is truthy
+    else:
+        x = randint(4, 5, 6, low=-1, high=2, dtype=torch.int32)
+        x[0] = 7
+        x[3] = 0
+    compile_and_compare(fn, x)
+
+
+# --- dtypes ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_low_precision_reductions(dtype):
+    def fn(x):
+        return (x.sum(-1), x.mean(0), x.sum(), x.mean(), x.amax(1), x.amin(0), x.argmax(1),
+                x.max(0)[0], x.max(0)[1], x.sum((0, 1), keepdim=True))
+    compile_and_compare(fn, torch.randn(8, 40, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_low_precision_sum_mean_accumulate_in_fp32(dtype):
+    # Multiples of 1/64 below 1: every fp32 partial sum is exact, so eager (fp32 accumulation,
+    # one rounding at the end) is matched bit for bit only if the kernel accumulates in fp32 too;
+    # partial sums kept in fp16/bf16 would lose bits.
+    x = (torch.randint(1, 64, (3, 2048)) / 64).to(dtype)
+    compile_and_compare(lambda x: (x.sum(1), x.mean(1), x.sum(-1, keepdim=True), x.sum()), x, atol=0, rtol=0)
+    compile_and_compare(lambda x: (x.sum(0), x.mean(0)), x[:, :512].t().contiguous(), atol=0, rtol=0)
+
+
+def test_fp16_mean_does_not_overflow():
+    # the fp16 sum of these rows (~120000) overflows, their mean (~60) does not
+    x = (torch.rand(2, 2000) * 8 + 56).half()
+    compile_and_compare(lambda x: (x.mean(1), x.mean(), x.sum(1)), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_integer_reductions(dtype):
+    def fn(x):
+        return (x.sum(1), x.sum(), x.sum((0, 2), keepdim=True), x.amax(0), x.amin(-1), x.amax(),
+                x.max(), x.min(), x.argmax(1), x.argmin(), x.max(2)[0], x.max(2)[1], x.min(0)[1])
+    compile_and_compare(fn, randint(4, 6, 5, low=-1000, high=1000, dtype=dtype))
+
+
+def test_integer_sum_promotes_to_int64_without_overflow():
+    x = torch.randint(2**30, 2**31 - 1, (3, 8), dtype=torch.int32)
+    compile_and_compare(lambda x: (x.sum(1), x.sum()), x)
+
+
+def test_bool_reductions():
+    def fn(b):
+        return b.sum(), b.sum(1), b.sum(0, keepdim=True), b.any(), b.all(1), b.amax(1), b.amin(0)
+    b = torch.rand(6, 9) > 0.5
+    b[0] = True
+    b[:, 2] = False
+    compile_and_compare(fn, b)
+
+
+def test_reduction_dtype_argument():
+    def fn(i, h):
+        return (i.sum(1, dtype=torch.float32), i.mean(0, dtype=torch.float32), h.sum(dtype=torch.float32),
+                h.mean(1, dtype=torch.float32), i.prod(1, dtype=torch.float64), h.sum(0, dtype=torch.float64))
+    compile_and_compare(fn, randint(5, 7, dtype=torch.int32), torch.randn(5, 7, dtype=torch.float16))
+
+
+def test_small_int_sum_and_mean_of_cast():
+    compile_and_compare(lambda x: (x.sum(1), x.float().mean(1), x.to(torch.int32).sum(0)),
+                        randint(5, 9, low=-100, high=100, dtype=torch.int8))
+
+
+# --- special values and shapes -----------------------------------------------------------------
+
+def _with_nans():
+    x = torch.randn(6, 10)
+    x[1, 3] = float("nan")
+    x[4, 0] = float("nan")
+    x[4, 7] = float("nan")
+    x[5, 9] = float("nan")
+    return x
+
+
+def test_nan_propagates_through_max_min_and_arg():
+    def fn(x):
+        mx, imx = x.max(1)
+        mn, imn = x.min(1)
+        return (x.amax(1), x.amin(1), x.argmax(1), x.argmin(1), mx, imx, mn, imn, x.amax(0), x.argmax(0),
+                x.max(), x.min(), x.amax(), x.argmax(), x.argmin(), x.sum(1), x.mean(0))
+    compile_and_compare(fn, _with_nans())
+
+
+def test_nan_in_softmax_row_and_inf():
+    x = _with_nans()
+    x[2, 5] = float("inf")
+    x[3, 1] = float("-inf")
+    compile_and_compare(lambda x: (x.amax(1), x.amin(1), x.argmax(1), x.argmin(1), x.softmax(-1)), x)
+
+
+def test_argmax_ties_take_first_index():
+    def fn(x):
+        return (x.argmax(1), x.argmin(1), x.argmax(0), x.argmin(0), x.max(1)[1], x.min(1)[1],
+                x.max(0)[1], x.argmax(), x.argmin(), x.argmax(1, keepdim=True))
+    x = torch.randint(0, 3, (8, 16)).float() + 0.5
+    x[0] = 2.5  # a row that is all one value
+    compile_and_compare(fn, x)
+    compile_and_compare(fn, torch.randint(0, 3, (8, 16), dtype=torch.int32))
+
+
+# Rows longer than 2**14 elements take the looped reduction (several RBLOCK-wide steps); the
+# Triton interpreter is slow on them, so few rows and few reductions per test.
+LONG = 17000
+
+
+def test_argmax_ties_across_blocks_of_a_long_row():
+    x = torch.rand(LONG)
+    x[16000] = 5.0
+    x[100] = 5.0        # first of two maxima, in different blocks
+    x[LONG - 1] = -3.0  # a minimum in the last, partial block ...
+    x[9000] = -3.0      # ... after an equal one
+    compile_and_compare(lambda x: (x.argmax(), x.argmin()), x)
+
+
+def test_argmax_of_long_rows():
+    x = torch.rand(2, LONG)
+    x[1, LONG - 3] = 2.0
+    compile_and_compare(lambda x: x.argmax(1), x)
+
+
+def test_size_one_reduced_dims():
+    def fn(x):
+        return (x.sum(1), x.amax(1), x.argmax(1), x.max(1)[0], x.max(1)[1], x.mean(1), x.prod(1),
+                x.var(1, correction=0), x.sum((1, 3)), x.amin(-1, keepdim=True), x.any(1))
+    compile_and_compare(fn, torch.randn(4, 1, 5, 1))
+    compile_and_compare(lambda y: (y.sum(0), y.argmin(0), y.mean(0, keepdim=True)), torch.randn(1, 6))
+
+
+def test_var_with_too_few_elements_is_nan_like_eager():
+    # correction 1 over a single element divides 0 by 0: eager gives NaN
+    compile_and_compare(lambda x: (x.var(1), x.std(1)), torch.randn(4, 1, 5))
+
+
+def test_zero_size_non_reduced_dim():
+    def fn(x):
+        return x.sum(1), x.amax(1), x.mean(1, keepdim=True), x.argmax(1), x.any(1), x.prod(1)
+    compile_and_compare(fn, torch.randn(0, 5))
+    compile_and_compare(lambda x: (x.sum(-1), x.softmax(-1)), torch.randn(3, 0, 4))
+
+
+def test_zero_size_reduced_dim():
+    def fn(x):
+        return (x.sum(1), x.prod(1), x.any(1), x.all(1), x.sum(), x.prod(), x.sum(0), x.mean(1),
+                x.sum(1, keepdim=True))
+    in_child(lambda: compile_and_compare(fn, torch.randn(3, 0)))
+
+
+def test_zero_size_reduced_dim_int():
+    fn = lambda x: (x.sum(1), x.prod(1), x.sum())  # noqa: E731
+    in_child(lambda: compile_and_compare(fn, torch.randint(1, 5, (4, 0), dtype=torch.int32)))
+
+
+def test_zero_dim_input():
+    def fn(x):
+        mx, imx = x.max(0)
+        return (x.sum(), x.mean(), x.amax(), x.amin(), x.max(), x.argmax(), x.argmin(), x.sum(0),
+                x.sum(-1, keepdim=True), mx, imx, x.prod(), x.any(), x.var(correction=0),
+                x.argmax(0, keepdim=True), x.softmax(0))
+    compile_and_compare(fn, torch.randn(()) + 3)
+    compile_and_compare(lambda x: (x.sum(), x.amax(), x.max()), torch.tensor(-7, dtype=torch.int32))
+
+
+def test_long_rows_looped_reduction():
+    x = torch.rand(2, LONG) * 4 - 1
+    compile_and_compare(lambda x: (x.sum(1), x.amax(1), x.amin(-1), x.mean(1, keepdim=True) + x), x)
+
+
+def test_long_rows_var():
+    compile_and_compare(lambda x: x.var(1), torch.rand(2, LONG) * 4 - 1)
+
+
+def test_long_rows_softmax():
+    x = torch.randn(2, LONG) * 4
+    # softmax values are tiny: compare relatively so a wrong normalizer cannot pass
+    compile_and_compare(lambda x: (x.softmax(-1), x.log_softmax(-1)), x, atol=1e-9, rtol=1e-4)
+
+
+def test_long_rows_sum_of_ints():
+    compile_and_compare(lambda x: (x.sum(1), x.amax(1)), randint(2, LONG, low=-1000, high=1000, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_long_rows_low_precision(dtype):
+    compile_and_compare(lambda x: (x.amax(1), x.sum(1)), torch.randn(2, LONG, dtype=dtype))
+
+
+def test_column_reductions():
+    def fn(x):
+        return (x.sum(0), x.amax(0), x.argmax(0), x.mean(0), x.sum(0, keepdim=True), x.var(0), x.amin(0),
+                x.min(0)[1])
+    compile_and_compare(fn, torch.randn(70, 9))
+    compile_and_compare(lambda x: (x.sum(0), x.prod(0)), torch.rand(70, 9) * 0.2 + 0.95)
+    compile_and_compare(lambda x: (x.sum(0), x.amax(0)), torch.randn(600, 3))
+
+
+def test_reductions_of_non_contiguous_inputs():
+    def fn(x):
+        return x.sum(1), x.amax(0), x.argmax(1), x.mean(), x.softmax(-1), x.var(0)
+    compile_and_compare(fn, torch.randn(12, 8).t())                 # transposed
+    compile_and_compare(fn, torch.randn(6, 21)[:, ::3])             # strided slice
+    compile_and_compare(fn, torch.randn(10, 9)[2:8, 1:])            # storage offset
+    compile_and_compare(fn, torch.randn(1, 7).expand(5, 7))         # zero stride
+    compile_and_compare(lambda x: (x.sum((0, 2)), x.amax(1), x.argmin(2)), torch.randn(5, 7, 9).permute(2, 0, 1))
+
+
+def test_reductions_of_non_contiguous_intermediates():
+    def fn(x):
+        y = x * 2
+        return y.t().sum(1), y.t().argmax(0), y[:, ::2].amax(1), y.flip(1).argmax(1), y.t().softmax(0)
+    compile_and_compare(fn, torch.randn(6, 10))
+
+
+# =============================================================================================
+# 2. Views and data movement
+# =============================================================================================
+
+def test_view_and_reshape():
+    def fn(x):
+        return (x.view(24, 8) + 1, x.reshape(-1) * 2, x.reshape(4, -1, 2) - 1, x.view(2, 2, 6, 8).exp(),
+                x.reshape(4, 48).neg(), x.view(4, 6, 2, 4).sum(-1), x.reshape(-1, 8)[5] * 3)
+    compile_and_compare(fn, torch.randn(4, 6, 8))
+
+
+def test_reshape_of_transposed_and_permuted():
+    def fn(x):
+        return (x.transpose(0, 1).reshape(6, -1) + 1, x.permute(2, 0, 1).reshape(8, 24) * 2,
+                x.transpose(1, 2).reshape(4, 48).sin(), x.permute(1, 2, 0).reshape(-1) - 1,
+                x.transpose(0, 2).reshape(2, 4, 6, 4).abs())
+    compile_and_compare(fn, torch.randn(4, 6, 8))
+
+
+def test_permute_transpose_t():
+    def fn(x, m):
+        return (x.permute(2, 0, 1) + 1, x.transpose(-1, 0) * 2, x.permute(1, 2, 0).exp(), m.t() - 1,
+                x.transpose(1, 2) + x.permute(0, 2, 1), m.t().t() * 3, m.T + 1)
+    compile_and_compare(fn, torch.randn(3, 5, 7), torch.randn(4, 9))
+
+
+def test_expand_and_broadcasting():
+    def fn(a, b, c):
+        return (a + b, a * c, (b + c).exp(), a.expand(4, 5, 6) + 1, c.expand(3, -1, -1) * 2,
+                c.unsqueeze(0).expand(2, 3, 5, 6).sum(1), b.expand(5, 6) - c)
+    compile_and_compare(fn, torch.randn(4, 1, 6), torch.randn(5, 1), torch.randn(5, 6))
+
+
+def test_broadcasting_with_zero_dim_and_mixed_dtypes():
+    def fn(x, s, i):
+        return x * s, x + i, i * s, (i + 1).sum(0), s.expand(2, 3) + 1, s.unsqueeze(0).expand(4) * x[:, 0]
+    compile_and_compare(fn, torch.randn(4, 6), torch.randn(()), randint(1, 6, dtype=torch.int32))
+
+
+def test_squeeze_unsqueeze():
+    def fn(x):
+        return (x.squeeze() * 2, x.squeeze(1) + 1, x.squeeze(-1) - 1, x.squeeze((1, 3)).exp(),
+                x.unsqueeze(0) * 2, x.unsqueeze(-1) + 1, x.unsqueeze(2).neg(), x.squeeze(0) * 3,
+                x.squeeze().unsqueeze(1) + 1)
+    compile_and_compare(fn, torch.randn(3, 1, 5, 1))
+
+
+def test_slices_with_steps_and_negative_starts():
+    def fn(x):
+        return (x[::2] + 1, x[1::3] * 2, x[-4:] - 1, x[:, -5:-1].exp(), x[2:9:3, 1::4] * 3,
+                x[..., -1:] + 1, x[-3:, ::5].neg(), x[1:-1, 2:-2] * 2, x[:, 5:5] + 1, x[:, 20:] * 2,
+                x.narrow(1, 3, 4) + 1)
+    compile_and_compare(fn, torch.randn(10, 12))
+
+
+def test_select_including_negative_index():
+    def fn(x):
+        return (x[1] + 1, x[-1] * 2, x[:, -2] - 1, x[..., 3].exp(), x.select(1, -3) * 3, x[0, -1] + 2,
+                x[-2, 1, -4] * 2)
+    compile_and_compare(fn, torch.randn(4, 5, 6))
+
+
+def test_cat_two_and_three_inputs():
+    def fn(a, b, c):
+        return (torch.cat([a, b], 0) + 1, torch.cat([a, b, c], 0) * 2, torch.cat([a.t(), b.t()], 1).exp(),
+                torch.cat([a, c, b], dim=-1) - 1, torch.cat([a, b * 2], 1))
+    compile_and_compare(fn, torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4))
+    compile_and_compare(lambda a, b, c: (torch.cat([a, b, c], 1), torch.cat([c, c * 2, c], -1)),
+                        torch.randn(2, 3, 4), torch.randn(2, 1, 4), torch.randn(2, 5, 4))
+
+
+def test_cat_uneven_sizes_along_dims():
+    def fn(a, b, c):
+        return torch.cat([a, b], 0), torch.cat([a.t(), c], 0), torch.cat([a, b, a], 0) * 2
+    compile_and_compare(fn, torch.randn(2, 5), torch.randn(7, 5), torch.randn(3, 2))
+
+
+def test_cat_mixed_dtypes_promote():
+    def fn(f, i, h, l, b):
+        return (torch.cat([i, f], 1), torch.cat([h, f]), torch.cat([i, l], 0), torch.cat([b, i], 1),
+                torch.cat([h, i], 0), torch.cat([f, b]))
+    compile_and_compare(fn, torch.randn(3, 4), randint(3, 4, dtype=torch.int32), torch.randn(3, 4, dtype=torch.float16),
+                        randint(3, 4), torch.rand(3, 4) > 0.5)
+
+
+def test_cat_with_empty_input():
+    def fn(a, e, e2, b):
+        return torch.cat([a, e]) * 2, torch.cat([e2, a, e2], 0) + 1, torch.cat([a, b[:, :0], b], 1)
+    compile_and_compare(fn, torch.randn(3, 4), torch.randn(0), torch.randn(0, 4), torch.randn(3, 2))
+
+
+def test_split_and_chunk_uneven():
+    def fn(x):
+        a, b, c = x.split(3, dim=1)
+        d, e, f = x.chunk(3, 0)
+        g, h, k = torch.split(x, [1, 5, 2], dim=1)
+        return a + 1, b * 2, c - 1, d.exp(), e + 1, f * 2, g + h[:, :1], k.neg(), *x.chunk(4, -1)
+    compile_and_compare(fn, torch.randn(7, 8))
+
+
+def test_split_and_narrow_along_negative_dims():
+    def fn(x):
+        a, b, c = x.split([2, 3, 1], -1)
+        d, e = x.chunk(2, -2)
+        return a + 1, b * 2, c - 1, d.exp(), e.neg(), x.narrow(-1, 2, 3) + 1, x.narrow(-2, 1, 2) * 2
+    compile_and_compare(fn, torch.randn(3, 4, 6))
+
+
+def test_split_pieces_as_outputs():
+    compile_and_compare(lambda x: x.split(4, 1), torch.randn(3, 10))
+    compile_and_compare(lambda x: x.chunk(3, 0), torch.randn(8, 3))
+
+
+def test_gated_chunk():
+    def fn(x):
+        a, b = x.chunk(2, -1)
+        return a * torch.sigmoid(b)
+    compile_and_compare(fn, torch.randn(4, 5, 12))
+
+
+def test_flip():
+    def fn(x):
+        return (x.flip(0) + 1, x.flip(-1) * 2, x.flip(0, 2).exp(), x.flip((0, 1, 2)) - 1, x.flip(1).sum(1),
+                torch.flip(x, [1, -1]) * 3, x.flip(0).flip(0) + 1)
+    compile_and_compare(fn, torch.randn(3, 4, 5))
+
+
+def test_constant_pad():
+    def fn(x):
+        return (F.pad(x, (1, 2)), F.pad(x, (1, 1, 2, 0), value=1.5), F.pad(x, (-1, -2)),
+                F.pad(x, (2, -1, -1, 3)), F.pad(x, (0, 0, 0, 0, 1, 1), value=-2.0) * 2,
+                F.pad(x, (3, 0), mode="constant", value=0.25).exp())
+    compile_and_compare(fn, torch.randn(3, 4, 5))
+
+
+def test_constant_pad_int_and_low_precision():
+    compile_and_compare(lambda x: (F.pad(x, (1, 2), value=7), F.pad(x, (-1, 1, 2, -2)) + 1),
+                        randint(4, 5, dtype=torch.int32))
+    compile_and_compare(lambda x: F.pad(x, (2, 1, 1, 0), value=-0.5) * 2, torch.randn(4, 5, dtype=torch.bfloat16))
+
+
+def test_view_chains_with_pointwise():
+    def fn(x, y, z):
+        return (x.t().reshape(-1) * 2,
+                torch.cat([x, y * 2], 1).flip(0),
+                x[::2].t().contiguous() + 1,
+                F.pad(x.flip(1), (1, 1)).sum(0),
+                x.t().unsqueeze(0).expand(2, -1, -1).reshape(2, -1) + z,
+                x.transpose(0, 1)[1:, ::2].reshape(-1).exp(),
+                torch.cat([x, y], 1).sum(1) / torch.cat([x, y], 1).amax(1),
+                x.view(3, 2, 6).permute(2, 0, 1).flip(1).reshape(6, 6)[1::2] * y.sum(),
+                F.pad(x, (-1, 2))[:, ::3].t() + y.t()[:3, :1])
+    compile_and_compare(fn, torch.randn(6, 6), torch.randn(6, 3), torch.randn(2, 36))
+
+
+def test_views_returned_directly():
+    def fn(x):
+        return x.t(), x[1], x.unsqueeze(0).expand(3, -1, -1), x.flip(0), x[:, 1::2], x.view(-1), x.permute(1, 0), x
+    compile_and_compare(fn, torch.randn(4, 6))
+
+
+def test_views_of_intermediates_returned_directly():
+    def fn(x):
+        y = x * 2 + 1
+        return (y.t(), y[1], y.unsqueeze(0).expand(3, -1, -1), y.flip(0), y[:, 1::2], y.view(-1), y[-1, 2:],
+                F.pad(y, (1, 1)), y)
+    compile_and_compare(fn, torch.randn(4, 6))
+
+
+def test_views_of_non_contiguous_input_returned_directly():
+    compile_and_compare(lambda x: (x.t(), x[1], x.flip(1), x.reshape(-1)), torch.randn(5, 4).t())
+
+
+# =============================================================================================
+# 3. Softmax and normalizations
+# =============================================================================================
+
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_softmax_log_softmax(dim):
+    def fn(x):
+        return x.softmax(dim), x.log_softmax(dim), F.softmax(x * 3, dim=dim)
+    compile_and_compare(fn, torch.randn(7, 33) * 2)
+    compile_and_compare(lambda x: (x.softmax(dim), x.log_softmax(dim)), torch.randn(6, 20, dtype=torch.bfloat16))
+    compile_and_compare(lambda x: (x.softmax(dim), F.softmax(x, dim=dim, dtype=torch.float32)),
+                        torch.randn(6, 20, dtype=torch.float16))
+
+
+def test_softmax_3d_middle_dim():
+    compile_and_compare(lambda x: (x.softmax(1), x.log_softmax(-2)), torch.randn(3, 9, 5))
+
+
+@pytest.mark.parametrize("shape", [(20,), (4, 20)], ids=str)
+def test_layer_norm(shape):
+    x = torch.randn(3, 4, 20) * 2 + 1
+    w, b = torch.randn(shape), torch.randn(shape)
+    compile_and_compare(lambda x, w, b: (F.layer_norm(x, shape, w, b), F.layer_norm(x, shape),
+                                         F.layer_norm(x, shape, w), F.layer_norm(x, shape, None, b, eps=1e-3)),
+                        x, w, b)
+
+
+def test_layer_norm_module_bf16():
+    ln = torch.nn.LayerNorm(16, dtype=torch.bfloat16)
+    with torch.no_grad():
+        ln.weight.copy_(torch.randn(16))
+        ln.bias.copy_(torch.randn(16))
+    compile_and_compare(lambda x: ln(x), torch.randn(5, 16, dtype=torch.bfloat16))
+
+
+def _rms_norm(x, w):
+    return (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_rms_norm(dtype):
+    compile_and_compare(_rms_norm, torch.randn(4, 7, 32, dtype=dtype), torch.randn(32, dtype=dtype))
+
+
+def test_normalize_by_row_sum():
+    compile_and_compare(lambda x: x / x.sum(-1, keepdim=True), torch.rand(6, 17) + 0.1)
+    compile_and_compare(lambda x: x / x.sum(0, keepdim=True), torch.rand(6, 17) + 0.1)
+    compile_and_compare(lambda x: x / x.sum(-1, keepdim=True), (torch.rand(6, 17) + 0.1).half())
