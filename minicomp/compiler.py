@@ -65,7 +65,7 @@ def _signature(args) -> tuple:
     sig = []
     for a in args:
         if isinstance(a, torch.Tensor):
-            sig.append((tuple(a.shape), a.stride(), a.dtype, a.device, a.layout))
+            sig.append((tuple(a.shape), a.stride(), a.dtype, a.device, a.layout, a.data_ptr() % 16 == 0))
         else:
             sig.append((type(a), a))
     return tuple(sig)

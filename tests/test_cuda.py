@@ -55,3 +55,21 @@ def test_mlp_on_cuda_matches_eager():
     with torch.no_grad():
         compile_and_compare(mlp, x, fallbacks=None)
     assert any("layer_norm" in k.name for k in minicomp.report().kernels)
+
+
+GEMMS = [
+    ("mm_bf16_tma", lambda a, b: a @ b, ((1024, 512), (512, 768)), torch.bfloat16),
+    ("linear_gelu_residual", lambda x, w, b, r: F.gelu(F.linear(x, w, b)) + r,
+     ((512, 256), (384, 256), (384,), (512, 384)), torch.bfloat16),
+    ("mm_transposed_fp16", lambda a, b: a.t() @ b.t(), ((256, 200), (136, 256)), torch.float16),
+    ("mm_odd_sizes_fp32", lambda a, b: a @ b, ((127, 17), (17, 33)), torch.float32),
+    ("bmm_broadcast", lambda a, b: torch.relu(a @ b), ((4, 1, 64, 48), (3, 48, 80)), torch.bfloat16),
+    ("misaligned_view", lambda a, b: a[1:] @ b, ((129, 64), (64, 128)), torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize("name,fn,shapes,dtype", GEMMS, ids=[g[0] for g in GEMMS])
+def test_gemm_on_cuda(name, fn, shapes, dtype):
+    args = [torch.randn(s, device="cuda", dtype=dtype) / 8 for s in shapes]
+    compile_and_compare(fn, *args, kernels=1, atol=3e-2, rtol=3e-2)
+    assert minicomp.report().kernels[0].name.startswith("k0_mm")

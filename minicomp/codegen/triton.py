@@ -11,7 +11,7 @@ import torch
 
 from ..ir.expr import Affine, Range
 from ..ir.graph import Scalar
-from ..ir.kernel import Compute, IndexValue, Kernel, Load, Masked, Reduce, Store
+from ..ir.kernel import Compute, IndexValue, Kernel, Load, Masked, Reduce, Store, TileLoad
 from ..ir.types import is_float
 
 TL_DTYPE = {
@@ -95,11 +95,13 @@ def _expm1(x):
 ''',
     "_f32_to_bf16": '''
 @triton.jit
-def _f32_to_bf16(x):
-    # round to nearest even on the bits: Triton's interpreter truncates fp32 -> bf16
-    bits = x.to(tl.uint32, bitcast=True)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return tl.where(x != x, x, bits.to(tl.float32, bitcast=True)).to(tl.bfloat16)
+def _f32_to_bf16(x, INTERPRETED: tl.constexpr):
+    y = x.to(tl.bfloat16)
+    if INTERPRETED:  # Triton's interpreter truncates: round to nearest even on the bits
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        y = tl.where(x != x, x, bits.to(tl.float32, bitcast=True)).to(tl.bfloat16)
+    return y
 ''',
     "_trunc": '''
 @triton.jit
@@ -203,6 +205,10 @@ class TritonPrinter:
         self.dtypes: dict[str, torch.dtype] = {}
         self.helpers: set[str] = set()
         self.lines: list[str] = []
+        self.descriptors: dict[str, str] = {}  # TMA descriptors, made once at the top of the kernel
+
+    def k_dtype(self, buffer: str) -> torch.dtype:
+        return next(a.node.dtype for a in self.k.args if a.name == buffer)
 
     # --- expressions --------------------------------------------------------------------
     def index(self, e: Affine) -> str:
@@ -322,7 +328,7 @@ class TritonPrinter:
             if dt == torch.bool:
                 expr = f"{a[0]} != 0"
             elif in_dt == torch.float32 and dt == torch.bfloat16:
-                expr = self.helper("_f32_to_bf16", a)
+                expr = self.helper("_f32_to_bf16", [a[0], "INTERPRETED"])
             else:
                 expr = f"{a[0]}.to({TL_DTYPE[dt]})"
         elif fn == "identity" and isinstance(s.args[0], Scalar):
@@ -345,7 +351,15 @@ class TritonPrinter:
     # --- statements ---------------------------------------------------------------------
     def emit(self, s, indent: str) -> None:
         out = self.lines.append
-        if isinstance(s, Load):
+        if isinstance(s, TileLoad):
+            desc = f"{s.buffer}_desc"
+            if desc not in self.descriptors:
+                self.descriptors[desc] = (f"    {desc} = tl.make_tensor_descriptor({s.buffer} + {s.offset}, "
+                                          f"shape=[{s.shape[0]}, {s.shape[1]}], strides=[{s.row_stride}, 1], "
+                                          f"block_shape=[{s.block[0]}, {s.block[1]}])")
+            out(f"{indent}{s.var} = {desc}.load([{s.coords[0]}, {s.coords[1]}]){'.T' if s.transposed else ''}")
+            self.dtypes[s.var] = self.k_dtype(s.buffer)
+        elif isinstance(s, Load):
             m = self.mask([s.index], s.mask)
             mask = f", {m}, other=0" if m else ""
             out(f"{indent}{s.var} = tl.load(in_ptr_base + ({self.index(s.index)}){mask})"
@@ -416,7 +430,7 @@ class TritonPrinter:
     # --- the kernel ---------------------------------------------------------------------
     def source(self) -> str:
         k, sch = self.k, self.k.schedule
-        params = [a.name for a in k.args] + [f"{b}: tl.constexpr" for b in sch.blocks]
+        params = [a.name for a in k.args] + [f"{b}: tl.constexpr" for b in (*sch.blocks, "INTERPRETED")]
         pid = "tl.program_id(0)" + (".to(tl.int64)" if sch.index_dtype == "int64" else "")
         for name, var in k.vars.items():
             self.lines.append(f"    {var.name.replace('index', '')}numel = {var.size}")
@@ -424,8 +438,9 @@ class TritonPrinter:
         helpers = "".join(HELPERS[h] for h in sorted(self.helpers))
         header = (f"# {k.name}: {', '.join(k.origins)}\n# schedule: {sch}\n"
                   "import triton\nimport triton.language as tl\n")
+        body = [*self.lines[:len(k.vars)], *self.descriptors.values(), *self.lines[len(k.vars):]]
         return (header + helpers + "\n\n@triton.jit\n"
-                f"def {k.name}({', '.join(params)}):\n" + "\n".join(self.lines) + "\n")
+                f"def {k.name}({', '.join(params)}):\n" + "\n".join(body) + "\n")
 
     def _body(self, indent: str = "    ") -> None:
         for phase in self.k.phases:
@@ -479,48 +494,51 @@ class TritonPrinter:
                 self.finish(r, f"acc_{r.var}", f"acc_{r.var}_i" if r.index else None, ind)
 
     def _gemm(self, pid: str) -> None:
-        """Tiles of C = A @ B in grouped order (GROUP_M row-tiles share B columns in L2), a K loop of
-        tl.dot into an fp32 accumulator, then the fused epilogue on the tile."""
+        """A persistent grid of programs loops over the output tiles, in grouped order (GROUP_M
+        row-tiles share B's columns in L2); each tile runs a K loop of tl.dot into an fp32
+        accumulator, then the fused epilogue. ``flatten`` lets Triton pipeline across tiles."""
         k, b = self.k, self.k.schedule.blocks
         n_m = -(-k.numels["m"] // b["BLOCK_M"])
         n_n = -(-k.numels["n"] // b["BLOCK_N"])
-        ind, inner = "    ", "        "
+        tiles = n_m * n_n * k.numels["b"]
+        i2, i3 = "        ", "            "
         self.lines += [
-            f"    pid = {pid}",
-            f"    group_id = pid // (GROUP_M * {n_n})",
-            "    first_m = group_id * GROUP_M",
-            f"    group_rows = tl.minimum({n_m} - first_m, GROUP_M)",
-            f"    pid_m = first_m + ((pid % (GROUP_M * {n_n})) % group_rows)",
-            f"    pid_n = (pid % (GROUP_M * {n_n})) // group_rows",
-            "    bindex = tl.program_id(1)",
-            "    mindex = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]",
-            "    nindex = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]",
-            "    mmask = mindex < mnumel",
-            "    nmask = nindex < nnumel",
+            f"    for tile in tl.range({pid}, {tiles}, {k.schedule.programs}, flatten=True):",
+            f"{i2}bindex = tile // {n_m * n_n}",
+            f"{i2}in_batch = tile % {n_m * n_n}",
+            f"{i2}in_group = in_batch % (GROUP_M * {n_n})",
+            f"{i2}first_m = in_batch // (GROUP_M * {n_n}) * GROUP_M",
+            f"{i2}group_rows = tl.minimum({n_m} - first_m, GROUP_M)",
+            f"{i2}pid_m = first_m + in_group % group_rows",
+            f"{i2}pid_n = in_group // group_rows",
+            f"{i2}mindex = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]",
+            f"{i2}nindex = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]",
+            f"{i2}mmask = mindex < mnumel",
+            f"{i2}nmask = nindex < nnumel",
         ]
         loop, epilogue = k.phases[0], k.phases[1:]
         for s in loop.outer:
-            self.emit(s, ind)
+            self.emit(s, i2)
         (dot,) = loop.reductions
-        self.lines += [f"    {dot.var} = tl.full([BLOCK_M, BLOCK_N], 0, tl.float32)",
-                       "    for koffset in range(0, kanumel, BLOCK_K):",
-                       f"{inner}kaindex = koffset + tl.arange(0, BLOCK_K)[None, :]",
-                       f"{inner}kbindex = koffset + tl.arange(0, BLOCK_K)[:, None]",
-                       f"{inner}kamask = kaindex < kanumel",
-                       f"{inner}kbmask = kbindex < kbnumel"]
+        self.lines += [f"{i2}{dot.var} = tl.full([BLOCK_M, BLOCK_N], 0, tl.float32)",
+                       f"{i2}for koffset in range(0, kanumel, BLOCK_K):",
+                       f"{i3}kaindex = koffset + tl.arange(0, BLOCK_K)[None, :]",
+                       f"{i3}kbindex = koffset + tl.arange(0, BLOCK_K)[:, None]",
+                       f"{i3}kamask = kaindex < kanumel",
+                       f"{i3}kbmask = kbindex < kbnumel"]
         for s in loop.inner:
-            self.emit(s, inner)
-        precision = f', input_precision="{dot.precision}"' if dot.precision else ""
+            self.emit(s, i3)
         a, b = f"tl.broadcast_to({dot.a}, [BLOCK_M, BLOCK_K])", f"tl.broadcast_to({dot.b}, [BLOCK_K, BLOCK_N])"
-        if "UPCAST_BF16" in k.schedule.blocks:  # exact: bf16 products fit fp32
-            self.lines += [f"{inner}a_tile, b_tile = {a}, {b}", f"{inner}if UPCAST_BF16:",
-                           f"{inner}    a_tile, b_tile = a_tile.to(tl.float32), b_tile.to(tl.float32)"]
+        if self.dtypes.get(dot.a) == torch.bfloat16:  # the interpreter multiplies bf16 bits as integers
+            self.lines += [f"{i3}a_tile, b_tile = {a}, {b}", f"{i3}if INTERPRETED:",
+                           f"{i3}    a_tile, b_tile = a_tile.to(tl.float32), b_tile.to(tl.float32)"]
             a, b = "a_tile", "b_tile"
-        self.lines.append(f"{inner}{dot.var} = tl.dot({a}, {b}, {dot.var}{precision})")
+        precision = f', input_precision="{dot.precision}"' if dot.precision else ""
+        self.lines.append(f"{i3}{dot.var} = tl.dot({a}, {b}, {dot.var}{precision})")
         self.dtypes[dot.var] = dot.dtype
         for phase in epilogue:
             for s in phase.outer + phase.inner:
-                self.emit(s, ind)
+                self.emit(s, i2)
 
     def _accumulate(self, r: Reduce, value: str, indent: str) -> None:
         acc = f"acc_{r.var}"

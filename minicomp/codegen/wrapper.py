@@ -6,7 +6,7 @@ from __future__ import annotations
 import networkx as nx
 
 from ..ir.graph import Graph, Node
-from ..ir.kernel import Kernel
+from ..ir.kernel import Kernel, TileLoad
 from ..passes.fusion import terminal
 from ..ir.layout import buffer_strides, view_as_strided
 
@@ -28,8 +28,12 @@ def grid(kernel: Kernel) -> tuple[int, ...]:
     if kernel.schedule.template == "tiled":
         return (_cdiv(n["x"], b["XBLOCK"]) * _cdiv(n["y"], b["YBLOCK"]),)
     if kernel.schedule.template == "gemm":
-        return (_cdiv(n["m"], b["BLOCK_M"]) * _cdiv(n["n"], b["BLOCK_N"]), n["b"])
+        return (kernel.schedule.programs,)
     return (_cdiv(n["x"], b["XBLOCK"]),)
+
+
+def _uses_tma(kernels: list[Kernel]) -> bool:
+    return any(isinstance(s, TileLoad) for k in kernels for p in k.phases for s in p.inner)
 
 
 def value_expr(node: Node, layouts) -> str:
@@ -70,7 +74,9 @@ def _order(graph: Graph, kernels: list[Kernel]) -> list:
 def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
     layouts = graph.meta.get("layouts", {})
     lines = [f"# minicomp wrapper for {graph_name}", "import torch",
-             "from minicomp.runtime.support import empty, ensure_strides", "", "",
+             "from minicomp.runtime.support import empty, ensure_strides, tma_allocator", "",
+             "tma_allocator()  # scratch memory for TMA descriptors made inside kernels" if _uses_tma(kernels) else "",
+             "",
              "def call(args, kernels, externs):"]
     ind = "    "
     for n in graph.inputs:
@@ -91,6 +97,7 @@ def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
                 continue
             launch = ", ".join(buffer_name(a.node) for a in k.args)
             opts = ", ".join(f"{b}={v}" for b, v in k.schedule.blocks.items())
+            opts += f", INTERPRETED={int(k.schedule.interpreted)}"
             lines.append(f"{ind}kernels[{k.name!r}][{grid(k)}]({launch}, {opts}, "
                          f"num_warps={k.schedule.num_warps}, num_stages={k.schedule.num_stages})")
         else:

@@ -70,7 +70,9 @@ class Lowering:
 
     def _input(self, index: int, value):
         if isinstance(value, torch.Tensor):
-            return self.graph.input(index, _type_of(value), value.stride())
+            node = self.graph.input(index, _type_of(value), value.stride())
+            node.attrs["aligned16"] = value.data_ptr() % 16 == 0  # TMA needs 16-byte aligned bases
+            return node
         return value  # a concrete int / float / bool for a symbolic or scalar argument
 
     def _output(self, values) -> None:

@@ -72,6 +72,21 @@ class Dot:
 
 
 @dataclass
+class TileLoad:
+    """A GEMM operand tile through a TMA tensor descriptor (Hopper's bulk copy engine): the operand is
+    a plain 2-D strided buffer ``base + rows * row_stride + cols`` read in [rows, cols] blocks.
+    ``transposed``: the buffer holds the operand transposed (the tile is read, then ``.T``)."""
+    var: str
+    buffer: str
+    offset: int
+    shape: tuple[int, int]
+    row_stride: int
+    block: tuple[str, str]
+    coords: tuple[str, str]
+    transposed: bool
+
+
+@dataclass
 class Store:
     buffer: str
     index: Affine
@@ -79,7 +94,7 @@ class Store:
     inner: bool  # True: one value per element of the iteration space; False: one per row
 
 
-Stmt = Union[Load, Compute, IndexValue, Masked, Reduce, Dot, Store]
+Stmt = Union[Load, TileLoad, Compute, IndexValue, Masked, Reduce, Dot, Store]
 
 
 @dataclass
@@ -104,6 +119,8 @@ class Schedule:
     num_stages: int = 1
     persistent: bool = True  # reductions: the whole row in one block
     index_dtype: str = "int32"
+    interpreted: bool = False  # runs in Triton's interpreter (CPU tensors)
+    programs: int = 0          # gemm: a persistent grid of this many programs loops over the tiles
 
     def __str__(self) -> str:
         blocks = " ".join(f"{k}={v}" for k, v in self.blocks.items())
@@ -154,6 +171,9 @@ def format_stmt(s: Stmt) -> str:
         return f"{s.var} = {s.value} if {' & '.join(map(str, s.mask))} else {s.fill}"
     if isinstance(s, Reduce):
         return f"{s.var} = reduce.{s.fn}({s.value}{', ' + s.index if s.index else ''})"
+    if isinstance(s, TileLoad):
+        return (f"{s.var} = tma_load {s.buffer}[{s.offset} + rows*{s.row_stride} + cols] {s.shape} "
+                f"block {s.block} at {s.coords}" + (" .T" if s.transposed else ""))
     if isinstance(s, Dot):
         return f"{s.var} += dot({s.a}, {s.b})" + (f"  precision={s.precision}" if s.precision else "")
     if isinstance(s, Store):

@@ -14,6 +14,7 @@ Every merge that is tried and refused is recorded with the rule that stopped it.
 """
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -170,6 +171,7 @@ class _Partition:
         self.group_of: dict[Node, Group] = {}
         self.groups: list[Group] = []
         self.decisions: list[str] = []
+        self._ids = itertools.count()  # group ids stay unique as groups merge away
         self.consumers: dict[Node, list[Node]] = defaultdict(list)  # through views
         for n in graph.nodes:
             if n.op != "view":
@@ -178,7 +180,7 @@ class _Partition:
 
     def new_group(self, node: Node) -> None:
         shape, axes = _space(node)
-        g = Group(len(self.groups), [node], shape, axes)
+        g = Group(next(self._ids), [node], shape, axes)
         self.groups.append(g)
         self.group_of[node] = g
 

@@ -14,7 +14,7 @@ import torch
 from ..ir.expr import Affine, Range, Var, index_vars, linear_index, unravel
 from ..ir.graph import Graph, Node, Scalar, compose_view
 from ..ir.kernel import (Compute, Dot, IndexValue, Kernel, KernelArg, Load, Masked, Phase, Reduce,
-                         Schedule, Store)
+                         Schedule, Store, TileLoad)
 from ..ir.layout import buffer_strides
 from ..ir.types import short_dtype
 from .fusion import Group, canonical_index, operand_indices
@@ -241,8 +241,6 @@ def build_gemm_kernel(group: Group, layouts: dict) -> Kernel:
     (m, k), n = a.shape[-2:], b.shape[-1]
     on_gpu = mm.type.device.type == "cuda"
     sched = gemm_schedule(m, n, k, a.dtype, on_gpu)
-    if a.dtype == torch.bfloat16:  # Triton's interpreter multiplies bf16 bit patterns as integers
-        sched.blocks["UPCAST_BF16"] = int(not on_gpu)
     dims = index_vars(group.shape)
     em = _Emitter(group, layouts, dims, persistent=False)
     full = tuple(Affine.of(v) for v in dims)
@@ -265,10 +263,53 @@ def build_gemm_kernel(group: Group, layouts: dict) -> Kernel:
     mapping = dict(zip(dims[:-2], unravel(flat["b"], batch)))
     mapping.update({dims[-2]: Affine.of(flat["m"]), dims[-1]: Affine.of(flat["n"]),
                     ka: Affine.of(flat["ka"]), kb: Affine.of(flat["kb"])})
-    return _finish_kernel(group, em, sched, flat, mapping)
+    kernel = _finish_kernel(group, em, sched, flat, mapping)
+    tiles = math.prod(batch) * -(-m // sched.blocks["BLOCK_M"]) * -(-n // sched.blocks["BLOCK_N"])
+    sched.programs = min(tiles, _multiprocessors()) if on_gpu else tiles
+    if on_gpu and not batch:
+        _use_tma(kernel, dot)
+    return kernel
+
+
+def _multiprocessors() -> int:
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def _use_tma(kernel: Kernel, dot: Dot) -> None:
+    """Read plain strided operands tile by tile through TMA descriptors (Hopper's copy engine): the
+    operand must be a direct load of a buffer, unit stride along rows or columns, 16-byte aligned."""
+    loop = kernel.phases[0]
+    loads = {s.var: s for s in loop.inner if isinstance(s, Load)}
+    args = {a.name: a.node for a in kernel.args}
+    blocks = {"m": "BLOCK_M", "n": "BLOCK_N", "ka": "BLOCK_K", "kb": "BLOCK_K"}
+    coords = {"m": "pid_m * BLOCK_M", "n": "pid_n * BLOCK_N", "ka": "koffset", "kb": "koffset"}
+    for operand, (rows, cols) in ((dot.a, ("m", "ka")), (dot.b, ("kb", "n"))):
+        load = loads.get(operand)
+        if load is None or load.mask:
+            continue
+        node = args[load.buffer]
+        itemsize = node.dtype.itemsize
+        vr, vc = kernel.vars[rows], kernel.vars[cols]
+        if load.index.vars() - {vr, vc}:
+            continue
+        cr, cc = load.index.coeff_of(vr), load.index.coeff_of(vc)
+        offset = load.index.const
+        if cc == 1 and cr and cr * itemsize % 16 == 0:       # rows of contiguous columns
+            tile = TileLoad(load.var, load.buffer, offset, (vr.size, vc.size), cr, (blocks[rows], blocks[cols]),
+                            (coords[rows], coords[cols]), False)
+        elif cr == 1 and cc and cc * itemsize % 16 == 0:     # stored transposed
+            tile = TileLoad(load.var, load.buffer, offset, (vc.size, vr.size), cc, (blocks[cols], blocks[rows]),
+                            (coords[cols], coords[rows]), True)
+        else:
+            continue
+        aligned = node.op != "input" or node.attrs.get("aligned16", False)
+        if offset * itemsize % 16 or not aligned:
+            continue
+        loop.inner[loop.inner.index(load)] = tile
 
 
 def _finish_kernel(group: Group, em: "_Emitter", sched: Schedule, flat: dict, mapping: dict) -> Kernel:
+    sched.interpreted = group.nodes[0].type.device.type != "cuda"
     for phase in em.phases:
         for stmt in phase.outer + phase.inner:
             _substitute(stmt, mapping)

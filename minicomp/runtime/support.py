@@ -26,3 +26,13 @@ def ensure_strides(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
     out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
     out.copy_(t)
     return out
+
+
+def tma_allocator() -> None:
+    """Kernels that make TMA descriptors on the device need Triton's global scratch allocator."""
+    import triton
+
+    def alloc(size: int, alignment: int, stream):
+        return torch.empty(size, device="cuda", dtype=torch.int8)
+
+    triton.set_allocator(alloc)
