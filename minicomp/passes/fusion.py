@@ -15,12 +15,14 @@ Every merge that is tried and refused is recorded with the rule that stopped it.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import networkx as nx
 
-from ..ir.expr import Affine, Var, index_vars
+from ..ir.expr import Affine, Var, index_vars, linear_index, unravel
+from ..ir.types import contiguous_strides
 from ..ir.graph import Graph, Node, compose_view
 from ..ir.layout import view_as_strided
 
@@ -115,6 +117,8 @@ def canonical_index(node: Node, shape, axes):
         return reduced
     if axes and node.shape == tuple(s for d, s in enumerate(shape) if d not in axes):
         return tuple(e for d, e in enumerate(full) if d not in axes)
+    if not axes and math.prod(node.shape) == math.prod(shape):  # a reshape of the space: same order
+        return unravel(linear_index(full, contiguous_strides(shape)), node.shape)
     return None
 
 
@@ -217,6 +221,8 @@ class _Partition:
         shape, axes = (a.shape, a.axes) if a.axes else (b.shape, b.axes)
         if not a.axes and not b.axes:
             shape = b.shape if rule != "horizontal" else a.shape
+        if a.matmul is not None or b.matmul is not None:  # a GEMM iterates over its product's tiles
+            shape = (a.matmul or b.matmul).shape
         members = sorted(a.nodes + b.nodes, key=self.graph.nodes.index)
         dag = self.unit_graph()
         ua, ub = ("g", a.id), ("g", b.id)
