@@ -529,6 +529,8 @@ class TritonPrinter:
         for s in loop.inner:
             self.emit(s, i3)
         a, b = f"tl.broadcast_to({dot.a}, [BLOCK_M, BLOCK_K])", f"tl.broadcast_to({dot.b}, [BLOCK_K, BLOCK_N])"
+        if self.needs_mask("kaindex"):  # lanes past K must add nothing, also for operands constant along K
+            a, b = f"tl.where(kamask, {a}, 0.0)", f"tl.where(kbmask, {b}, 0.0)"
         if self.dtypes.get(dot.a) == torch.bfloat16:  # the interpreter multiplies bf16 bits as integers
             self.lines += [f"{i3}a_tile, b_tile = {a}, {b}", f"{i3}if INTERPRETED:",
                            f"{i3}    a_tile, b_tile = a_tile.to(tl.float32), b_tile.to(tl.float32)"]

@@ -36,6 +36,7 @@ RULES = (
     ("horizontal", "independent kernels over the same space that read the same data become one pass"),
     ("gemm-epilogue", "bias, activation, residual and casts after a matrix product run on its tile"),
     ("gemm-prologue", "a cheap pointwise op on an operand (cast, scale) runs on the loaded tile"),
+    ("store-narrow", "a widening cast read by other kernels is recomputed there: the narrow value is stored"),
 )
 
 # pointwise fns cheap enough to recompute on every tile of a GEMM operand
@@ -291,12 +292,61 @@ def fusion(graph: Graph) -> Graph:
                         "reduction-epilogue" if theirs.axes else "vertical")
                 part.try_merge(theirs, mine, rule)
     _horizontal(part)
+    _store_narrow(part)
     for k, g in enumerate(part.groups):
         g.id = k
         g.stores = part.stored(g.nodes)
     graph.meta["groups"] = part.groups
     graph.meta["decisions"] = part.decisions
     return graph
+
+
+def _is_widening_cast(node: Node) -> bool:
+    return (node.op == "pointwise" and node.attrs["fn"] == "cast"
+            and node.dtype.itemsize > node.inputs[0].dtype.itemsize)
+
+
+def _store_narrow(part: _Partition) -> None:
+    """A group that stores ``cast(x)`` to a wider dtype only for other kernels would write more bytes
+    than needed: those kernels get their own copy of the cast and read ``x`` instead."""
+    for group in list(part.groups):
+        for cast in [m for m in part.stored(group.nodes) if _is_widening_cast(m)]:
+            outside = [c for c in part.consumers[cast] if part.group_of.get(c) not in (group, None)]
+            for other in dict.fromkeys(part.group_of[c] for c in outside):
+                users = [c for c in outside if part.group_of[c] is other]
+                copy = part.graph.add("pointwise", list(cast.inputs), cast.type, cast.origin,
+                                      fn="cast", args=cast.attrs["args"], params=dict(cast.attrs["params"]))
+                part.graph.nodes.remove(copy)
+                part.graph.nodes.insert(part.graph.nodes.index(cast) + 1, copy)
+                members = sorted(other.nodes + [copy], key=part.graph.nodes.index)
+                for u in users:
+                    _rewire(u, cast, copy)
+                try:
+                    check_group(members, other.shape, other.axes, [])
+                except NotFusable:
+                    for u in users:
+                        _rewire(u, copy, cast)
+                    part.graph.nodes.remove(copy)
+                    continue
+                other.nodes = members
+                part.group_of[copy] = other
+                part.consumers[copy] = users
+                part.consumers[cast] = [c for c in part.consumers[cast] if c not in users]
+                part.consumers[terminal(cast.inputs[0])].append(copy)
+                part.decisions.append(f"store-narrow: {other.nodes[0].name}.. recomputes {cast.name} "
+                                      f"({cast.dtype}) from {cast.inputs[0].name}")
+            if not part.consumers[cast]:
+                group.nodes.remove(cast)
+                del part.group_of[cast]
+
+
+def _rewire(user: Node, old: Node, new: Node) -> None:
+    """Point ``user`` (or the views between it and ``old``) at ``new``."""
+    if old in user.inputs:
+        Graph.replace_all_uses_in(user, old, new)
+    for i in user.inputs:
+        if i.op == "view":
+            _rewire(i, old, new)
 
 
 def _horizontal(part: _Partition) -> None:
