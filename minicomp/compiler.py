@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import time
 import traceback
 import warnings
@@ -16,14 +17,16 @@ from pathlib import Path
 
 import torch
 import torch.fx as fx
+import triton
 
 from . import report as reporting
 from .codegen.triton import kernel_source
 from .codegen.wrapper import wrapper_source
 from .frontend.lowering import Lowering
 from .passes.fusion import fusion
+from .passes.gemm_choice import gemm_backend
 from .passes.manager import Pass, run_pipeline
-from .passes.schedule import schedule
+from .passes.schedule import GEMM_CONFIGS, schedule
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache
 
@@ -33,6 +36,7 @@ PIPELINE: list[Pass] = [
     Pass("constant_folding", constant_folding, "evaluate ops on constant fills"),
     Pass("algebraic_simplification", algebraic_simplification, "drop copies and round-trip casts"),
     Pass("view_folding", view_folding, "compose view chains into one index map"),
+    Pass("gemm_backend", gemm_backend, "choose the Triton GEMM template or cuBLAS for each matmul"),
     Pass("fusion", fusion, "group compute nodes into kernels"),
     Pass("schedule", schedule, "choose templates and block sizes, build kernels"),
 ]
@@ -102,7 +106,7 @@ class CompiledGraph:
         dump = self._dump_dir()
         rep = reporting.Report(self.name, dump_dir=str(dump) if dump else None)
         try:
-            fn = self._build(args, dump, rep)
+            fn = self._build(args, dump, rep, self._gemm_choices(args))
         except Exception as e:  # never fail the user's model: run this graph in PyTorch
             if self.options.strict:
                 raise
@@ -121,11 +125,50 @@ class CompiledGraph:
         reporting.record(rep)
         return fn
 
-    def _build(self, args, dump: Path | None, rep: reporting.Report):
+    def _gemm_choices(self, args) -> dict:
+        """Tuned GEMM choices from the on-disk cache; in max-autotune mode, measured now and stored."""
+        if not any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+            return {}
+        key = cache.digest(f"{self.gm.code}|{_signature(args)}|{torch.cuda.get_device_name()}|{triton.__version__}")
+        choices = cache.load_tuned(key)
+        if choices is None and self.options.mode == "max-autotune":
+            choices = self._tune(args)
+            cache.store_tuned(key, choices)
+        return choices or {}
+
+    def _tune(self, args) -> dict:
+        """Measure every GEMM's candidates (cuBLAS, each template config) on fresh random inputs, one
+        matmul at a time with the others at their best so far; keep the fastest."""
+        from triton.testing import do_bench
+        matmuls = [n for n in Lowering(self.gm, args).run().nodes if n.op == "matmul"]
+        inputs = [torch.randn_like(a) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+
+        def measure(choices):
+            try:
+                fn = self._build(list(args), None, reporting.Report(self.name), choices)
+                return do_bench(lambda: fn(inputs), warmup=10, rep=50)
+            except Exception:  # a config that does not fit (shared memory, registers) is skipped
+                return float("inf")
+        best, best_ms = {}, measure({})
+        for node in matmuls:
+            timings = []
+            for candidate in ("aten", *GEMM_CONFIGS):
+                trial = {**best, node.id: candidate}
+                ms = measure(trial)
+                timings.append(f"{candidate} {ms:.3f}")
+                if ms < best_ms:
+                    best, best_ms = trial, ms
+            if os.environ.get("MINICOMP_TUNE_VERBOSE", "1") != "0":
+                print(f"minicomp: tuned {self.name} matmul {node.name} {list(node.shape)}: "
+                      f"{', '.join(timings)} ms -> {best.get(node.id, 'heuristic')}", file=sys.stderr)
+        return best
+
+    def _build(self, args, dump: Path | None, rep: reporting.Report, gemm_choices: dict | None = None):
         if dump:
             (dump / "fx_graph.py").write_text(self.gm.print_readable(print_output=False))
         lowering = Lowering(self.gm, args)
         graph = lowering.run()
+        graph.meta["gemm_choices"] = dict(gemm_choices or {})
         graph = run_pipeline(graph, self.options.pipeline, dump)
         if self.options.strict and lowering.fallbacks:
             op, reason = lowering.fallbacks[0]

@@ -8,6 +8,7 @@ with a warning. Either way the cost is a recompile, never a wrong result.
 from __future__ import annotations
 
 import hashlib
+import json
 import importlib.util
 import os
 import sys
@@ -43,6 +44,28 @@ def cache_dir() -> Path:
         return _fallback_dir
 
 
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def store_tuned(key: str, choices: dict) -> None:
+    """Remember tuned choices (autotuner winners) under ``<cache>/tuned/<key>.json``."""
+    _atomic_write(cache_dir() / "tuned" / f"{key}.json", json.dumps(choices, sort_keys=True))
+
+
+def load_tuned(key: str) -> dict | None:
+    """Tuned choices for ``key``, or None (also when the entry is unreadable: it is re-tuned)."""
+    path = cache_dir() / "tuned" / f"{key}.json"
+    try:
+        return {int(k): v for k, v in json.loads(path.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def store(kind: str, name: str, source: str) -> Path:
     """Write ``source`` under ``<cache>/<kind>/<name>_<hash>.py`` unless an intact copy exists."""
     path = cache_dir() / kind / f"{name}_{digest(source)}.py"
@@ -55,11 +78,7 @@ def store(kind: str, name: str, source: str) -> Path:
             pass
         warnings.warn(f"minicomp: corrupt cache entry {path}; rebuilding it")
         stats["repaired"] += 1
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".py")
-    with os.fdopen(fd, "w") as f:
-        f.write(source)
-    os.replace(tmp, path)
+    _atomic_write(path, source)
     stats["written"] += 1
     return path
 
