@@ -149,18 +149,18 @@ class CompiledGraph:
                 return do_bench(lambda: fn(inputs), warmup=10, rep=50)
             except Exception:  # a config that does not fit (shared memory, registers) is skipped
                 return float("inf")
-        best, best_ms = {}, measure({})
+        best: dict = {}
         for node in matmuls:
-            timings = []
+            timings, best_ms = [], float("inf")
             for candidate in ("aten", *GEMM_CONFIGS):
-                trial = {**best, node.id: candidate}
-                ms = measure(trial)
+                ms = measure({**best, node.id: candidate})
                 timings.append(f"{candidate} {ms:.3f}")
                 if ms < best_ms:
-                    best, best_ms = trial, ms
+                    choice, best_ms = candidate, ms
+            best[node.id] = choice
             if os.environ.get("MINICOMP_TUNE_VERBOSE", "1") != "0":
                 print(f"minicomp: tuned {self.name} matmul {node.name} {list(node.shape)}: "
-                      f"{', '.join(timings)} ms -> {best.get(node.id, 'heuristic')}", file=sys.stderr)
+                      f"{', '.join(timings)} ms -> {best[node.id]}", file=sys.stderr)
         return best
 
     def _build(self, args, dump: Path | None, rep: reporting.Report, gemm_choices: dict | None = None):

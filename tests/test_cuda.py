@@ -59,7 +59,7 @@ def test_mlp_on_cuda_matches_eager():
 
 GEMMS = [
     ("mm_bf16_tma", lambda a, b: a @ b, ((1024, 512), (512, 768)), torch.bfloat16),
-    ("linear_gelu_residual", lambda x, w, b, r: F.gelu(F.linear(x, w, b)) + r,
+    ("linear_relu_residual", lambda x, w, b, r: F.relu(F.linear(x, w, b)) + r,
      ((512, 256), (384, 256), (384,), (512, 384)), torch.bfloat16),
     ("mm_transposed_fp16", lambda a, b: a.t() @ b.t(), ((256, 200), (136, 256)), torch.float16),
     ("mm_odd_sizes_fp32", lambda a, b: a @ b, ((127, 17), (17, 33)), torch.float32),
@@ -73,3 +73,19 @@ def test_gemm_on_cuda(name, fn, shapes, dtype):
     args = [torch.randn(s, device="cuda", dtype=dtype) / 8 for s in shapes]
     compile_and_compare(fn, *args, kernels=1, atol=3e-2, rtol=3e-2)
     assert minicomp.report().kernels[0].name.startswith("k0_mm")
+
+
+def test_heavy_epilogue_runs_in_cublas_and_says_why():
+    x, w, b, r = (torch.randn(s, device="cuda", dtype=torch.bfloat16) / 8 for s in ((2048, 1024), (1024, 1024),
+                                                                                   (1024,), (2048, 1024)))
+    rep = compile_and_compare(lambda x, w, b, r: F.gelu(F.linear(x, w, b)) + r, x, w, b, r, kernels=1,
+                              atol=3e-2, rtol=3e-2)
+    assert any("cuBLAS" in d and "gelu" in d for d in rep.decisions), rep.summary()
+
+
+def test_max_autotune_measures_and_caches(cache_dir):
+    a, b = (torch.randn(512, 512, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    compiled = minicomp.compile(lambda a, b: torch.relu(a @ b), mode="max-autotune")
+    torch.testing.assert_close(compiled(a, b), torch.relu(a @ b), atol=3e-2, rtol=3e-2)
+    assert any("measured" in d for d in minicomp.report().decisions)
+    assert list((cache_dir / "tuned").glob("*.json"))

@@ -297,7 +297,7 @@ def fusion(graph: Graph) -> Graph:
         g.id = k
         g.stores = part.stored(g.nodes)
     graph.meta["groups"] = part.groups
-    graph.meta["decisions"] = part.decisions
+    graph.meta.setdefault("decisions", []).extend(part.decisions)
     return graph
 
 
