@@ -254,7 +254,7 @@ def test_range_simplified():
     assert Range(Affine.of(i) - 2, 0, 4).simplified() == Range(Affine.of(i) - 2, 0, None)
     assert Range(Affine.of(i) + 1, 0, 4).simplified() == Range(Affine.of(i) + 1, None, 4)
     assert Range(Affine.of(i) - 1, 0, 3).simplified() == Range(Affine.of(i) - 1, 0, 3)
-    assert str(Range(Affine.of(i) - 1, 0, 3)) == "i - 1 >= 0 & i - 1 < 3"
+    assert str(Range(Affine.of(i) - 1, 0, 3)) == "(i - 1 >= 0) & (i - 1 < 3)"
 
 
 def test_range_simplified_agrees_pointwise():
@@ -510,7 +510,7 @@ def test_printer_shows_masks_and_groups():
     index, mask, shape = views.pad((3,), (1, 0))
     v = g.view(x, shape, index, mask, fill=-1.0, kind="pad")
     g.add("output", [g.pointwise("exp", [v], F32)], None)
-    assert "pad(%0) [i0 - 1] if i0 - 1 >= 0 else -1.0" in str(g)
+    assert "pad(%0) [i0 - 1] if (i0 - 1 >= 0) else -1.0" in str(g)
     fusion(g)
     text = str(g)
     assert "group g0 pointwise [4]: %2 -> stores %2" in text

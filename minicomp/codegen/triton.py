@@ -243,15 +243,7 @@ class TritonPrinter:
             used |= {v.name for v in r.expr.vars()}
         order = ("yindex", "xindex", "rindex", "mindex", "nindex", "kaindex", "kbindex")
         parts = [v.replace("index", "mask") for v in order if v in used and self.needs_mask(v)]
-        parts += [f"({self.range(r)})" for r in extra]
-        return " & ".join(parts)
-
-    def range(self, r: Range) -> str:
-        parts = []
-        if r.lo is not None:
-            parts.append(f"({r.expr} >= {r.lo})")
-        if r.hi is not None:
-            parts.append(f"({r.expr} < {r.hi})")
+        parts += [f"({r})" for r in extra]
         return " & ".join(parts)
 
     def arg(self, a, block: bool = False) -> str:

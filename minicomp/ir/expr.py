@@ -274,11 +274,12 @@ class Range:
         return Range(self.expr.subs(mapping), self.lo, self.hi)
 
     def __str__(self) -> str:
+        """``(e >= lo) & (e < hi)``: readable, and valid Triton (``&`` binds tighter than ``<``)."""
         parts = []
         if self.lo is not None:
-            parts.append(f"{self.expr} >= {self.lo}")
+            parts.append(f"({self.expr} >= {self.lo})")
         if self.hi is not None:
-            parts.append(f"{self.expr} < {self.hi}")
+            parts.append(f"({self.expr} < {self.hi})")
         return " & ".join(parts)
 
 
