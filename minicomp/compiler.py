@@ -20,6 +20,7 @@ import torch.fx as fx
 import triton
 
 from . import report as reporting
+from . import validation
 from .codegen.triton import kernel_source
 from .codegen.wrapper import wrapper_source
 from .frontend.lowering import Lowering
@@ -108,7 +109,7 @@ class CompiledGraph:
         try:
             fn = self._build(args, dump, rep, self._gemm_choices(args))
         except Exception as e:  # never fail the user's model: run this graph in PyTorch
-            if self.options.strict:
+            if self.options.strict or isinstance(e, validation.ValidationError):
                 raise
             rep.whole_graph_fallback = f"{type(e).__name__}: {e}"
             warnings.warn(f"minicomp: {self.name} runs in PyTorch: {rep.whole_graph_fallback}")
@@ -169,7 +170,10 @@ class CompiledGraph:
         lowering = Lowering(self.gm, args)
         graph = lowering.run()
         graph.meta["gemm_choices"] = dict(gemm_choices or {})
-        graph = run_pipeline(graph, self.options.pipeline, dump)
+        validator = validation.Validator(self.gm, args) if validation.enabled() else None
+        if validator:
+            validator.check_graph("lowering", graph)
+        graph = run_pipeline(graph, self.options.pipeline, dump, validator and validator.check_graph)
         if self.options.strict and lowering.fallbacks:
             op, reason = lowering.fallbacks[0]
             raise MinicompError(f"MINICOMP_STRICT: {op} falls back to PyTorch ({reason})")
@@ -194,4 +198,6 @@ class CompiledGraph:
         rep.fallbacks = [reporting.Fallback(op, reason) for op, reason in lowering.fallbacks]
         rep.decisions = list(dict.fromkeys(graph.meta.get("decisions", [])))
         call = module.call
+        if validator:
+            validator.check_outputs("codegen (generated kernels)", lambda a: call(a, loaded, externs))
         return lambda a: call(a, loaded, externs)

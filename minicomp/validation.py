@@ -1,0 +1,74 @@
+"""Translation validation: run the IR interpreter after every pass on random inputs and name the first
+stage (lowering, a pass, or the generated code) whose results differ from the aten graph's.
+
+Turned on by ``MINICOMP_VERIFY=1``. Slow (every pass re-runs the whole graph): a debugging tool.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.fx as fx
+
+from .ir import interpreter
+from .ir.graph import Graph
+
+
+class ValidationError(AssertionError):
+    pass
+
+
+def enabled() -> bool:
+    return os.environ.get("MINICOMP_VERIFY", "0") not in ("", "0")
+
+
+def random_like(t):
+    """A fresh random tensor with ``t``'s shape, strides and dtype (never all zeros)."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    if t.dtype.is_floating_point:
+        out.copy_(torch.randn(t.shape, device=t.device))
+    elif t.dtype == torch.bool:
+        out.copy_(torch.rand(t.shape, device=t.device) > 0.5)
+    elif t.dtype.is_complex:
+        out.copy_(torch.randn(t.shape, dtype=t.dtype, device=t.device))
+    else:
+        out.copy_(torch.randint(-5, 6, t.shape, device=t.device))
+    return out
+
+
+def _close(actual, expected) -> bool:
+    if not isinstance(expected, torch.Tensor):
+        return actual == expected
+    if actual.shape != expected.shape or actual.dtype != expected.dtype:
+        return False
+    low = expected.dtype in (torch.float16, torch.bfloat16)
+    tol = dict(atol=2e-2, rtol=2e-2) if low else dict(atol=1e-4, rtol=1e-4)
+    if not expected.dtype.is_floating_point:
+        return torch.equal(actual, expected)
+    return torch.allclose(actual.float(), expected.float(), equal_nan=True, **tol)
+
+
+class Validator:
+    """Holds random inputs and the aten graph's results on them; ``check`` compares a stage."""
+
+    def __init__(self, gm: fx.GraphModule, args: list):
+        self.inputs = [random_like(a) for a in args]
+        with torch.no_grad():
+            self.expected = list(gm(*[a.clone() if isinstance(a, torch.Tensor) else a for a in self.inputs]))
+
+    def check_graph(self, stage: str, graph: Graph) -> None:
+        spec = graph.output.attrs["spec"]
+        values = interpreter.run(graph, [a.clone() if isinstance(a, torch.Tensor) else a for a in self.inputs])
+        actual = [values[v] if kind == "node" else v for kind, v in spec]
+        self._compare(stage, actual)
+
+    def check_outputs(self, stage: str, fn) -> None:
+        self._compare(stage, list(fn([a.clone() if isinstance(a, torch.Tensor) else a for a in self.inputs])))
+
+    def _compare(self, stage: str, actual: list) -> None:
+        for k, (a, e) in enumerate(zip(actual, self.expected)):
+            if not _close(a, e):
+                raise ValidationError(f"translation validation: '{stage}' changed result {k} "
+                                      f"(first stage whose results differ from the aten graph's)")
