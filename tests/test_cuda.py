@@ -89,3 +89,17 @@ def test_max_autotune_measures_and_caches(cache_dir):
     torch.testing.assert_close(compiled(a, b), torch.relu(a @ b), atol=3e-2, rtol=3e-2)
     assert any("measured" in d for d in minicomp.report().decisions)
     assert list((cache_dir / "tuned").glob("*.json"))
+
+
+def test_64bit_indexing_beyond_2_pow_31_elements():
+    n = 2**31 + 4096
+    x = torch.randint(-3, 4, (n,), device="cuda", dtype=torch.int8)
+    out = minicomp.compile(lambda x: x * 2 + 1)(x)
+    source = open(minicomp.report().kernels[0].source_path).read()
+    assert "tl.int64" in source  # the flat index is computed in 64 bits
+    for sl in (slice(0, 4096), slice(2**31 - 2048, 2**31 + 2048), slice(n - 4096, n)):
+        torch.testing.assert_close(out[sl], x[sl] * 2 + 1)
+    del out
+    rows = x.view(-1, 4096)[: 2**31 // 4096 + 1]
+    sums = minicomp.compile(lambda r: r.sum(-1))(rows)
+    torch.testing.assert_close(sums, rows.sum(-1))

@@ -71,7 +71,7 @@ def programs(draw) -> Program:
         elif kind == "view":
             name = draw(st.sampled_from(sorted(VIEW)))
             steps.append(VIEW[name].format(f"v{k}"))
-            shape = {"t": shape[::-1] if len(shape) == 2 else (shape[-1], *shape[1:-1], shape[0]),
+            shape = {"t": shape if len(shape) == 1 else (shape[-1], *shape[1:-1], shape[0]),
                      "flat": (max(1, torch.Size(shape).numel()),), "unsq": (1, *shape),
                      "step": ((shape[0] + 1) // 2, *shape[1:]), "flip": shape}[name]
         else:

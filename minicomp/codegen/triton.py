@@ -354,8 +354,11 @@ class TritonPrinter:
         elif isinstance(s, Load):
             m = self.mask([s.index], s.mask)
             mask = f", {m}, other=0" if m else ""
-            out(f"{indent}{s.var} = tl.load(in_ptr_base + ({self.index(s.index)}){mask})"
-                .replace("in_ptr_base", s.buffer))
+            index = self.index(s.index)
+            if s.index.is_const and not s.mask:  # one element: load it as a block of one, not a scalar
+                ones = "[1]" if self.k.schedule.template == "pointwise" else "[1, 1]"  # the blocks' rank
+                index = f"tl.full({ones}, {index}, tl.{self.k.schedule.index_dtype})"
+            out(f"{indent}{s.var} = tl.load({s.buffer} + ({index}){mask})")
             self.dtypes[s.var] = s.dtype
         elif isinstance(s, Compute):
             out(f"{indent}{s.var} = {self.compute(s)}")
@@ -476,7 +479,9 @@ class TritonPrinter:
                 if r.index:
                     body.append(f"{ind}acc_{r.var}_i = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
             inner = ind * 2
-            body += [f"{ind}for roffset in range(0, rnumel, RBLOCK):",
+            steps = -(-self.k.numels["r"] // self.k.schedule.blocks["RBLOCK"])
+            # range over a literal count: triton 3.6's interpreter cannot range over constexprs (numpy >= 2.3)
+            body += [f"{ind}for rstep in range({steps}):", f"{inner}roffset = rstep * RBLOCK",
                      f"{inner}rindex = roffset + tl.arange(0, RBLOCK)[None, :]", f"{inner}rmask = rindex < rnumel"]
             for s in phase.inner:
                 self.emit(s, inner)
@@ -494,8 +499,11 @@ class TritonPrinter:
         n_n = -(-k.numels["n"] // b["BLOCK_N"])
         tiles = n_m * n_n * k.numels["b"]
         i2, i3 = "        ", "            "
+        if k.schedule.programs < tiles:
+            self.lines.append(f"    for tile in tl.range({pid}, {tiles}, {k.schedule.programs}, flatten=True):")
+        else:  # one tile per program (always so in the interpreter)
+            self.lines += ["    if True:", f"{i2}tile = {pid}"]
         self.lines += [
-            f"    for tile in tl.range({pid}, {tiles}, {k.schedule.programs}, flatten=True):",
             f"{i2}bindex = tile // {n_m * n_n}",
             f"{i2}in_batch = tile % {n_m * n_n}",
             f"{i2}in_group = in_batch % (GROUP_M * {n_n})",
@@ -512,8 +520,10 @@ class TritonPrinter:
         for s in loop.outer:
             self.emit(s, i2)
         (dot,) = loop.reductions
+        k_steps = -(-k.numels["ka"] // b["BLOCK_K"])
         self.lines += [f"{i2}{dot.var} = tl.full([BLOCK_M, BLOCK_N], 0, tl.float32)",
-                       f"{i2}for koffset in range(0, kanumel, BLOCK_K):",
+                       f"{i2}for kstep in range({k_steps}):",
+                       f"{i3}koffset = kstep * BLOCK_K",
                        f"{i3}kaindex = koffset + tl.arange(0, BLOCK_K)[None, :]",
                        f"{i3}kbindex = koffset + tl.arange(0, BLOCK_K)[:, None]",
                        f"{i3}kamask = kaindex < kanumel",
