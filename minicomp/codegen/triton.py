@@ -167,6 +167,8 @@ def literal(value, dtype: torch.dtype, block: bool = False) -> str:
         return f"tl.full([1], {int(bool(value))}, tl.int1)"
     if is_float(dtype):
         text = repr(float(value)) if math.isfinite(value) else f'float("{value}")'
+        if dtype == torch.bfloat16:  # made from fp32: triton 3.6's interpreter has no bf16 constants
+            return f"tl.full([1], {text}, tl.float32).to(tl.bfloat16)"
         return text if dtype == torch.float32 else f"tl.full([1], {text}, {TL_DTYPE[dtype]})"
     if dtype == torch.int32 and -2**31 <= value < 2**31:
         return str(int(value))
