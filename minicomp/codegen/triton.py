@@ -315,7 +315,9 @@ class TritonPrinter:
         elif fn == "logical_not":
             expr = f"{a[0]} == 0"
         elif fn == "bitwise_not":
-            expr = f"{a[0]} == 0" if in_dt == torch.bool else f"~{a[0]}"
+            # xor with all ones (triton 3.6's interpreter cannot apply ~ to unsigned ints)
+            ones = (1 << (8 * in_dt.itemsize)) - 1 if in_dt == torch.uint8 else -1
+            expr = f"{a[0]} == 0" if in_dt == torch.bool else f"{a[0]} ^ {literal(ones, in_dt)}"
         elif fn == "where":
             expr = f"tl.where({a[0]}, {a[1]}, {a[2]})"
         elif fn == "cast":

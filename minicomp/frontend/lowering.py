@@ -340,19 +340,29 @@ for _fn, _op in {
 }.items():
     rule(_op.default)(_unary(_fn, PROMO.INT_TO_FLOAT))
 
-for _fn, _op in {"neg": aten.neg, "relu": aten.relu, "sign": aten.sign, "bitwise_not": aten.bitwise_not}.items():
+for _fn, _op in {"neg": aten.neg, "relu": aten.relu, "bitwise_not": aten.bitwise_not}.items():
     rule(_op.default)(_unary(_fn))
+
+
+@rule(aten.sign.default)
+def _sign(L, x):
+    return _copy(L, x) if x.dtype == torch.bool else L.elementwise("sign", x)
+
+
+def _copy(L, x: Node) -> Node:
+    """A new tensor equal to ``x`` (ops that are identities on some dtypes still return copies)."""
+    return L.graph.pointwise("identity", [x], x.dtype)
 
 
 @rule(aten.abs.default)
 def _abs(L, x):
-    return x if x.dtype == torch.bool else L.elementwise("abs", x)
+    return _copy(L, x) if x.dtype == torch.bool else L.elementwise("abs", x)
 
 
 @rule(aten.floor.default, aten.ceil.default, aten.trunc.default, aten.round.default)
 def _rounding(L, x):
     fn = L.node.target.overloadpacket.__name__
-    return x if not is_float(x.dtype) else L.elementwise(fn, x)
+    return _copy(L, x) if not is_float(x.dtype) else L.elementwise(fn, x)
 
 
 @rule(aten.isnan.default, aten.isinf.default)
