@@ -346,23 +346,23 @@ for _fn, _op in {"neg": aten.neg, "relu": aten.relu, "bitwise_not": aten.bitwise
 
 @rule(aten.sign.default)
 def _sign(L, x):
-    return _copy(L, x) if x.dtype == torch.bool else L.elementwise("sign", x)
+    return _fresh_copy(L, x) if x.dtype == torch.bool else L.elementwise("sign", x)
 
 
-def _copy(L, x: Node) -> Node:
+def _fresh_copy(L, x: Node) -> Node:
     """A new tensor equal to ``x`` (ops that are identities on some dtypes still return copies)."""
     return L.graph.pointwise("identity", [x], x.dtype)
 
 
 @rule(aten.abs.default)
 def _abs(L, x):
-    return _copy(L, x) if x.dtype == torch.bool else L.elementwise("abs", x)
+    return _fresh_copy(L, x) if x.dtype == torch.bool else L.elementwise("abs", x)
 
 
 @rule(aten.floor.default, aten.ceil.default, aten.trunc.default, aten.round.default)
 def _rounding(L, x):
     fn = L.node.target.overloadpacket.__name__
-    return _copy(L, x) if not is_float(x.dtype) else L.elementwise(fn, x)
+    return _fresh_copy(L, x) if not is_float(x.dtype) else L.elementwise(fn, x)
 
 
 @rule(aten.isnan.default, aten.isinf.default)
