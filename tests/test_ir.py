@@ -28,7 +28,7 @@ from minicomp.ir.interpreter import run
 from minicomp.ir.kernel import Load, Store
 from minicomp.ir.types import TensorType, contiguous_strides
 from minicomp.ir.verifier import VerificationError, verify
-from minicomp.passes.fusion import NotFusable, RULES, check_group, fusion, is_compute, terminal
+from minicomp.passes.fusion import NotFusable, check_group, fusion, is_compute, terminal
 from minicomp.passes.manager import Pass, run_pipeline
 from minicomp.passes.schedule import schedule
 from minicomp.passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding

@@ -436,7 +436,6 @@ def _clamp(L, x, min=None, max=None):
         out = L.elementwise("maximum", out, min)
     if max is not None:
         out = L.elementwise("minimum", out, max)
-    metas = [L.meta(v) if isinstance(v, Node) else v for v in (x, min, max) if v is not None]
     return L.cast(out, L.out_dtype)
 
 
@@ -452,8 +451,6 @@ def _clamp_max(L, x, v):
 
 @rule(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def _where(L, cond, a, b):
-    metas = [L.meta(v) if isinstance(v, Node) else v for v in (a, b)]
-    _, dtype = elementwise_dtypes(*metas, type_promotion_kind=PROMO.NO_OPMATH)
     dtype = L.out_dtype
     nodes = [v for v in (cond, a, b) if isinstance(v, Node)]
     shape = torch.broadcast_shapes(*[n.shape for n in nodes])

@@ -49,10 +49,7 @@ def _pow2(n: int) -> int:
 
 def choose_schedule(group: Group, on_gpu: bool, tiled: bool, itemsize: int) -> Schedule:
     numel = math.prod(group.shape)
-    if group.matmul is not None:
-        a, b = group.matmul.inputs
-        space = "x".join(map(str, (*group.shape[:-2], a.shape[-2], b.shape[-1], a.shape[-1])))
-    elif group.axes:
+    if group.axes:
         rnumel = math.prod(group.shape[d] for d in group.axes)
         xnumel = numel // max(rnumel, 1) if rnumel else math.prod(
             s for d, s in enumerate(group.shape) if d not in group.axes)
