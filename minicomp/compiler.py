@@ -184,8 +184,7 @@ class CompiledGraph:
             source = kernel_source(k)
             path = cache.store("kernels", k.name, source)
             loaded[k.name] = getattr(cache.load(path, interpret), k.name)
-            rep.kernels.append(reporting.KernelInfo(k.name, str(k.schedule).split(" XBLOCK")[0].split(" YBLOCK")[0],
-                                                    k.origins, str(path), k.bytes_moved))
+            rep.kernels.append(reporting.KernelInfo(k.name, k.schedule.kind, k.origins, str(path), k.bytes_moved))
             if dump:
                 (dump / f"{k.name}.py").write_text(source)
         wrapper = wrapper_source(graph, kernels, self.name)

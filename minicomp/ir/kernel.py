@@ -122,10 +122,15 @@ class Schedule:
     interpreted: bool = False  # runs in Triton's interpreter (CPU tensors)
     programs: int = 0          # gemm: a persistent grid of this many programs loops over the tiles
 
+    @property
+    def kind(self) -> str:
+        """The template, and for reductions whether the row stays in registers."""
+        return self.template if self.template != "reduction" else \
+            f"reduction {'persistent' if self.persistent else 'looped'}"
+
     def __str__(self) -> str:
         blocks = " ".join(f"{k}={v}" for k, v in self.blocks.items())
-        kind = "" if self.template != "reduction" else (" persistent" if self.persistent else " looped")
-        return f"{self.template}{kind} {blocks} num_warps={self.num_warps} index={self.index_dtype}"
+        return f"{self.kind} {blocks} num_warps={self.num_warps} index={self.index_dtype}"
 
 
 @dataclass
