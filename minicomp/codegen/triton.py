@@ -158,21 +158,23 @@ def _fmod_float(a, b):
 REDUCE_IDENTITY = {"sum": 0, "prod": 1, "any": 0, "all": 1}
 
 
-def literal(value, dtype: torch.dtype, block: bool = False) -> str:
-    """A Triton expression for a constant of ``dtype`` (a one-element block if ``block``)."""
+def literal(value, dtype: torch.dtype, block: bool = False, rank: int = 1) -> str:
+    """A Triton expression for a constant of ``dtype``: a Python literal where Triton types it right,
+    else (or if ``block``) a block of ones of ``rank`` dimensions, so it broadcasts with the kernel's blocks."""
+    ones = "[" + ", ".join(["1"] * rank) + "]"
     if block:
-        text = literal(value, dtype)
-        return text if text.startswith("tl.full") else f"tl.full([1], {text}, {TL_DTYPE[dtype]})"
+        text = literal(value, dtype, rank=rank)
+        return text if text.startswith("tl.full") else f"tl.full({ones}, {text}, {TL_DTYPE[dtype]})"
     if dtype == torch.bool:
-        return f"tl.full([1], {int(bool(value))}, tl.int1)"
+        return f"tl.full({ones}, {int(bool(value))}, tl.int1)"
     if is_float(dtype):
         text = repr(float(value)) if math.isfinite(value) else f'float("{value}")'
         if dtype == torch.bfloat16:  # made from fp32: triton 3.6's interpreter has no bf16 constants
-            return f"tl.full([1], {text}, tl.float32).to(tl.bfloat16)"
-        return text if dtype == torch.float32 else f"tl.full([1], {text}, {TL_DTYPE[dtype]})"
+            return f"tl.full({ones}, {text}, tl.float32).to(tl.bfloat16)"
+        return text if dtype == torch.float32 else f"tl.full({ones}, {text}, {TL_DTYPE[dtype]})"
     if dtype == torch.int32 and -2**31 <= value < 2**31:
         return str(int(value))
-    return f"tl.full([1], {int(value)}, {TL_DTYPE[dtype]})"
+    return f"tl.full({ones}, {int(value)}, {TL_DTYPE[dtype]})"
 
 
 def plain_literal(value, dtype: torch.dtype) -> str:
@@ -249,7 +251,10 @@ class TritonPrinter:
         return " & ".join(parts)
 
     def arg(self, a, block: bool = False) -> str:
-        return literal(a.value, a.dtype, block) if isinstance(a, Scalar) else a
+        return self.lit(a.value, a.dtype, block) if isinstance(a, Scalar) else a
+
+    def lit(self, value, dtype: torch.dtype, block: bool = False) -> str:
+        return literal(value, dtype, block, rank=1 if self.k.schedule.template == "pointwise" else 2)
 
     def compute(self, s: Compute) -> str:
         fn, dt = s.fn, s.dtype
@@ -317,7 +322,7 @@ class TritonPrinter:
         elif fn == "bitwise_not":
             # xor with all ones (triton 3.6's interpreter cannot apply ~ to unsigned ints)
             ones = (1 << (8 * in_dt.itemsize)) - 1 if in_dt == torch.uint8 else -1
-            expr = f"{a[0]} == 0" if in_dt == torch.bool else f"{a[0]} ^ {literal(ones, in_dt)}"
+            expr = f"{a[0]} == 0" if in_dt == torch.bool else f"{a[0]} ^ {self.lit(ones, in_dt)}"
         elif fn == "where":
             expr = f"tl.where({a[0]}, {a[1]}, {a[2]})"
         elif fn == "cast":
@@ -328,7 +333,7 @@ class TritonPrinter:
             else:
                 expr = f"{a[0]}.to({TL_DTYPE[dt]})"
         elif fn == "identity" and isinstance(s.args[0], Scalar):
-            return literal(s.args[0].value, dt, block=True)
+            return self.lit(s.args[0].value, dt, block=True)
         elif fn == "identity":
             expr = a[0]
         elif fn == "cat":
@@ -359,7 +364,10 @@ class TritonPrinter:
             m = self.mask([s.index], s.mask)
             mask = f", {m}, other=0" if m else ""
             index = self.index(s.index)
-            if s.index.is_const and not s.mask:  # one element: load it as a block of one, not a scalar
+            # the pointer block must cover the mask's variables too; one element is a block of one
+            mask_vars = {v.name for r in s.mask for v in r.expr.vars()} - {v.name for v in s.index.vars()}
+            index += "".join(f" + 0 * {v}" for v in sorted(mask_vars))
+            if s.index.is_const and not mask_vars:
                 ones = "[1]" if self.k.schedule.template == "pointwise" else "[1, 1]"  # the blocks' rank
                 index = f"tl.full({ones}, {index}, tl.{self.k.schedule.index_dtype})"
             out(f"{indent}{s.var} = tl.load({s.buffer} + ({index}){mask})")
@@ -371,7 +379,7 @@ class TritonPrinter:
             out(f"{indent}{s.var} = {self.index(s.expr)}")
             self.dtypes[s.var] = torch.int64
         elif isinstance(s, Masked):
-            fill = literal(s.fill.value, s.fill.dtype)
+            fill = self.lit(s.fill.value, s.fill.dtype)
             out(f"{indent}{s.var} = tl.where({self.mask([], s.mask) or 'True'}, {s.value}, {fill})")
             self.dtypes[s.var] = s.fill.dtype
         elif isinstance(s, Store):
@@ -396,7 +404,7 @@ class TritonPrinter:
         mask = self.mask([], names=("xindex", "rindex"))
         if not mask:
             return value
-        return f"tl.where({mask}, {value}, {literal(reduce_identity(r.fn, dt), dt)})"
+        return f"tl.where({mask}, {value}, {self.lit(reduce_identity(r.fn, dt), dt)})"
 
     def finish(self, r: Reduce, acc: str, index: str | None, indent: str) -> None:
         """Reduce the block along the reduction axis (only ``tl.reduce`` with our own combine

@@ -117,6 +117,10 @@ class Lowering:
         return result
 
     def _unsupported_inputs(self, args, kwargs) -> str | None:
+        results = self.node.meta.get("val")
+        for r in _flatten(results if isinstance(results, (list, tuple)) else [results]):
+            if isinstance(r, torch.Tensor) and r.dtype not in SUPPORTED_DTYPES:
+                return f"result dtype {r.dtype} is not supported natively"
         for v in _flatten((args, kwargs)):
             if isinstance(v, Node) and isinstance(v.type, TensorType) and v.dtype not in SUPPORTED_DTYPES:
                 return f"dtype {v.dtype} is not supported natively"

@@ -1,0 +1,302 @@
+"""PyTorch OpInfo coverage for minicomp.
+
+``check_op(opinfo, max_samples)`` runs an op's float32 CPU sample inputs through
+``minicomp.compile`` and compares with eager. ``main()`` sweeps torch's whole ``op_db`` and writes
+``tests/coverage/opinfo.md``:
+
+    python -m tests.opinfo [--ops add,mul,div.floor_rounding] [--max-samples N] [--limit-seconds S]
+
+Statuses: ``native`` (every sample correct, nothing fell back), ``fallback`` (correct, but some op
+or a whole graph ran in PyTorch, or no graph reached minicomp), ``wrong`` (a mismatch), ``crash``
+(the compiled call raised where eager did not), ``skipped`` (no float32, random op, no usable
+sample).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import logging
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+# Every buffer minicomp allocates starts as garbage, so an unwritten element cannot pass as correct.
+os.environ.setdefault("MINICOMP_POISON", "1")
+
+import torch  # noqa: E402
+import torch.utils._pytree as pytree  # noqa: E402
+
+import minicomp  # noqa: E402
+
+MAX_ELEMENTS = 4096  # skip samples bigger than this: the Triton interpreter is slow
+TOL = dict(equal_nan=True, atol=1e-4, rtol=1e-4, check_dtype=True)
+
+# Random or uninitialised outputs: eager and compiled cannot be compared.
+RANDOM_OPS = {
+    "bernoulli", "normal", "multinomial", "uniform", "cauchy", "exponential", "geometric",
+    "log_normal", "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d",
+    "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout", "nn.functional.rrelu",
+    "torch._C._nn._test_ambiguous_defaults",
+}
+RANDOM_PREFIXES = ("rand", "randn", "randint", "empty", "new_empty", "bernoulli", "normal",
+                   "nn.functional.dropout")
+
+
+def full_name(opinfo) -> str:
+    return f"{opinfo.name}.{opinfo.variant_test_name}" if opinfo.variant_test_name else opinfo.name
+
+
+def op_by_name(name: str):
+    """The OpInfo called ``name`` (``name`` or ``name.variant``)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+    for op in op_db:
+        if full_name(op) == name:
+            return op
+    raise KeyError(f"no OpInfo named {name!r}")
+
+
+def _is_random(opinfo) -> bool:
+    return opinfo.name in RANDOM_OPS or opinfo.name.startswith(RANDOM_PREFIXES)
+
+
+def _numel(sample) -> int:
+    leaves = pytree.tree_leaves((sample.input, sample.args, sample.kwargs))
+    return sum(t.numel() for t in leaves if isinstance(t, torch.Tensor))
+
+
+def _clone(tree):
+    return pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, tree)
+
+
+def describe(sample) -> str:
+    """A short description of a sample: shapes for tensors, values otherwise."""
+    def one(x):
+        if isinstance(x, torch.Tensor):
+            return f"T{tuple(x.shape)}" + ("" if x.dtype == torch.float32 else f":{str(x.dtype)[6:]}")
+        if isinstance(x, (list, tuple)):
+            inner = ", ".join(one(y) for y in x)
+            return f"[{inner}]" if isinstance(x, list) else f"({inner})"
+        return repr(x)
+    parts = [one(sample.input)] + [one(a) for a in sample.args]
+    parts += [f"{k}={one(v)}" for k, v in sample.kwargs.items()]
+    return ", ".join(parts)
+
+
+def _first_line(exc: BaseException) -> str:
+    msg = str(exc).strip().splitlines()
+    # Dynamo wraps backend errors; the useful line is usually the first non-empty one.
+    return f"{type(exc).__name__}: {msg[0] if msg else ''}"[:300]
+
+
+def _compare(expected, actual) -> None:
+    exp_leaves, act_leaves = pytree.tree_leaves(expected), pytree.tree_leaves(actual)
+    if len(exp_leaves) != len(act_leaves):
+        raise AssertionError(f"{len(act_leaves)} outputs, eager has {len(exp_leaves)}")
+    for i, (e, a) in enumerate(zip(exp_leaves, act_leaves)):
+        if isinstance(e, torch.Tensor):
+            if not isinstance(a, torch.Tensor):
+                raise AssertionError(f"output {i}: {type(a).__name__}, eager has a tensor")
+            if a.shape != e.shape:
+                raise AssertionError(f"output {i}: shape {tuple(a.shape)}, eager {tuple(e.shape)}")
+            torch.testing.assert_close(a, e, **TOL)
+        elif isinstance(e, (int, float, complex)) and not isinstance(e, bool):
+            torch.testing.assert_close(a, e, **TOL)
+        elif a != e:
+            raise AssertionError(f"output {i}: {a!r}, eager {e!r}")
+
+
+def _reports_since(last) -> list:
+    """Reports recorded after ``last`` (``minicomp.report()`` taken earlier). ``reports()`` keeps
+    only the latest 100, so counting them does not work; find ``last`` by identity instead."""
+    reports = minicomp.reports()
+    for i in range(len(reports) - 1, -1, -1):
+        if reports[i] is last:
+            return reports[i + 1:]
+    return reports  # ``last`` is None (nothing compiled yet) or rotated out
+
+
+class _DynamoFallbacks(logging.Handler):
+    """Collects Dynamo's graph-break warnings (e.g. "Backend compiler `minicomp` failed with
+    <data-dependent op>. Adding a graph break."): the code then runs eagerly, unseen by minicomp."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.reasons: list[str] = []
+
+    def emit(self, record):
+        for line in record.getMessage().splitlines():
+            line = line.strip()
+            if line.startswith("Explanation:"):
+                reason = line[len("Explanation:"):].strip().replace(". Adding a graph break.", "")
+                self.reasons.append(re.sub(r"<minicomp\.backend\.Backend object at 0x[0-9a-f]+>", "minicomp", reason))
+                return
+
+
+@contextlib.contextmanager
+def _watch_dynamo():
+    handler = _DynamoFallbacks()
+    logger = logging.getLogger("torch._dynamo")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
+def check_op(opinfo, max_samples: int = 3) -> tuple[str, str]:
+    """Run ``opinfo``'s float32 CPU samples through minicomp; returns ``(status, detail)``."""
+    if _is_random(opinfo):
+        return "skipped", "random/nondeterministic op"
+    try:
+        if torch.float32 not in opinfo.supported_dtypes("cpu"):
+            return "skipped", "no float32 support on CPU"
+    except Exception as e:  # noqa: BLE001
+        return "skipped", f"dtypes: {_first_line(e)}"
+    try:
+        samples = opinfo.sample_inputs("cpu", torch.float32, requires_grad=False)
+    except Exception as e:  # noqa: BLE001
+        return "skipped", f"sample_inputs failed: {_first_line(e)}"
+
+    ran, fell_back, n_seen = 0, [], 0
+    try:
+        for sample in samples:
+            if ran >= max_samples:
+                break
+            n_seen += 1
+            if _numel(sample) > MAX_ELEMENTS:
+                continue
+            fn = lambda *a, _s=sample: opinfo.op(*a, **_s.kwargs)  # noqa: E731
+            args = (sample.input, *sample.args)
+            with torch.no_grad():
+                try:
+                    expected = fn(*_clone(args))
+                except Exception:  # noqa: BLE001  eager rejects the sample: not minicomp's problem
+                    continue
+                ran += 1
+                where = f"sample {n_seen - 1} ({describe(sample)})"
+                torch._dynamo.reset()
+                before = minicomp.report()
+                try:
+                    with _watch_dynamo() as dynamo:
+                        actual = minicomp.compile(fn)(*_clone(args))
+                except Exception as e:  # noqa: BLE001
+                    return "crash", f"{_first_line(e)} [{where}]"
+                new = _reports_since(before)
+            try:
+                _compare(expected, actual)
+            except Exception as e:  # noqa: BLE001
+                return "wrong", f"{_first_line(e)} [{where}]"
+            fell_back += [f"dynamo: {r}" for r in dynamo.reasons]
+            if not new and not dynamo.reasons:
+                fell_back.append("no graph reached minicomp")
+            for r in new:
+                if r.whole_graph_fallback:
+                    fell_back.append(f"whole graph: {r.whole_graph_fallback}")
+                fell_back += [f.op for f in r.fallbacks]
+    except Exception as e:  # noqa: BLE001  a failing sample generator
+        if ran == 0:
+            return "skipped", f"sample_inputs failed: {_first_line(e)}"
+    finally:
+        torch._dynamo.reset()
+    if ran == 0:
+        return "skipped", "no usable float32 sample (none, too large, or eager rejects them)"
+    if fell_back:
+        return "fallback", ", ".join(dict.fromkeys(fell_back))[:300]
+    return "native", f"{ran} sample(s)"
+
+
+class _Timeout(BaseException):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Timeout()
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ").replace("`", "'")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", help="comma-separated op names (name or name.variant); default: all of op_db")
+    parser.add_argument("--max-samples", type=int, default=3)
+    parser.add_argument("--limit-seconds", type=float, default=None, help="stop the sweep after this long")
+    parser.add_argument("--op-timeout", type=int, default=120, help="seconds per op before it counts as a crash")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "coverage" / "opinfo.md"))
+    args = parser.parse_args(argv)
+
+    from torch.testing._internal.common_methods_invocations import op_db
+    ops = [op_by_name(n.strip()) for n in args.ops.split(",")] if args.ops else list(op_db)
+
+    start = time.time()
+    rows: list[tuple[str, str, str]] = []
+    signal.signal(signal.SIGALRM, _alarm)
+    stopped_early = False
+    for i, op in enumerate(ops):
+        if args.limit_seconds is not None and time.time() - start > args.limit_seconds:
+            stopped_early = True
+            break
+        t0 = time.time()
+        signal.alarm(args.op_timeout)
+        try:
+            status, detail = check_op(op, args.max_samples)
+        except _Timeout:
+            status, detail = "crash", f"timeout: more than {args.op_timeout}s"
+        except Exception as e:  # noqa: BLE001
+            status, detail = "crash", _first_line(e)
+        finally:
+            signal.alarm(0)
+        torch._dynamo.reset()
+        rows.append((full_name(op), status, detail))
+        print(f"[{i + 1}/{len(ops)}] {full_name(op):<40} {status:<8} {time.time() - t0:6.1f}s  {detail[:120]}",
+              flush=True)
+
+    counts = {s: sum(r[1] == s for r in rows) for s in ("native", "fallback", "wrong", "crash", "skipped")}
+    attempted = len(rows) - counts["skipped"]
+    correct = counts["native"] + counts["fallback"]
+    pct = 100.0 * correct / attempted if attempted else 0.0
+    command = "python -m tests.opinfo " + " ".join(argv if argv is not None else sys.argv[1:])
+    lines = [
+        "# minicomp OpInfo coverage",
+        "",
+        f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- torch {torch.__version__}, triton {_triton_version()}, CPU (Triton interpreter), float32",
+        f"- command: `{command.strip()}`",
+        f"- ops: {len(rows)} of {len(ops)}" + (" (stopped early: --limit-seconds)" if stopped_early else "")
+        + f", {time.time() - start:.0f}s",
+        "",
+        "| result | ops |",
+        "|---|---|",
+        f"| correct, native | {counts['native']} |",
+        f"| correct, through fallback | {counts['fallback']} |",
+        f"| wrong | {counts['wrong']} |",
+        f"| crash | {counts['crash']} |",
+        f"| skipped | {counts['skipped']} |",
+        f"| **correct of attempted** | **{correct}/{attempted} ({pct:.1f}%)** |",
+        "",
+        "| op | status | detail |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {_cell(n)} | {s} | {_cell(d)} |" for n, s, d in rows]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    print(f"\n{counts}; correct {correct}/{attempted} ({pct:.1f}%); wrote {out}")
+    return 0
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+        return triton.__version__
+    except Exception:  # noqa: BLE001
+        return "not installed"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
