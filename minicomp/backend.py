@@ -6,7 +6,6 @@ Registered as the ``minicomp`` entry point of ``torch_dynamo_backends``, so
 """
 from __future__ import annotations
 
-import torch
 import torch.fx as fx
 from torch._decomp import core_aten_decompositions
 from torch._functorch.aot_autograd import aot_module_simplified
@@ -36,4 +35,4 @@ def minicomp_backend(gm: fx.GraphModule, example_inputs, **options):
     return Backend(**options)(gm, example_inputs)
 
 
-__all__ = ["Backend", "minicomp_backend", "torch"]
+__all__ = ["Backend", "minicomp_backend"]

@@ -158,25 +158,6 @@ def _fmod_float(a, b):
 REDUCE_IDENTITY = {"sum": 0, "prod": 1, "any": 0, "all": 1}
 
 
-def literal(value, dtype: torch.dtype, block: bool = False, rank: int = 1) -> str:
-    """A Triton expression for a constant of ``dtype``: a Python literal where Triton types it right,
-    else (or if ``block``) a block of ones of ``rank`` dimensions, so it broadcasts with the kernel's blocks."""
-    ones = "[" + ", ".join(["1"] * rank) + "]"
-    if block:
-        text = literal(value, dtype, rank=rank)
-        return text if text.startswith("tl.full") else f"tl.full({ones}, {text}, {TL_DTYPE[dtype]})"
-    if dtype == torch.bool:
-        return f"tl.full({ones}, {int(bool(value))}, tl.int1)"
-    if is_float(dtype):
-        text = repr(float(value)) if math.isfinite(value) else f'float("{value}")'
-        if dtype == torch.bfloat16:  # made from fp32: triton 3.6's interpreter has no bf16 constants
-            return f"tl.full({ones}, {text}, tl.float32).to(tl.bfloat16)"
-        return text if dtype == torch.float32 else f"tl.full({ones}, {text}, {TL_DTYPE[dtype]})"
-    if dtype == torch.int32 and -2**31 <= value < 2**31:
-        return str(int(value))
-    return f"tl.full({ones}, {int(value)}, {TL_DTYPE[dtype]})"
-
-
 def plain_literal(value, dtype: torch.dtype) -> str:
     """A Python literal for ``value`` (as ``tl.full``'s fill value)."""
     if dtype == torch.bool:
@@ -184,6 +165,20 @@ def plain_literal(value, dtype: torch.dtype) -> str:
     if is_float(dtype):
         return repr(float(value)) if math.isfinite(value) else f'float("{value}")'
     return str(int(value))
+
+
+def literal(value, dtype: torch.dtype, block: bool = False, rank: int = 1) -> str:
+    """A Triton expression for a constant of ``dtype``: a Python literal where Triton types it right
+    (fp32, int32), else (or if ``block``) a block of ones of ``rank`` dimensions, so it broadcasts with
+    the kernel's blocks."""
+    text = plain_literal(value, dtype)
+    typed_right = dtype == torch.float32 or (dtype == torch.int32 and -2**31 <= value < 2**31)
+    if typed_right and not block:
+        return text
+    ones = "[" + ", ".join(["1"] * rank) + "]"
+    if dtype == torch.bfloat16:  # made from fp32: triton 3.6's interpreter has no bf16 constants
+        return f"tl.full({ones}, {text}, tl.float32).to(tl.bfloat16)"
+    return f"tl.full({ones}, {text}, {TL_DTYPE[dtype]})"
 
 
 def _extreme(fn: str, dtype: torch.dtype, largest: bool):

@@ -21,7 +21,7 @@ from typing import Any, Iterable
 import torch
 
 from .expr import Affine, Range, Var, index_vars
-from .types import TensorType, short_dtype
+from .types import TensorType
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,12 @@ class Graph:
         self.meta: dict = {}  # filled by passes: "groups" (fusion), "schedules", "decisions"
 
     # --- building -----------------------------------------------------------------------
-    def add(self, op: str, inputs: Iterable[Node], type, origin=(), **attrs) -> Node:
+    def add(self, op: str, inputs: Iterable[Node], type, origin=(), before: Node | None = None,
+            **attrs) -> Node:
+        """A new node, appended, or placed just before ``before`` (passes that rewrite in place)."""
         node = Node(self._next_id, op, list(inputs), attrs, type, tuple(origin))
         self._next_id += 1
-        self.nodes.append(node)
+        self.nodes.insert(self.nodes.index(before) if before is not None else len(self.nodes), node)
         return node
 
     def input(self, index: int, type: TensorType, strides) -> Node:
@@ -207,10 +209,6 @@ def format_graph(g: Graph) -> str:
     for d in g.meta.get("decisions", []):
         lines.append(f"# {d}")
     return "\n".join(lines) + "\n"
-
-
-def dtype_str(dtype) -> str:
-    return short_dtype(dtype)
 
 
 __all__ = ["Graph", "Node", "Scalar", "Range", "compose_view", "view_vars", "format_graph"]

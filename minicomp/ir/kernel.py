@@ -141,9 +141,7 @@ class Kernel:
     phases: list[Phase]
     schedule: Schedule
     origins: tuple[str, ...]
-    group_id: int
     bytes_moved: int = 0
-    flops: int = 0
 
     @property
     def numels(self) -> dict[str, int]:

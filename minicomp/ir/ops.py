@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import torch
 
-_T = torch
-
-
 def _gelu(x, approximate="none"):
     return torch.nn.functional.gelu(x, approximate=approximate)
 

@@ -67,10 +67,6 @@ class Group:
     def matmul(self) -> Node | None:
         return next((n for n in self.nodes if n.op == "matmul"), None)
 
-    @property
-    def reduced_shape(self) -> tuple[int, ...]:
-        return tuple(1 if d in self.axes else s for d, s in enumerate(self.shape))
-
     def __str__(self) -> str:
         space = f"[{','.join(map(str, self.shape))}]" + (f" axes={self.axes}" if self.axes else "")
         members = " ".join(n.name for n in self.nodes)
@@ -252,10 +248,8 @@ def _copy_unstrided_views(graph: Graph) -> None:
     for user in [n for n in graph.nodes if n.op in ("output", "extern")]:
         for k, node in enumerate(user.inputs):
             if node.op == "view" and view_as_strided(node, {}) is None:
-                copy = graph.add("pointwise", [node], node.type, node.origin, fn="identity", args=(node,),
-                                 params={})
-                graph.nodes.remove(copy)
-                graph.nodes.insert(graph.nodes.index(user), copy)
+                copy = graph.add("pointwise", [node], node.type, node.origin, before=user, fn="identity",
+                                 args=(node,), params={})
                 graph.replace_all_uses_in(user, node, copy)
 
 
@@ -314,10 +308,9 @@ def _store_narrow(part: _Partition) -> None:
             outside = [c for c in part.consumers[cast] if part.group_of.get(c) not in (group, None)]
             for other in dict.fromkeys(part.group_of[c] for c in outside):
                 users = [c for c in outside if part.group_of[c] is other]
-                copy = part.graph.add("pointwise", list(cast.inputs), cast.type, cast.origin,
+                after_cast = part.graph.nodes[part.graph.nodes.index(cast) + 1]
+                copy = part.graph.add("pointwise", list(cast.inputs), cast.type, cast.origin, before=after_cast,
                                       fn="cast", args=cast.attrs["args"], params=dict(cast.attrs["params"]))
-                part.graph.nodes.remove(copy)
-                part.graph.nodes.insert(part.graph.nodes.index(cast) + 1, copy)
                 members = sorted(other.nodes + [copy], key=part.graph.nodes.index)
                 for u in users:
                     _rewire(u, cast, copy)

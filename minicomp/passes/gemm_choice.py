@@ -70,14 +70,11 @@ def _to_extern(graph: Graph, node: Node) -> None:
     a, b = node.inputs
     target = torch.ops.aten.bmm.default if len(node.shape) == 3 else torch.ops.aten.mm.default
     out_type = node.type.with_(dtype=a.dtype)
-    ext = graph.add("extern", [a, b], out_type, node.origin, target=target, arg_tree=((a, b), {}),
+    ext = graph.add("extern", [a, b], out_type, node.origin, before=node, target=target, arg_tree=((a, b), {}),
                     reason="cuBLAS chosen for this GEMM", strides=contiguous_strides(out_type.shape))
     ext.attrs["call"] = lambda x, y: target(x, y)
-    cast = graph.add("pointwise", [ext], node.type, node.origin, fn="cast", args=(ext,),
+    cast = graph.add("pointwise", [ext], node.type, node.origin, before=node, fn="cast", args=(ext,),
                      params={"to": node.dtype})
-    for new in (ext, cast):
-        graph.nodes.remove(new)
-        graph.nodes.insert(graph.nodes.index(node), new)
     graph.replace_all_uses(node, cast)
     graph.nodes.remove(node)
 

@@ -331,7 +331,7 @@ def _finish_kernel(group: Group, em: "_Emitter", sched: Schedule, flat: dict, ma
     if max(numels + [0]) > INT32_LIMIT // 2:
         sched.index_dtype = "int64"
     kernel = Kernel(_kernel_name(group), flat, args, [p for p in em.phases if p.outer or p.inner or p.reductions],
-                    sched, _origins(group), group.id)
+                    sched, _origins(group))
     kernel.bytes_moved = sum(math.prod(a.node.shape) * a.node.dtype.itemsize for a in args)
     return kernel
 

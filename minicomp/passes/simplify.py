@@ -69,10 +69,8 @@ def constant_folding(graph: Graph) -> Graph:
 
 
 def _make_fill(graph: Graph, node: Node, value) -> None:
-    fill = graph.add("pointwise", [], node.type, node.origin, fn="identity",
+    fill = graph.add("pointwise", [], node.type, node.origin, before=node, fn="identity",
                      args=(Scalar(value, node.dtype),), params={})
-    graph.nodes.remove(fill)
-    graph.nodes.insert(graph.nodes.index(node), fill)
     graph.replace_all_uses(node, fill)
 
 
