@@ -12,50 +12,20 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import statistics
 import sys
 import tempfile
-from pathlib import Path
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 import triton
 from triton.testing import do_bench
 
 import minicomp
-
-RESULTS = Path(__file__).parent / "results"
+from common import RESULTS, MLPBlock, bench_interleaved, peak_tflops
 
 
 def bench(fn) -> float:
     return do_bench(fn, warmup=50, rep=200)
-
-
-def bench_interleaved(fns: list, rounds: int = 5) -> list[float]:
-    """Median over rounds that time every variant in turn, so clock and thermal drift hit all alike."""
-    times = [[] for _ in fns]
-    for _ in range(rounds):
-        for t, fn in zip(times, fns):
-            t.append(bench(fn))
-    return [statistics.median(t) for t in times]
-
-
-def peak_tflops() -> float:
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    ms = bench(lambda: a @ a)
-    return 2 * 8192**3 / ms / 1e9
-
-
-class MLPBlock(nn.Module):
-    def __init__(self, d: int):
-        super().__init__()
-        self.norm = nn.LayerNorm(d)
-        self.fc1 = nn.Linear(d, 4 * d)
-        self.fc2 = nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        return x + self.fc2(F.gelu(self.fc1(self.norm(x)), approximate="tanh"))
 
 
 def workloads():
@@ -75,7 +45,7 @@ def workloads():
 def main() -> None:
     os.environ.setdefault("MINICOMP_CACHE_DIR", tempfile.mkdtemp(prefix="minicomp-bench-"))  # tune afresh
     torch.manual_seed(0)
-    peak = peak_tflops()
+    peak = peak_tflops(bench)
     rows = []
     with torch.no_grad():
         for name, fn, inputs, flops in workloads():
@@ -91,7 +61,7 @@ def main() -> None:
             torch.testing.assert_close(tuned(*inputs), expected, atol=0.1, rtol=0.05)
             tuned_report = minicomp.report()
             e, i, m, t = bench_interleaved([lambda: fn(*inputs), lambda: inductor(*inputs),
-                                            lambda: compiled(*inputs), lambda: tuned(*inputs)])
+                                            lambda: compiled(*inputs), lambda: tuned(*inputs)], bench)
             floor = flops / peak / 1e9
             rows.append(dict(workload=name, eager_ms=e, inductor_ms=i, minicomp_ms=m, minicomp_tuned_ms=t,
                              floor_ms=floor, minicomp_tflops=flops / m / 1e9, kernels=[k.name for k in report.kernels],

@@ -28,6 +28,7 @@ from .passes.fusion import fusion
 from .passes.gemm_choice import gemm_backend
 from .passes.manager import Pass, run_pipeline
 from .passes.schedule import GEMM_CONFIGS, schedule
+from .passes.split_reductions import split_reductions
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache
 
@@ -37,6 +38,7 @@ PIPELINE: list[Pass] = [
     Pass("constant_folding", constant_folding, "evaluate ops on constant fills"),
     Pass("algebraic_simplification", algebraic_simplification, "drop copies and round-trip casts"),
     Pass("view_folding", view_folding, "compose view chains into one index map"),
+    Pass("split_reductions", split_reductions, "online softmax for long rows; chunked reductions with few outputs"),
     Pass("gemm_backend", gemm_backend, "choose the Triton GEMM template or cuBLAS for each matmul"),
     Pass("fusion", fusion, "group compute nodes into kernels"),
     Pass("schedule", schedule, "choose templates and block sizes, build kernels"),

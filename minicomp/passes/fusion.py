@@ -112,8 +112,11 @@ def canonical_index(node: Node, shape, axes):
         return full
     if axes and node.shape == tuple(1 if d in axes else s for d, s in enumerate(shape)):
         return reduced
-    if axes and node.shape == tuple(s for d, s in enumerate(shape) if d not in axes):
-        return tuple(e for d, e in enumerate(full) if d not in axes)
+    if axes:  # the reduced shape with size-1 dims dropped or added (keepdim=False, a split's result)
+        kept = [(s, e) for d, (s, e) in enumerate(zip(shape, full)) if d not in axes and s != 1]
+        if [s for s in node.shape if s != 1] == [s for s, _ in kept]:
+            rest = iter(e for _, e in kept)
+            return tuple(next(rest) if s != 1 else Affine.of(0) for s in node.shape)
     if not axes and math.prod(node.shape) == math.prod(shape):  # a reshape of the space: same order
         return unravel(linear_index(full, contiguous_strides(shape)), node.shape)
     return None
@@ -331,6 +334,9 @@ def _store_narrow(part: _Partition) -> None:
             if not part.consumers[cast]:
                 group.nodes.remove(cast)
                 del part.group_of[cast]
+                part.graph.nodes.remove(cast)
+        if not group.nodes:  # every result was recomputed elsewhere
+            part.groups.remove(group)
 
 
 def _rewire(user: Node, old: Node, new: Node) -> None:

@@ -20,6 +20,7 @@ from ..ir.types import short_dtype
 from .fusion import Group, canonical_index, operand_indices
 
 INT32_LIMIT = 2**31 - 1
+COLUMN_TILE = 64  # contiguous outputs per program of a column reduction
 
 
 def plan_layouts(graph: Graph) -> dict[Node, tuple[int, ...]]:
@@ -47,14 +48,26 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (max(n, 1) - 1).bit_length())
 
 
+def persistent_limit(device: torch.device) -> int:
+    """The longest row a reduction keeps in registers as one block (measured on the H200); larger in
+    the CPU interpreter, where a block costs nothing."""
+    return 8192 if device.type == "cuda" else 2**14
+
+
 def choose_schedule(group: Group, on_gpu: bool, tiled: bool, itemsize: int) -> Schedule:
     numel = math.prod(group.shape)
     if group.axes:
         rnumel = math.prod(group.shape[d] for d in group.axes)
         xnumel = numel // max(rnumel, 1) if rnumel else math.prod(
             s for d, s in enumerate(group.shape) if d not in group.axes)
-        limit = 8192 if on_gpu else 2**14
-        if _pow2(rnumel) <= limit:
+        inner = math.prod(group.shape[max(group.axes) + 1:])
+        if on_gpu and inner > 1:
+            # a column reduction: a program takes COLUMN_TILE neighbouring outputs so every load is a
+            # contiguous run, and walks down the reduced rows (measured on the H200: x.sum(0))
+            xblock = min(COLUMN_TILE, _pow2(inner))
+            rblock = min(_pow2(rnumel), 4096 // xblock)
+            return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, 4, 1, rblock >= rnumel)
+        if _pow2(rnumel) <= persistent_limit(group.nodes[0].type.device):
             # measured on the H200 (layer_norm, softmax rows of 1024-4096): one row per program and
             # 4 warps beat wider blocks; short rows pack several per program
             rblock = _pow2(rnumel)
@@ -213,7 +226,7 @@ def _transposed(group: Group, layouts) -> bool:
             probe.store(m, full)
     last = dims[-1]
     for stmt in probe.phases[0].outer:
-        if isinstance(stmt, Load) and last.size > 1 and stmt.index.coeff_of(last) not in (1,):
+        if isinstance(stmt, Load) and last.size > 1 and stmt.index.coeff_of(last) not in (0, 1):
             if any(stmt.index.coeff_of(d) == 1 for d in dims[:-1]):
                 return True
     return False

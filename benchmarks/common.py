@@ -1,0 +1,43 @@
+"""Helpers shared by the benchmark scripts (gemm.py, suite.py): interleaved timing, the matmul peak, MLPBlock."""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+RESULTS = Path(__file__).parent / "results"
+
+Timer = Callable[[Callable[[], object]], float]  # fn -> milliseconds
+
+
+def bench_interleaved(fns: list, bench: Timer, rounds: int = 5) -> list[float]:
+    """Median over rounds that time every variant in turn, so clock and thermal drift hit all alike."""
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for t, fn in zip(times, fns):
+            t.append(bench(fn))
+    return [statistics.median(t) for t in times]
+
+
+def peak_tflops(bench: Timer, n: int = 8192, device: str = "cuda") -> float:
+    """bf16 matmul throughput (cuBLAS on a GPU) at n^3, in TFLOP/s."""
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    ms = bench(lambda: a @ a)
+    return 2 * n**3 / ms / 1e9
+
+
+class MLPBlock(nn.Module):
+    """Transformer MLP block: LayerNorm -> Linear -> GELU(tanh) -> Linear + residual."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.fc2 = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return x + self.fc2(F.gelu(self.fc1(self.norm(x)), approximate="tanh"))

@@ -1,0 +1,195 @@
+"""Split reductions: reduce in chunks, then reduce the chunks' results.
+
+Two rewrites, both before fusion so the ordinary templates run the pieces:
+
+* **online softmax** — ``sum(exp(x - max(x)))`` over a row too long for one block is computed per
+  chunk as ``(m_c, s_c)`` (chunk max, and sum of ``exp(x - m_c)``) in one read of ``x``, then
+  combined as ``M = max(m_c)``, ``S = sum(s_c * exp(m_c - M))`` (Milakov & Gimelshein, 2018). The
+  row is read once for its statistics instead of twice (max pass, then sum pass), by many programs.
+* **split reduction** — a reduction with few outputs (column sums, whole-tensor sums, a few long
+  rows) would give each program a huge share of the input and leave SMs idle; reducing chunks of the
+  reduced axis first gives every SM work. Only for associative reductions (sum, prod, max, min,
+  any, all); the partial results keep the accumulation dtype.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..ir import views
+from ..ir.expr import Affine, Range, index_vars
+from ..ir.graph import Graph, Node, Scalar
+from ..ir.types import is_float
+from .schedule import COLUMN_TILE, persistent_limit
+from .simplify import dce, view_folding
+
+SOFTMAX_CHUNK = 4096        # elements of a row per online-softmax chunk (one persistent block)
+SPLIT_MIN_REDUCED = 8192    # shorter reductions are not worth a second kernel
+TARGET_PROGRAMS = 1024      # enough programs to fill every SM several times
+MIN_CHUNK = 1024            # each partial reduction still streams a useful amount
+SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")
+
+
+def split_reductions(graph: Graph) -> Graph:
+    """Rewrite long-row softmax statistics as online softmax, and split few-output reductions."""
+    graph.recompute_users()
+    for node in list(graph.nodes):
+        if node.op == "reduce" and node in graph.nodes:
+            pair = _softmax_statistics(node)
+            if pair is not None:
+                _online_softmax(graph, *pair)
+    graph = dce(graph)
+    graph.recompute_users()
+    for node in list(graph.nodes):
+        if node.op == "reduce":
+            chunks = _split_factor(node)
+            if chunks > 1:
+                _split(graph, node, chunks)
+    return view_folding(graph)
+
+
+# --- online softmax ------------------------------------------------------------------------------
+
+def _softmax_statistics(s: Node) -> tuple[Node, Node] | None:
+    """(max, sum) when ``s`` is ``sum(exp(x - expand(max(x))))`` over one long axis."""
+    if s.attrs["fn"] != "sum" or len(s.attrs["axes"]) != 1 or not is_float(s.dtype):
+        return None
+    e = s.inputs[0]
+    if not (e.op == "pointwise" and e.attrs["fn"] == "exp"):
+        return None
+    sub = e.inputs[0]
+    if not (sub.op == "pointwise" and sub.attrs["fn"] == "sub" and len(sub.inputs) == 2):
+        return None
+    x, view = sub.inputs
+    if view.op != "view" or view.attrs["kind"] != "expand" or view.attrs["mask"]:
+        return None
+    m = view.inputs[0]
+    if not (m.op == "reduce" and m.attrs["fn"] == "max" and m.inputs[0] is x and m.attrs["axes"] == s.attrs["axes"]):
+        return None
+    (axis,) = s.attrs["axes"]
+    if x.shape[axis] <= persistent_limit(x.type.device):
+        return None
+    return m, s
+
+
+def _online_softmax(graph: Graph, m: Node, s: Node) -> None:
+    x = m.inputs[0]
+    (d,) = m.attrs["axes"]
+    dt, origin = x.dtype, m.origin + s.origin
+    chunks = -(-x.shape[d] // SOFTMAX_CHUNK)
+
+    def pw(fn, *args, dtype=dt):
+        return graph.add("pointwise", [a for a in args if isinstance(a, Node)],
+                         x.type.with_(shape=next(a.shape for a in args if isinstance(a, Node)), dtype=dtype),
+                         origin, before=m, fn=fn, args=args, params={})
+
+    def expand(node, shape):
+        index, mask = views.expand(node.shape, shape)
+        return graph.add("view", [node], node.type.with_(shape=shape), origin, before=m, index=index,
+                         mask=mask, fill=None, kind="expand")
+
+    def reduce(fn, node, *axes):
+        return graph.add("reduce", [node], node.type.with_(shape=_reduced_shape(node.shape, axes)), origin,
+                         before=m, fn=fn, axes=axes)
+
+    xc = _chunked(graph, x, d, chunks, float("-inf"), before=m)
+    mc = reduce("max", xc, d + 1)                                  # chunk max
+    # a chunk of only -inf would give exp(-inf - -inf) = nan: shift it by 0 instead
+    safe = pw("where", pw("eq", mc, Scalar(float("-inf"), dt), dtype=torch.bool), Scalar(0.0, dt), mc)
+    sc = reduce("sum", pw("exp", pw("sub", xc, expand(safe, xc.shape))), d + 1)   # chunk sum of exp
+    big_m = reduce("max", mc, d, d + 1)
+    weight = pw("exp", pw("sub", mc, expand(big_m, mc.shape)))
+    big_s = reduce("sum", pw("mul", sc, weight), d, d + 1)
+    graph.meta.setdefault("decisions", []).append(
+        f"split: {m.name}/{s.name} softmax statistics over {x.shape[d]} elements -> online softmax in {chunks} chunks")
+    graph.replace_all_uses(m, _unchunked(graph, big_m, d, m, before=m))
+    graph.replace_all_uses(s, _unchunked(graph, big_s, d, s, before=m))
+
+
+# --- split reductions ----------------------------------------------------------------------------
+
+def _split_factor(r: Node) -> int:
+    """How many chunks to cut ``r``'s longest reduced axis into (1: leave it alone)."""
+    if r.attrs["fn"] not in SPLITTABLE:
+        return 1
+    x = r.inputs[0]
+    axes = r.attrs["axes"]
+    reduced = math.prod(x.shape[a] for a in axes)
+    if reduced < SPLIT_MIN_REDUCED:
+        return 1
+    outputs = math.prod(s for k, s in enumerate(x.shape) if k not in axes)
+    row = x.type.ndim - 1 in axes
+    programs = outputs if row else -(-outputs // COLUMN_TILE)
+    if programs >= TARGET_PROGRAMS // 4:  # already several waves of programs
+        return 1
+    axis = _split_axis(x, axes)
+    chunks = 1
+    while programs * chunks < TARGET_PROGRAMS and reduced // (chunks * 2) >= MIN_CHUNK \
+            and chunks * 2 <= x.shape[axis]:
+        chunks *= 2
+    return chunks
+
+
+def _split_axis(x: Node, axes) -> int:
+    """The longest reduced axis (the outermost of equals: inner axes stay contiguous in a chunk)."""
+    return max(axes, key=lambda a: x.shape[a])
+
+
+def _identity(fn: str, dtype: torch.dtype):
+    if fn in ("sum", "any"):
+        return 0 if dtype != torch.bool else False
+    if fn in ("prod", "all"):
+        return 1 if dtype != torch.bool else True
+    largest = fn == "min"
+    if is_float(dtype):
+        return float("inf") if largest else float("-inf")
+    if dtype == torch.bool:
+        return largest
+    info = torch.iinfo(dtype)
+    return info.max if largest else info.min
+
+
+def _split(graph: Graph, r: Node, chunks: int) -> None:
+    x, fn, axes = r.inputs[0], r.attrs["fn"], r.attrs["axes"]
+    d = _split_axis(x, axes)
+    xc = _chunked(graph, x, d, chunks, _identity(fn, x.dtype), before=r)
+    shifted = tuple(a + 1 if a > d else a for a in axes if a != d)
+    inner_axes = tuple(sorted(shifted + (d + 1,)))
+    partial = graph.add("reduce", [xc], r.type.with_(shape=_reduced_shape(xc.shape, inner_axes)), r.origin,
+                        before=r, fn=fn, axes=inner_axes)
+    # the second level also names the chunk axis (size 1 by now): its space then matches the shape
+    # of the original result, so ops on that result can join its kernel
+    outer_axes = tuple(sorted(shifted + (d, d + 1)))
+    total = graph.add("reduce", [partial], r.type.with_(shape=_reduced_shape(xc.shape, outer_axes)),
+                      r.origin, before=r, fn=fn, axes=outer_axes)
+    graph.meta.setdefault("decisions", []).append(
+        f"split: {r.name} {fn} over {math.prod(x.shape[a] for a in axes)} elements with few outputs -> "
+        f"{chunks} partial reductions, then one over them")
+    graph.replace_all_uses(r, _unchunked(graph, total, d, r, before=r))
+
+
+# --- the chunked views ---------------------------------------------------------------------------
+
+def _reduced_shape(shape, axes) -> tuple[int, ...]:
+    return tuple(1 if k in axes else s for k, s in enumerate(shape))
+
+
+def _chunked(graph: Graph, x: Node, d: int, chunks: int, fill, before: Node) -> Node:
+    """``x`` with axis ``d`` cut into ``chunks`` x ``length`` (padded with ``fill`` at the end)."""
+    size = x.shape[d]
+    length = -(-size // chunks)
+    shape = (*x.shape[:d], chunks, length, *x.shape[d + 1:])
+    out = index_vars(shape)
+    pos = Affine.of(out[d]) * length + Affine.of(out[d + 1])
+    index = (*(Affine.of(v) for v in out[:d]), pos, *(Affine.of(v) for v in out[d + 2:]))
+    mask = () if chunks * length == size else (Range(pos, None, size),)
+    return graph.add("view", [x], x.type.with_(shape=shape), x.origin, before=before, index=index, mask=mask,
+                     fill=fill if mask else None, kind="chunk")
+
+
+def _unchunked(graph: Graph, total: Node, d: int, like: Node, before: Node) -> Node:
+    """``total`` (axes ``d`` and ``d + 1`` of size 1) in the shape of the reduction it replaces."""
+    index, mask = views.reshape(total.shape, like.shape)
+    return graph.add("view", [total], total.type.with_(shape=like.shape), like.origin, before=before,
+                     index=index, mask=mask, fill=None, kind="reshape")

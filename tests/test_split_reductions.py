@@ -1,0 +1,69 @@
+"""Split reductions and online softmax (passes/split_reductions.py), run in Triton's interpreter.
+
+The thresholds are lowered for these tests, so small tensors take the paths that long GPU rows take.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import minicomp
+from minicomp.passes import split_reductions as split
+from tests.utils import compile_and_compare
+
+
+@pytest.fixture(autouse=True)
+def small_thresholds(monkeypatch):
+    monkeypatch.setattr(split, "persistent_limit", lambda device: 256)
+    monkeypatch.setattr(split, "SOFTMAX_CHUNK", 64)
+    monkeypatch.setattr(split, "SPLIT_MIN_REDUCED", 256)
+    monkeypatch.setattr(split, "MIN_CHUNK", 32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_online_softmax_of_long_rows(dtype):
+    x = torch.randn(3, 300, dtype=dtype) * 4  # 5 chunks of 60 (the last one padded)
+    compile_and_compare(lambda x: torch.softmax(x, -1), x, kernels=3)
+    assert any("online softmax in 5 chunks" in d for d in minicomp.report().decisions)
+
+
+def test_online_log_softmax_and_softmax_over_a_middle_axis():
+    x = torch.randn(2, 300, 3)
+    compile_and_compare(lambda x: (torch.log_softmax(x, 1), torch.softmax(x, 1)), x)
+
+
+def test_online_softmax_inf_nan_and_all_masked_chunks():
+    x = torch.randn(4, 300)
+    x[0, :130] = float("-inf")        # whole chunks of -inf: their max must not poison the sum
+    x[1] = float("-inf")              # a row of -inf is nan, as in eager
+    x[2, 17] = float("nan")
+    x[3, 250] = float("inf")
+    compile_and_compare(lambda x: torch.softmax(x, -1), x)
+
+
+def test_short_rows_are_not_split():
+    compile_and_compare(lambda x: torch.softmax(x, -1), torch.randn(4, 200), kernels=1)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.sum(0), lambda x: x.amax(0), lambda x: x.amin(0),
+                                lambda x: x.mean(0), lambda x: x.sum()])
+def test_column_and_full_reductions_split_in_two_kernels(fn):
+    x = torch.randn(1000, 5)  # 1000 rows: chunks with a padded tail
+    compile_and_compare(fn, x, kernels=2)
+    assert any("partial reductions" in d for d in minicomp.report().decisions)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int32, torch.bool])
+def test_split_reductions_keep_the_accumulation_dtype(dtype):
+    x = (torch.randn(777, 3) * 50).to(dtype)
+    compile_and_compare(lambda x: (x.sum(0), x.amax(0)) if dtype != torch.bool else (x.any(0), x.all(0)), x)
+
+
+def test_split_of_several_reduced_axes_and_a_transposed_input():
+    x = torch.randn(600, 4, 5)
+    compile_and_compare(lambda x: x.sum((0, 2)), x, kernels=2)
+    compile_and_compare(lambda x: x.t().sum(1), torch.randn(3, 900))
+
+
+def test_cast_of_a_split_result_joins_the_second_kernel():
+    compile_and_compare(lambda x: x.sum(0), torch.randn(1000, 5, dtype=torch.bfloat16), kernels=2)
