@@ -2,7 +2,7 @@
 
     compiled = minicomp.compile(model)            # or torch.compile(model, backend="minicomp")
     compiled(x)
-    print(minicomp.report())                      # kernels, fallbacks and fusion decisions
+    print(minicomp.report())                      # kernels, fallbacks and decisions
 """
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import sys
 import time
 import traceback
@@ -22,12 +23,13 @@ import triton
 from . import report as reporting
 from . import validation
 from .codegen.triton import kernel_source
-from .codegen.wrapper import wrapper_source
+from .codegen.wrapper import launch_options, wrapper_source
 from .frontend.lowering import Lowering
 from .passes.fusion import fusion
 from .passes.gemm_choice import gemm_backend
 from .passes.manager import Pass, run_pipeline
-from .passes.schedule import GEMM_CONFIGS, schedule
+from .ir.kernel import Schedule
+from .passes.schedule import GEMM_CONFIGS, build_kernel, config_space, schedule
 from .passes.split_reductions import split_reductions
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache
@@ -137,7 +139,7 @@ class CompiledGraph:
         if choices is None and self.options.mode == "max-autotune":
             choices = self._tune(args)
             cache.store_tuned(key, choices)
-        return choices or {}
+        return {int(k): v for k, v in (choices or {}).items()}
 
     def _tune(self, args) -> dict:
         """Measure every GEMM's candidates (cuBLAS, each template config) on fresh random inputs, one
@@ -179,16 +181,28 @@ class CompiledGraph:
         if self.options.strict and lowering.fallbacks:
             op, reason = lowering.fallbacks[0]
             raise MinicompError(f"MINICOMP_STRICT: {op} falls back to PyTorch ({reason})")
-        kernels = graph.meta.get("kernels", [])
+        rep.fallbacks = [reporting.Fallback(op, reason) for op, reason in lowering.fallbacks]
+        self._apply_tuned_schedules(graph, args)
+        rep.decisions = list(dict.fromkeys(graph.meta.get("decisions", [])))
+        call = self._assemble(graph, graph.meta.get("kernels", []), dump, rep)
+        if validator:
+            validator.check_outputs("codegen (generated kernels)", call)
+        return call
+
+    def _assemble(self, graph, kernels, dump: Path | None = None, rep: reporting.Report | None = None):
+        """Generate, store and load the kernels and the wrapper: the graph's callable."""
         interpret = not any(n.type.device.type == "cuda" for n in graph.inputs)
         loaded = {}
         for k in kernels:
             source = kernel_source(k)
             path = cache.store("kernels", k.name, source)
             loaded[k.name] = getattr(cache.load(path, interpret), k.name)
-            rep.kernels.append(reporting.KernelInfo(k.name, k.schedule.kind, k.origins, str(path), k.bytes_moved))
+            if rep is not None:
+                rep.kernels.append(reporting.KernelInfo(k.name, k.schedule.kind, k.origins, str(path), k.bytes_moved))
             if dump:
                 (dump / f"{k.name}.py").write_text(source)
+        if not interpret and len(kernels) > 1 and os.environ.get("MINICOMP_PARALLEL_COMPILE", "1") != "0":
+            cache.precompile([(loaded[k.name], [a.node.dtype for a in k.args], launch_options(k)) for k in kernels])
         wrapper = wrapper_source(graph, kernels, self.name)
         module = cache.load(cache.store("wrappers", "wrapper", wrapper))
         if dump:
@@ -196,9 +210,79 @@ class CompiledGraph:
             (dump / "kernels.txt").write_text("\n\n".join(str(k) for k in kernels) + "\n")
         externs = {n.id: (n.attrs["call"] if n.op == "extern" else n.attrs["value"])
                    for n in graph.nodes if n.op in ("extern", "constant")}
-        rep.fallbacks = [reporting.Fallback(op, reason) for op, reason in lowering.fallbacks]
-        rep.decisions = list(dict.fromkeys(graph.meta.get("decisions", [])))
         call = module.call
-        if validator:
-            validator.check_outputs("codegen (generated kernels)", lambda a: call(a, loaded, externs))
         return lambda a: call(a, loaded, externs)
+
+    # --- autotuning of pointwise / reduction kernels ------------------------------------------
+    def _apply_tuned_schedules(self, graph, args) -> None:
+        """Use a tuned schedule from the cache for every kernel that has one; in max-autotune mode,
+        measure the template's config space for the others and store the winners. Keys: the
+        kernel's structure, the GPU's name and Triton's version."""
+        kernels, groups = graph.meta["kernels"], graph.meta["groups"]
+        for i, (kernel, group) in enumerate(zip(kernels, groups)):
+            if kernel.schedule.template == "gemm":
+                continue
+            key = structural_key(kernel)
+            tuned = cache.load_tuned(key)
+            if tuned is None and self.options.mode == "max-autotune":
+                tuned = self._tune_kernel(graph, i, args)
+                cache.store_tuned(key, tuned)
+            try:
+                sched = Schedule(kernel.schedule.template, dict(tuned["blocks"]), int(tuned["num_warps"]),
+                                 int(tuned["num_stages"]), bool(tuned["persistent"]))
+            except (TypeError, KeyError, ValueError):  # no entry, or a damaged one: keep the heuristic
+                continue
+            kernels[i] = build_kernel(group, graph.meta["layouts"], override=sched)
+            graph.meta.setdefault("decisions", []).append(f"tuned: {kernel.name} {kernels[i].schedule}")
+
+    def _tune_kernel(self, graph, i: int, args) -> dict:
+        """Time kernel ``i`` of the graph under each config of its template's space (the whole graph
+        runs, the other kernels fixed; inputs rotate through three random sets so no candidate finds
+        its data in L2); return the fastest config."""
+        kernels, group = graph.meta["kernels"], graph.meta["groups"][i]
+        heuristic = kernels[i].schedule
+        sets = [[torch.randn_like(a) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+                for _ in range(3)]
+        rotation = itertools.cycle(sets)
+        timings, best, best_ms = [], heuristic, float("inf")
+        for candidate in [heuristic] + [c for c in config_space(group, heuristic) if str(c) != str(heuristic)]:
+            trial = list(kernels)
+            try:
+                trial[i] = build_kernel(group, graph.meta["layouts"], override=candidate)
+                fn = self._assemble(graph, trial)
+                ms = _time_ms(lambda: fn(next(rotation)), on_gpu=kernels[i].schedule.interpreted is False)
+            except Exception:  # a config that does not compile or fit is skipped
+                ms = float("inf")
+            timings.append(f"{'/'.join(str(v) for v in candidate.blocks.values())}x{candidate.num_warps}w {ms:.4f}")
+            if ms < best_ms:
+                best, best_ms = candidate, ms
+        if os.environ.get("MINICOMP_TUNE_VERBOSE", "1") != "0":
+            print(f"minicomp: tuned {kernels[i].name} ({'/'.join(heuristic.blocks)} x warps): "
+                  f"{', '.join(timings)} ms -> {best}", file=sys.stderr)
+        return {"blocks": best.blocks, "num_warps": best.num_warps, "num_stages": best.num_stages,
+                "persistent": best.persistent}
+
+
+def _time_ms(fn, on_gpu: bool) -> float:
+    """Median milliseconds per call: do_bench on a GPU, a few timed calls in the interpreter."""
+    if on_gpu:
+        from triton.testing import do_bench
+        return do_bench(fn, warmup=10, rep=60, return_mode="median")
+    fn()
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return sorted(times)[1]
+
+
+def structural_key(kernel) -> str:
+    """What a tuned schedule is keyed by: the kernel's statements and argument types (not its name,
+    node ids or schedule), the GPU and Triton's version."""
+    body = re.sub(r"%\d+", "%", str(kernel).split("\n", 1)[1])
+    args = ";".join(f"{a.node.dtype}{list(a.node.shape)}{a.is_output}" for a in kernel.args)
+    node = kernel.args[0].node if kernel.args else None
+    device = torch.cuda.get_device_name(node.type.device) if node is not None and node.type.device.type == "cuda" \
+        else "cpu (Triton interpreter)"
+    return cache.digest(f"{kernel.schedule.template}|{args}|{body}|{device}|{triton.__version__}")

@@ -1,4 +1,4 @@
-"""What the compiler did with a graph: kernels, fallbacks, fusion decisions, in a form tests and
+"""What the compiler did with a graph: kernels, fallbacks, decisions, in a form tests and
 people can read."""
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class Report:
             lines.append("fallbacks (run by PyTorch):")
             lines += [f"  {f}" for f in self.fallbacks]
         if self.decisions:
-            lines.append("fusion decisions:")
+            lines.append("decisions:")
             lines += [f"  {d}" for d in self.decisions]
         return "\n".join(lines) + "\n"
 

@@ -32,6 +32,14 @@ def grid(kernel: Kernel) -> tuple[int, ...]:
     return (_cdiv(n["x"], b["XBLOCK"]),)
 
 
+def launch_options(kernel: Kernel) -> dict:
+    """The keyword arguments of a kernel's launch (its constexprs and Triton options); precompiling
+    must pass the very same values, or Triton's cache key differs."""
+    sch = kernel.schedule
+    return {**sch.blocks, "INTERPRETED": int(sch.interpreted), "num_warps": sch.num_warps,
+            "num_stages": sch.num_stages}
+
+
 def _uses_tma(kernels: list[Kernel]) -> bool:
     return any(isinstance(s, TileLoad) for k in kernels for p in k.phases for s in p.inner)
 
@@ -96,10 +104,8 @@ def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
                 lines.append(f"{ind}# {k.name}: nothing to compute (empty)")
                 continue
             launch = ", ".join(buffer_name(a.node) for a in k.args)
-            opts = ", ".join(f"{b}={v}" for b, v in k.schedule.blocks.items())
-            opts += f", INTERPRETED={int(k.schedule.interpreted)}"
-            lines.append(f"{ind}kernels[{k.name!r}][{grid(k)}]({launch}, {opts}, "
-                         f"num_warps={k.schedule.num_warps}, num_stages={k.schedule.num_stages})")
+            opts = ", ".join(f"{b}={v}" for b, v in launch_options(k).items())
+            lines.append(f"{ind}kernels[{k.name!r}][{grid(k)}]({launch}, {opts})")
         else:
             node: Node = obj
             if node.op == "extern":

@@ -6,6 +6,7 @@ kernel's flat variables and the index simplifier folds them back to plain stride
 """
 from __future__ import annotations
 
+import itertools
 import math
 import re
 
@@ -349,14 +350,42 @@ def _finish_kernel(group: Group, em: "_Emitter", sched: Schedule, flat: dict, ma
     return kernel
 
 
-def build_kernel(group: Group, layouts: dict, gemm_configs: dict | None = None) -> Kernel:
+def config_space(group: Group, heuristic: Schedule) -> list[Schedule]:
+    """The configs the autotuner measures for a pointwise, tiled or reduction kernel: the heuristic's
+    blocks halved and doubled, with 4 and 8 warps (a persistent row keeps its whole-row RBLOCK)."""
+    if heuristic.template == "gemm":
+        return [config_schedule(c) for c in GEMM_CONFIGS]
+    rnumel = math.prod(group.shape[d] for d in group.axes) if group.axes else 0
+    names = [b for b in heuristic.blocks if not (b == "RBLOCK" and heuristic.persistent and rnumel > 1)]
+    out, seen = [], set()
+    for factors in itertools.product((1, 0.5, 2), repeat=len(names)):
+        blocks = dict(heuristic.blocks)
+        for name, f in zip(names, factors):
+            blocks[name] = max(1, int(blocks[name] * f))
+        elements = math.prod(blocks.values())
+        if elements > 16384 or elements < 128:
+            continue
+        for warps in (4, 8):
+            key = (tuple(blocks.items()), warps)
+            if key not in seen:
+                seen.add(key)
+                persistent = heuristic.persistent if "RBLOCK" not in blocks else blocks["RBLOCK"] >= rnumel
+                out.append(Schedule(heuristic.template, blocks, warps, heuristic.num_stages, persistent))
+    return out
+
+
+def build_kernel(group: Group, layouts: dict, gemm_configs: dict | None = None,
+                 override: Schedule | None = None) -> Kernel:
+    """The kernel of one fusion group, with the heuristic's schedule or ``override`` (autotuning)."""
     if group.matmul is not None:
         return build_gemm_kernel(group, layouts, (gemm_configs or {}).get(group.matmul.id))
     device = group.nodes[0].type.device
     on_gpu = device.type == "cuda"
     tiled = _transposed(group, layouts)
     itemsize = max((n.dtype.itemsize for n in group.stores), default=4)
-    sched = choose_schedule(group, on_gpu, tiled, itemsize)
+    sched = choose_schedule(group, on_gpu, tiled, itemsize) if override is None else \
+        Schedule(override.template, dict(override.blocks), override.num_warps, override.num_stages,
+                 override.persistent)
     dims = index_vars(group.shape)
     em = _Emitter(group, layouts, dims, sched.persistent)
     full = tuple(Affine.of(v) for v in dims)

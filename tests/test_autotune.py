@@ -1,0 +1,75 @@
+"""Autotuning of pointwise and reduction kernels: the config space, the progress line, the on-disk
+tuned cache keyed by the kernel's structure (timed in the interpreter here; on a GPU with do_bench)."""
+from __future__ import annotations
+
+import json
+
+import torch
+
+import minicomp
+from minicomp.compiler import structural_key
+from minicomp.ir.kernel import Schedule
+from minicomp.passes.fusion import Group
+from minicomp.passes.schedule import config_space
+
+
+def _fn(x):
+    return torch.relu(x) * 0.5 + 1
+
+
+def test_max_autotune_tunes_each_kernel_stores_and_reuses_the_winner(cache_dir, capsys):
+    x = torch.randn(300)
+    out = minicomp.compile(_fn, mode="max-autotune")(x)
+    torch.testing.assert_close(out, _fn(x))
+    err = capsys.readouterr().err
+    assert "minicomp: tuned k0_relu_mul_add_f32_300" in err and "->" in err
+    (entry,) = (cache_dir / "tuned").glob("*.json")
+    tuned = json.loads(entry.read_text())
+    assert set(tuned) == {"blocks", "num_warps", "num_stages", "persistent"}
+
+    torch._dynamo.reset()  # default mode: the stored winner is used, nothing is measured again
+    out = minicomp.compile(_fn)(torch.randn(300))
+    assert "tuned" not in capsys.readouterr().err
+    assert any(d.startswith("tuned: k0_relu_mul_add_f32_300") for d in minicomp.report().decisions)
+
+
+def test_tuning_progress_can_be_turned_off(cache_dir, capsys, monkeypatch):
+    monkeypatch.setenv("MINICOMP_TUNE_VERBOSE", "0")
+    minicomp.compile(_fn, mode="max-autotune")(torch.randn(300))
+    assert "tuned" not in capsys.readouterr().err
+
+
+def test_a_damaged_tuned_entry_is_ignored(cache_dir):
+    minicomp.compile(_fn, mode="max-autotune")(torch.randn(300))
+    (entry,) = (cache_dir / "tuned").glob("*.json")
+    entry.write_text('{"blocks": 3}')
+    torch._dynamo.reset()
+    x = torch.randn(300)
+    torch.testing.assert_close(minicomp.compile(_fn)(x), _fn(x))
+    report = minicomp.report()
+    assert report.whole_graph_fallback is None and not any(d.startswith("tuned") for d in report.decisions)
+
+
+def test_structural_key_ignores_names_but_not_shapes_or_dtypes(monkeypatch):
+    import minicomp.compiler as compiler
+    keys = []
+    monkeypatch.setattr(compiler, "structural_key", lambda k: keys.append(structural_key(k)) or keys[-1])
+
+    def add(x):
+        return x + 1
+
+    def add_again(y):
+        return y + 1
+    for fn, x in ((add, torch.randn(8)), (add_again, torch.randn(8)), (add, torch.randn(9)),
+                  (add, torch.randn(8, dtype=torch.float16))):
+        torch._dynamo.reset()
+        minicomp.compile(fn)(x)
+    assert keys[0] == keys[1] and len({keys[0], keys[2], keys[3]}) == 3
+
+
+def test_config_space_halves_and_doubles_blocks_and_keeps_persistent_rows_whole():
+    pointwise = config_space(Group(0, [], (4096,)), Schedule("pointwise", {"XBLOCK": 1024}, 4))
+    assert {c.blocks["XBLOCK"] for c in pointwise} == {512, 1024, 2048} and {c.num_warps for c in pointwise} == {4, 8}
+    row = config_space(Group(0, [], (64, 4096), (1,)), Schedule("reduction", {"XBLOCK": 1, "RBLOCK": 4096}, 4))
+    assert all(c.blocks["RBLOCK"] == 4096 and c.persistent for c in row)
+    assert {c.blocks["XBLOCK"] for c in row} == {1, 2}
