@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -440,6 +441,97 @@ def test_cache_unwritable_dir_warns_and_still_works(tmp_path, monkeypatch):
     assert report.kernels and all(Path(k.source_path).is_file() for k in report.kernels)
     assert not any(str(blocker) in k.source_path for k in report.kernels)
     assert blocker.is_file()
+
+
+def _concurrent_cache_worker(cache_dir: str, barrier, results, seed: int) -> None:
+    """One of several processes compiling the same function into one shared cache at the same time
+    (run in a forkserver child: torch and minicomp are already imported)."""
+    import random
+    import traceback
+    import warnings
+    from minicomp.runtime import cache
+
+    os.environ["MINICOMP_CACHE_DIR"] = cache_dir
+    t0 = time.perf_counter()
+    out = {"seed": seed, "ok": [], "whole_graph_fallbacks": [], "warnings": [], "stats": {}, "error": None,
+           "seconds": []}  # when warm and after each round, for diagnosing a slow run
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            minicomp.compile(lambda x: torch.sin(x) + 1)(torch.randn(3))  # warm Dynamo up before the race
+            out["seconds"].append(round(time.perf_counter() - t0, 2))
+            rng = random.Random(seed)
+            for step, shape in enumerate([(4, 6), (5, 6), (4, 6), (2, 9)]):
+                barrier.wait(timeout=60)  # every round starts in all processes at once
+                time.sleep(rng.uniform(0, 0.02))
+                torch._dynamo.reset()
+                gen = torch.Generator().manual_seed(shape[0] * 100 + shape[1])  # same inputs everywhere
+                x, y = torch.randn(shape, generator=gen), torch.randn(shape[0], 3, generator=gen)
+                actual = minicomp.compile(_cache_child_fn)(x, y)
+                out["ok"].append(bool(torch.allclose(actual, _cache_child_fn(x, y), atol=1e-5, rtol=1e-5)))
+                out["whole_graph_fallbacks"].append(minicomp.report().whole_graph_fallback)
+                # Large entries, written by every process at once: a reader seeing one half-written
+                # would take it for a corrupt entry and warn.
+                big = [f"# stress entry {step}.{k}\n" + "x = 1\n" * 40_000 for k in range(8)]  # 0.24 MB each
+                for text in rng.sample(big, len(big)):
+                    path = cache.store("stress", "big", text)
+                    if path.read_text() != text:
+                        out["warnings"].append(f"minicomp: read back a different {path}")
+                out["seconds"].append(round(time.perf_counter() - t0, 2))
+        out["warnings"] += [str(w.message) for w in caught if "minicomp" in str(w.message)]
+        out["stats"] = dict(cache.stats)
+    except BaseException:
+        out["error"] = traceback.format_exc()
+    results.put(out)
+
+
+def test_cache_concurrent_writers_share_one_cache_dir(cache_dir):
+    import multiprocessing as mp
+    import queue
+    from minicomp.runtime import cache
+
+    # forkserver: like spawn, workers start from a clean process (not a fork of this one, with its
+    # threads and compiled state), but torch is imported once, in the server, not once per worker.
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch._dynamo", "minicomp", "tests.test_runtime"])
+    n = 4
+    barrier, results = ctx.Barrier(n), ctx.Queue()
+    procs = [ctx.Process(target=_concurrent_cache_worker, args=(str(cache_dir), barrier, results, seed))
+             for seed in range(n)]
+    for p in procs:
+        p.start()
+    outs = []
+    try:
+        for _ in procs:
+            outs.append(results.get(timeout=180))
+    except queue.Empty:
+        pass
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert len(outs) == n, f"only {len(outs)} of {n} workers reported: {outs}"
+    for out in outs:
+        assert out["error"] is None, out["error"]
+        assert out["ok"] == [True] * 4, out
+        assert out["whole_graph_fallbacks"] == [None] * 4, out
+        assert not any("corrupt" in w or "different" in w for w in out["warnings"]), out["warnings"]
+        assert out["stats"]["repaired"] == 0, out
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+
+    # Every entry is complete: valid Python whose content hash is the one in its name; no temp or probe
+    # files are left behind.
+    files = sorted(p for p in cache_dir.rglob("*") if p.is_file())
+    leftovers = [p.name for p in files if p.name.startswith((".tmp-", ".probe-"))]
+    assert not leftovers, leftovers
+    entries = [p for p in files if p.suffix == ".py"]
+    assert {p.parent.name for p in entries} >= {"kernels", "wrappers", "stress"}, entries
+    assert len([p for p in entries if p.parent.name == "stress"]) == 4 * 8
+    for p in entries:
+        text = p.read_text()
+        compile(text, str(p), "exec")
+        assert p.stem.rsplit("_", 1)[1] == cache.digest(text), p
 
 
 # --- 8. shape changes ---------------------------------------------------------------------------

@@ -339,8 +339,11 @@ class TritonPrinter:
         elif fn == "cast":
             if dt == torch.bool:
                 expr = f"{a[0]} != 0"
-            elif in_dt == torch.float32 and dt == torch.bfloat16:
-                expr = self.helper("_f32_to_bf16", [a[0], "INTERPRETED"])
+            elif dt == torch.bfloat16 and in_dt != torch.bfloat16:
+                # through fp32 (exact from fp16/ints up to 2^24; eager also converts via float), then
+                # the rounding helper: the interpreter truncates fp16 -> bf16 and reads ints as bits
+                src = a[0] if in_dt == torch.float32 else f"{a[0]}.to(tl.float32)"
+                expr = self.helper("_f32_to_bf16", [src, "INTERPRETED"])
             else:
                 expr = f"{a[0]}.to({TL_DTYPE[dt]})"
         elif fn == "identity" and isinstance(s.args[0], Scalar):

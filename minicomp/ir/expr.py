@@ -32,6 +32,9 @@ class FloorDiv:
     div: int
 
     def __str__(self) -> str:
+        shift = _nonnegative_shift(self.arg, self.div)
+        if shift:
+            return f"(({self.arg} + {shift}) // {self.div} - {shift // self.div})"
         return f"({_paren(self.arg)} // {self.div})"
 
 
@@ -41,10 +44,21 @@ class Mod:
     div: int
 
     def __str__(self) -> str:
+        shift = _nonnegative_shift(self.arg, self.div)
+        if shift:
+            return f"(({self.arg} + {shift}) % {self.div})"
         return f"({_paren(self.arg)} % {self.div})"
 
 
 Atom = Union[Var, FloorDiv, Mod]
+
+
+def _nonnegative_shift(arg: "Affine", div: int) -> int:
+    """A multiple of ``div`` that makes ``arg`` non-negative, or 0 if it already is. The IR's // and %
+    floor (Python); Triton's, like C's, truncate toward zero, which differs on negative operands, so a
+    possibly negative argument is printed shifted: ``(a + k*d) // d - k`` and ``(a + k*d) % d``."""
+    lo, _ = arg.bounds()
+    return 0 if lo >= 0 else -(lo // div) * div
 
 
 def _paren(e: "Affine") -> str:
