@@ -22,6 +22,7 @@ import math
 import os
 import re
 import textwrap
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -364,17 +365,43 @@ def saving_enabled() -> bool:
     return os.environ.get("MINICOMP_FUZZ_SAVE", "1") not in ("", "0")
 
 
+class GeneratedCodeError(AssertionError):
+    """An exception raised inside minicomp's generated code (wrapper or kernel files)."""
+
+
+def _in_generated_code(error: BaseException) -> bool:
+    """Whether ``error`` (or one it chains to) was raised in a file of minicomp's cache. Those files are
+    named by their content, which holds per-process names (``graph12_forward``), so the same bug raises
+    from a different file on every compile: Hypothesis would see a new bug each time it replays."""
+    from minicomp.runtime import cache
+    root = cache.cache_dir().resolve()
+    while error is not None:
+        frames = traceback.extract_tb(error.__traceback__)
+        if frames and Path(frames[-1].filename).resolve().is_relative_to(root):
+            return True
+        error = error.__context__
+    return False
+
+
 def run_property(program: Program, check=check_program, folder: Path = REGRESSIONS) -> None:
     """The fuzz property: ``check(program)``; when it fails on the final, shrunk example, save the
     program as a regression test first."""
+    error = None
     try:
         check(program)
     except Exception as e:
-        if saving_enabled() and _is_final_example():
-            path = save_regression(program, e, folder)
-            if hasattr(e, "add_note"):  # Python 3.11+
-                e.add_note(f"saved as {path}")
-        raise
+        error = e
+    if error is None:
+        return
+    if _in_generated_code(error):  # the same place every time (raised outside ``except``: no context)
+        frame = traceback.extract_tb(error.__traceback__)[-1]
+        error = GeneratedCodeError(f"{type(error).__name__} in generated code: {error}\n"
+                                   f"  {Path(frame.filename).parent.name}/...: {frame.line}")
+    if saving_enabled() and _is_final_example():
+        path = save_regression(program, error, folder)
+        if hasattr(error, "add_note"):  # Python 3.11+
+            error.add_note(f"saved as {path}")
+    raise error
 
 
 # --- tests ------------------------------------------------------------------------------------------
@@ -481,3 +508,23 @@ def test_assert_matches_uses_float64_reference_for_low_precision():
         assert_matches(better.float(), eager, lambda: ref)
     with pytest.raises(AssertionError):
         assert_matches(torch.tensor([1, 2], dtype=torch.int32), torch.tensor([1, 3], dtype=torch.int32))
+
+
+def test_errors_in_generated_code_raise_from_one_place(cache_dir, monkeypatch):
+    # Generated files are named by content that differs per compile; Hypothesis must see one bug.
+    monkeypatch.setenv("MINICOMP_FUZZ_SAVE", "0")
+    generated = cache_dir / "wrappers" / "wrapper_0123.py"
+    generated.parent.mkdir(parents=True)
+    generated.write_text("def call():\n    return buf25\n")
+    scope: dict = {}
+    exec(compile(generated.read_text(), str(generated), "exec"), scope)
+
+    def crashing_check(program):
+        scope["call"]()
+
+    program = Program([Input((2,), torch.float32)], ["v0 + 1"])
+    with pytest.raises(GeneratedCodeError, match="NameError in generated code: name 'buf25'") as info:
+        run_property(program, crashing_check)
+    assert info.value.__context__ is None and "wrappers/...: return buf25" in str(info.value)
+    with pytest.raises(ZeroDivisionError):  # other errors pass through as they are
+        run_property(program, lambda p: 1 / 0)

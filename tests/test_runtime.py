@@ -493,7 +493,10 @@ def test_cache_concurrent_writers_share_one_cache_dir(cache_dir):
     # forkserver: like spawn, workers start from a clean process (not a fork of this one, with its
     # threads and compiled state), but torch is imported once, in the server, not once per worker.
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch._dynamo", "minicomp", "tests.test_runtime"])
+    # What a first compile imports, imported once in the server rather than in each worker.
+    ctx.set_forkserver_preload(["torch", "torch._dynamo", "functorch.compile", "torch.export._trace",
+                                "triton.compiler.code_generator", "triton.runtime.interpreter", "minicomp",
+                                "minicomp.backend", "tests.test_runtime"])
     n = 4
     barrier, results = ctx.Barrier(n), ctx.Queue()
     procs = [ctx.Process(target=_concurrent_cache_worker, args=(str(cache_dir), barrier, results, seed))

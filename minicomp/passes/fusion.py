@@ -316,12 +316,12 @@ def _store_narrow(part: _Partition) -> None:
                                       fn="cast", args=cast.attrs["args"], params=dict(cast.attrs["params"]))
                 members = sorted(other.nodes + [copy], key=part.graph.nodes.index)
                 for u in users:
-                    _rewire(u, cast, copy)
+                    _rewire(part.graph, u, cast, copy)
                 try:
                     check_group(members, other.shape, other.axes, [])
                 except NotFusable:
                     for u in users:
-                        _rewire(u, copy, cast)
+                        _rewire(part.graph, u, copy, cast)
                     part.graph.nodes.remove(copy)
                     continue
                 other.nodes = members
@@ -334,18 +334,20 @@ def _store_narrow(part: _Partition) -> None:
             if not part.consumers[cast]:
                 group.nodes.remove(cast)
                 del part.group_of[cast]
-                part.graph.nodes.remove(cast)
         if not group.nodes:  # every result was recomputed elsewhere
             part.groups.remove(group)
 
 
-def _rewire(user: Node, old: Node, new: Node) -> None:
-    """Point ``user`` (or the views between it and ``old``) at ``new``."""
+def _rewire(graph: Graph, user: Node, old: Node, new: Node) -> None:
+    """Point ``user`` (through its own copies of the views between them) at ``new`` instead of ``old``.
+    The views are copied: another kernel may read ``old`` through the same view node."""
     if old in user.inputs:
         Graph.replace_all_uses_in(user, old, new)
-    for i in user.inputs:
-        if i.op == "view":
-            _rewire(i, old, new)
+    for i in list(user.inputs):
+        if i.op == "view" and terminal(i) is old:
+            copy = graph.add("view", list(i.inputs), i.type, i.origin, before=user, **dict(i.attrs))
+            Graph.replace_all_uses_in(user, i, copy)
+            _rewire(graph, copy, old, new)
 
 
 def _horizontal(part: _Partition) -> None:
