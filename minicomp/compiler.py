@@ -250,7 +250,7 @@ class CompiledGraph:
             try:
                 trial[i] = build_kernel(group, graph.meta["layouts"], override=candidate)
                 fn = self._assemble(graph, trial)
-                ms = _time_ms(lambda: fn(next(rotation)), on_gpu=kernels[i].schedule.interpreted is False)
+                ms = _time_ms(lambda: fn(next(rotation)), on_gpu=not heuristic.interpreted)
             except Exception:  # a config that does not compile or fit is skipped
                 ms = float("inf")
             timings.append(f"{'/'.join(str(v) for v in candidate.blocks.values())}x{candidate.num_warps}w {ms:.4f}")

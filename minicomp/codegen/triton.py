@@ -11,6 +11,7 @@ import torch
 
 from ..ir.expr import Affine, Range
 from ..ir.graph import Scalar
+from ..ir.ops import reduce_identity
 from ..ir.kernel import Compute, IndexValue, Kernel, Load, Masked, Reduce, Store, TileLoad
 from ..ir.types import is_float
 
@@ -166,12 +167,6 @@ def _fmod_float(a, b):
 ''',
 }
 
-# gelu's erf through _erf_fast (see there); measured on the H200 in benchmarks/suite.py
-FAST_GELU_ERF = True
-
-REDUCE_IDENTITY = {"sum": 0, "prod": 1, "any": 0, "all": 1}
-
-
 def plain_literal(value, dtype: torch.dtype) -> str:
     """A Python literal for ``value`` (as ``tl.full``'s fill value)."""
     if dtype == torch.bool:
@@ -193,23 +188,6 @@ def literal(value, dtype: torch.dtype, block: bool = False, rank: int = 1) -> st
     if dtype == torch.bfloat16:  # made from fp32: triton 3.6's interpreter has no bf16 constants
         return f"tl.full({ones}, {text}, tl.float32).to(tl.bfloat16)"
     return f"tl.full({ones}, {text}, {TL_DTYPE[dtype]})"
-
-
-def _extreme(fn: str, dtype: torch.dtype, largest: bool):
-    if dtype == torch.bool:
-        return int(largest)
-    if is_float(dtype):
-        return float("inf") if largest else float("-inf")
-    info = torch.iinfo(dtype)
-    return info.max if largest else info.min
-
-
-def reduce_identity(fn: str, dtype: torch.dtype):
-    if fn in ("max", "argmax"):
-        return _extreme(fn, dtype, largest=False)
-    if fn in ("min", "argmin"):
-        return _extreme(fn, dtype, largest=True)
-    return REDUCE_IDENTITY[fn]
 
 
 class TritonPrinter:
@@ -318,9 +296,8 @@ class TritonPrinter:
                 inner = f"0.7978845608028654 * ({a[0]} + 0.044715 * {a[0]} * {a[0]} * {a[0]})"
                 expr = f"0.5 * {a[0]} * (1.0 + {self.helper('_tanh', [inner])})"
             else:
-                erf = self.helper("_erf_fast", [f"{a[0]} * 0.7071067811865476"]) if FAST_GELU_ERF else \
-                    f"tl.erf({a[0]} * 0.7071067811865476)"
-                expr = f"0.5 * {a[0]} * (1.0 + {erf})"
+                # _erf_fast: bf16 gelu was compute-bound on libdevice's erf (1.50x -> 1.33x its floor, H200)
+                expr = f"0.5 * {a[0]} * (1.0 + {self.helper('_erf_fast', [f'{a[0]} * 0.7071067811865476'])})"
         elif fn == "isnan":
             expr = f"{a[0]} != {a[0]}"
         elif fn == "isinf":

@@ -71,3 +71,16 @@ def reduce_ref(fn: str, x: torch.Tensor, axes: tuple[int, ...]) -> torch.Tensor:
 
 
 REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all")
+
+
+def reduce_identity(fn: str, dtype: torch.dtype):
+    """The value that leaves reduction ``fn`` unchanged (fills masked lanes and padded chunks)."""
+    if fn in ("sum", "prod", "any", "all"):
+        return {"sum": 0, "prod": 1, "any": 0, "all": 1}[fn]
+    largest = fn in ("min", "argmin")
+    if dtype == torch.bool:
+        return int(largest)
+    if dtype.is_floating_point:
+        return float("inf") if largest else float("-inf")
+    info = torch.iinfo(dtype)
+    return info.max if largest else info.min

@@ -6,6 +6,7 @@ kernel's flat variables and the index simplifier folds them back to plain stride
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
@@ -384,8 +385,7 @@ def build_kernel(group: Group, layouts: dict, gemm_configs: dict | None = None,
     tiled = _transposed(group, layouts)
     itemsize = max((n.dtype.itemsize for n in group.stores), default=4)
     sched = choose_schedule(group, on_gpu, tiled, itemsize) if override is None else \
-        Schedule(override.template, dict(override.blocks), override.num_warps, override.num_stages,
-                 override.persistent)
+        dataclasses.replace(override, blocks=dict(override.blocks))  # _finish_kernel sets fields on it
     dims = index_vars(group.shape)
     em = _Emitter(group, layouts, dims, sched.persistent)
     full = tuple(Affine.of(v) for v in dims)

@@ -20,6 +20,7 @@ import torch
 from ..ir import views
 from ..ir.expr import Affine, Range, index_vars
 from ..ir.graph import Graph, Node, Scalar
+from ..ir.ops import reduce_identity
 from ..ir.types import is_float
 from .schedule import COLUMN_TILE, persistent_limit
 from .simplify import dce, view_folding
@@ -33,14 +34,12 @@ SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")
 
 def split_reductions(graph: Graph) -> Graph:
     """Rewrite long-row softmax statistics as online softmax, and split few-output reductions."""
-    graph.recompute_users()
     for node in list(graph.nodes):
-        if node.op == "reduce" and node in graph.nodes:
+        if node.op == "reduce":
             pair = _softmax_statistics(node)
             if pair is not None:
                 _online_softmax(graph, *pair)
     graph = dce(graph)
-    graph.recompute_users()
     for node in list(graph.nodes):
         if node.op == "reduce":
             chunks = _split_factor(node)
@@ -103,8 +102,8 @@ def _online_softmax(graph: Graph, m: Node, s: Node) -> None:
     big_s = reduce("sum", pw("mul", sc, weight), d, d + 1)
     graph.meta.setdefault("decisions", []).append(
         f"split: {m.name}/{s.name} softmax statistics over {x.shape[d]} elements -> online softmax in {chunks} chunks")
-    graph.replace_all_uses(m, _unchunked(graph, big_m, d, m, before=m))
-    graph.replace_all_uses(s, _unchunked(graph, big_s, d, s, before=m))
+    graph.replace_all_uses(m, _unchunked(graph, big_m, m, before=m))
+    graph.replace_all_uses(s, _unchunked(graph, big_s, s, before=m))
 
 
 # --- split reductions ----------------------------------------------------------------------------
@@ -136,24 +135,10 @@ def _split_axis(x: Node, axes) -> int:
     return max(axes, key=lambda a: x.shape[a])
 
 
-def _identity(fn: str, dtype: torch.dtype):
-    if fn in ("sum", "any"):
-        return 0 if dtype != torch.bool else False
-    if fn in ("prod", "all"):
-        return 1 if dtype != torch.bool else True
-    largest = fn == "min"
-    if is_float(dtype):
-        return float("inf") if largest else float("-inf")
-    if dtype == torch.bool:
-        return largest
-    info = torch.iinfo(dtype)
-    return info.max if largest else info.min
-
-
 def _split(graph: Graph, r: Node, chunks: int) -> None:
     x, fn, axes = r.inputs[0], r.attrs["fn"], r.attrs["axes"]
     d = _split_axis(x, axes)
-    xc = _chunked(graph, x, d, chunks, _identity(fn, x.dtype), before=r)
+    xc = _chunked(graph, x, d, chunks, reduce_identity(fn, x.dtype), before=r)
     shifted = tuple(a + 1 if a > d else a for a in axes if a != d)
     inner_axes = tuple(sorted(shifted + (d + 1,)))
     partial = graph.add("reduce", [xc], r.type.with_(shape=_reduced_shape(xc.shape, inner_axes)), r.origin,
@@ -166,7 +151,7 @@ def _split(graph: Graph, r: Node, chunks: int) -> None:
     graph.meta.setdefault("decisions", []).append(
         f"split: {r.name} {fn} over {math.prod(x.shape[a] for a in axes)} elements with few outputs -> "
         f"{chunks} partial reductions, then one over them")
-    graph.replace_all_uses(r, _unchunked(graph, total, d, r, before=r))
+    graph.replace_all_uses(r, _unchunked(graph, total, r, before=r))
 
 
 # --- the chunked views ---------------------------------------------------------------------------
@@ -188,8 +173,8 @@ def _chunked(graph: Graph, x: Node, d: int, chunks: int, fill, before: Node) -> 
                      fill=fill if mask else None, kind="chunk")
 
 
-def _unchunked(graph: Graph, total: Node, d: int, like: Node, before: Node) -> Node:
-    """``total`` (axes ``d`` and ``d + 1`` of size 1) in the shape of the reduction it replaces."""
+def _unchunked(graph: Graph, total: Node, like: Node, before: Node) -> Node:
+    """``total`` (the chunk axes reduced to size 1) in the shape of the reduction it replaces."""
     index, mask = views.reshape(total.shape, like.shape)
     return graph.add("view", [total], total.type.with_(shape=like.shape), like.origin, before=before,
                      index=index, mask=mask, fill=None, kind="reshape")
