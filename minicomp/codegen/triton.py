@@ -1,7 +1,8 @@
 """Print a Kernel as Triton source. Every decision was made before (schedule); this only spells it.
 
 Math that ``tl`` lacks (tanh, log1p, pow, NaN-propagating max, ...) comes from small helpers written
-with ``tl`` ops only, so the same source runs compiled on a GPU and in Triton's CPU interpreter.
+with ``tl`` ops, so the same source runs compiled on a GPU and in Triton's CPU interpreter; the two
+that emit a PTX instruction (fast 2**x and 1/x) take the plain ``tl`` spelling when ``INTERPRETED``.
 """
 from __future__ import annotations
 
@@ -76,16 +77,48 @@ def _tanh(x):
     t = tl.where(ax < 0.0625, small, big)
     return tl.where(x < 0, -t, tl.where(x == x, t, x))
 ''',
-    "_erf_fast": '''
+    "_ex2_approx": '''
 @triton.jit
-def _erf_fast(z):
-    # Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7): one division, five FMAs and an exp
-    # instead of libdevice's branchy erf; only used where the error is absolute, inside gelu's 1 + erf
-    a = tl.abs(z)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    p = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    r = 1.0 - p * tl.exp(-a * a)
-    return tl.where(z < 0, -r, r)
+def _ex2_approx(x, INTERPRETED: tl.constexpr):
+    # 2**x as one MUFU instruction (subnormal results flush to 0); tl.exp2 wraps it in a subnormal fixup
+    if INTERPRETED:
+        return tl.exp2(x)
+    else:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+''',
+    "_rcp_approx": '''
+@triton.jit
+def _rcp_approx(x, INTERPRETED: tl.constexpr):
+    # 1/x to 1 ulp as one MUFU instruction; "/" is an IEEE division, about ten instructions
+    if INTERPRETED:
+        return 1.0 / x
+    else:
+        return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+''',
+    "_gelu_erf": '''
+@triton.jit
+def _gelu_erf(x, INTERPRETED: tl.constexpr):
+    # x/2 (1 + erf(x/sqrt2)) = max(x, 0) - |x|/2 erfc(|x|/sqrt2), erfc = t p(t) exp(-x^2/2) with
+    # t = 1/(1 + 0.3275911 |x|/sqrt2) (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7): no cancellation and
+    # two MUFU ops, where libdevice's erf made bf16 gelu compute-bound (1.41x -> 1.10x its floor, H200)
+    t = _rcp_approx(1.0 + 0.23164188 * tl.abs(x), INTERPRETED)
+    p = 0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    e = _ex2_approx(x * x * -0.7213475204444817, INTERPRETED)  # exp(-x^2/2)
+    y = tl.maximum(x, 0.0) - (tl.abs(0.5 * x) * t) * e * p
+    return tl.where(x == float("inf"), x, y)  # inf * 0 above; -inf gives NaN, as eager
+''',
+    "_sigmoid": '''
+@triton.jit
+def _sigmoid(x, INTERPRETED: tl.constexpr):
+    return _rcp_approx(1.0 + _ex2_approx(x * -1.4426950408889634, INTERPRETED), INTERPRETED)
+''',
+    "_gelu_tanh": '''
+@triton.jit
+def _gelu_tanh(x, INTERPRETED: tl.constexpr):
+    # x/2 (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): no cancellation for x < 0
+    return x * _sigmoid(x * (1.5957691216057308 + 0.07135481627159393 * x * x), INTERPRETED)
 ''',
     "_log1p": '''
 @triton.jit
@@ -189,6 +222,10 @@ def literal(value, dtype: torch.dtype, block: bool = False, rank: int = 1) -> st
         return f"tl.full({ones}, {text}, tl.float32).to(tl.bfloat16)"
     return f"tl.full({ones}, {text}, {TL_DTYPE[dtype]})"
 
+# helpers that call other helpers
+HELPER_USES = {"_gelu_erf": ("_ex2_approx", "_rcp_approx"), "_gelu_tanh": ("_sigmoid", "_ex2_approx", "_rcp_approx"),
+               "_sigmoid": ("_ex2_approx", "_rcp_approx")}
+
 
 class TritonPrinter:
     def __init__(self, kernel: Kernel):
@@ -288,16 +325,19 @@ class TritonPrinter:
         elif fn == "sqrt":
             expr = f"tl.sqrt_rn({a[0]})" if in_dt == torch.float32 else f"tl.sqrt({a[0]})"
         elif fn == "sigmoid":
-            expr = f"1.0 / (1.0 + tl.exp(-{a[0]}))"
+            expr = (self.helper("_sigmoid", [a[0], "INTERPRETED"]) if in_dt == torch.float32
+                    else f"1.0 / (1.0 + tl.exp(-{a[0]}))")
         elif fn == "relu":
             expr = f"tl.where({a[0]} < 0, 0, {a[0]})"
         elif fn == "gelu":
-            if s.params.get("approximate", "none") == "tanh":
+            tanh = s.params.get("approximate", "none") == "tanh"
+            if in_dt == torch.float32:
+                expr = self.helper("_gelu_tanh" if tanh else "_gelu_erf", [a[0], "INTERPRETED"])
+            elif tanh:
                 inner = f"0.7978845608028654 * ({a[0]} + 0.044715 * {a[0]} * {a[0]} * {a[0]})"
                 expr = f"0.5 * {a[0]} * (1.0 + {self.helper('_tanh', [inner])})"
             else:
-                # _erf_fast: bf16 gelu was compute-bound on libdevice's erf (1.50x -> 1.33x its floor, H200)
-                expr = f"0.5 * {a[0]} * (1.0 + {self.helper('_erf_fast', [f'{a[0]} * 0.7071067811865476'])})"
+                expr = f"0.5 * {a[0]} * (1.0 + tl.erf({a[0]} * 0.7071067811865476))"
         elif fn == "isnan":
             expr = f"{a[0]} != {a[0]}"
         elif fn == "isinf":
@@ -338,6 +378,7 @@ class TritonPrinter:
 
     def helper(self, name: str, args) -> str:
         self.helpers.add(name)
+        self.helpers.update(HELPER_USES.get(name, ()))
         return f"{name}({', '.join(args)})"
 
     # --- statements ---------------------------------------------------------------------
