@@ -234,6 +234,7 @@ class TritonPrinter:
         self.helpers: set[str] = set()
         self.lines: list[str] = []
         self.descriptors: dict[str, str] = {}  # TMA descriptors, made once at the top of the kernel
+        self.evict: dict[str, str] = {}  # buffer -> L2 eviction policy of its loads in a reduction loop
 
     def k_dtype(self, buffer: str) -> torch.dtype:
         return next(a.node.dtype for a in self.k.args if a.name == buffer)
@@ -402,7 +403,8 @@ class TritonPrinter:
             if s.index.is_const and not mask_vars:
                 ones = "[1]" if self.k.schedule.template == "pointwise" else "[1, 1]"  # the blocks' rank
                 index = f"tl.full({ones}, {index}, tl.{self.k.schedule.index_dtype})"
-            out(f"{indent}{s.var} = tl.load({s.buffer} + ({index}){mask})")
+            policy = f', eviction_policy="{self.evict[s.buffer]}"' if s.buffer in self.evict else ""
+            out(f"{indent}{s.var} = tl.load({s.buffer} + ({index}){mask}{policy})")
             self.dtypes[s.var] = s.dtype
         elif isinstance(s, Compute):
             out(f"{indent}{s.var} = {self.compute(s)}")
@@ -511,11 +513,15 @@ class TritonPrinter:
                     index = f"tl.broadcast_to({r.index}, [XBLOCK, RBLOCK])" if r.index else None
                     self.finish(r, self.reduction_input(r), index, ind)
             return
-        for phase in self.k.phases:
+        loaded = [{s.buffer for s in phase.inner if isinstance(s, Load)} for phase in self.k.phases]
+        for i, phase in enumerate(self.k.phases):
             for s in phase.outer:
                 self.emit(s, ind)
             if not (phase.inner or phase.reductions):
                 continue
+            # a streamed buffer that a later loop reads again should stay in L2; one read once should not
+            again = set().union(*loaded[i + 1:])
+            self.evict = {b: "evict_last" if b in again else "evict_first" for b in loaded[i]}
             for r in phase.reductions:
                 dt = self.input_dtype(r)
                 ident = plain_literal(reduce_identity(r.fn, dt), dt)
@@ -533,6 +539,7 @@ class TritonPrinter:
                 self._accumulate(r, self.reduction_input(r), inner)
             for r in phase.reductions:
                 self.finish(r, f"acc_{r.var}", f"acc_{r.var}_i" if r.index else None, ind)
+        self.evict = {}
 
     def _gemm(self, pid: str) -> None:
         """A persistent grid of programs loops over the output tiles, in grouped order (GROUP_M
