@@ -341,8 +341,8 @@ def markdown(meta: dict, rows: list[dict], args: argparse.Namespace) -> tuple[st
             f"{fmt(r.get('minicomp_ms'))}{wrong_m} | {fmt(r.get('floor_ms'))} {kind} | "
             f"{fmt(r.get('minicomp_over_floor'), '.2f')} | {fmt(r.get('inductor_over_floor'), '.2f')} | "
             f"{fmt(r.get('minicomp_over_inductor'), '.2f')} | "
-            f"{fmt(r.get('inductor_compile_cold_s'), '.1f')} / {fmt(r.get('minicomp_compile_cold_s'), '.1f')} | "
-            f"{fmt(r.get('inductor_compile_warm_s'), '.1f')} / {fmt(r.get('minicomp_compile_warm_s'), '.1f')} |")
+            f"{fmt(r.get('inductor_compile_cold_s'), '.2f')} / {fmt(r.get('minicomp_compile_cold_s'), '.2f')} | "
+            f"{fmt(r.get('inductor_compile_warm_s'), '.3f')} / {fmt(r.get('minicomp_compile_warm_s'), '.3f')} |")
     notes = ["", "Notes: minicomp's kernels per workload (`minicomp.report()`), fallbacks and errors."]
     for r in rows:
         notes.append(f"- `{r['workload']}`: {', '.join(r.get('kernels') or []) or 'no kernels'}")
@@ -353,6 +353,16 @@ def markdown(meta: dict, rows: list[dict], args: argparse.Namespace) -> tuple[st
         notes += [f"  - compile time: {e}" for e in r.get("compile_errors") or []]
     table_text = "\n".join(table) + "\n"
     return "\n".join(header) + "\n" + table_text + "\n".join(notes) + "\n", table_text
+
+
+def _without_out(argv: list[str]) -> list[str]:
+    """The command line minus ``--out DIR`` (a path of the machine that ran it)."""
+    out, skip = [], False
+    for a in argv:
+        if not skip and not a.startswith("--out"):
+            out.append(a)
+        skip = a == "--out"
+    return out
 
 
 def write_results(meta: dict, rows: list[dict], args: argparse.Namespace) -> None:
@@ -418,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
            else f"none: CPU dry run ({platform.processor() or platform.machine()})")
     meta = dict(gpu=gpu, torch=torch.__version__, triton=triton.__version__, date=datetime.date.today().isoformat(),
                 copy_bandwidth_tbps=float(f"{bw:.4g}"), peak_bf16_tflops=float(f"{peak:.4g}"), peak_n=peak_n,
-                command=shlex.join(["python", "benchmarks/suite.py", *sys.argv[1:]]), rounds=args.rounds)
+                command=shlex.join(["python", "benchmarks/suite.py", *_without_out(sys.argv[1:])]), rounds=args.rounds)
     write_results(meta, rows, args)
     return 0
 
