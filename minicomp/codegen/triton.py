@@ -7,6 +7,7 @@ that emit a PTX instruction (fast 2**x and 1/x) take the plain ``tl`` spelling w
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
@@ -222,9 +223,8 @@ def literal(value, dtype: torch.dtype, block: bool = False, rank: int = 1) -> st
         return f"tl.full({ones}, {text}, tl.float32).to(tl.bfloat16)"
     return f"tl.full({ones}, {text}, {TL_DTYPE[dtype]})"
 
-# helpers that call other helpers
-HELPER_USES = {"_gelu_erf": ("_ex2_approx", "_rcp_approx"), "_gelu_tanh": ("_sigmoid", "_ex2_approx", "_rcp_approx"),
-               "_sigmoid": ("_ex2_approx", "_rcp_approx")}
+# the other helpers each helper calls (read off its source)
+HELPER_USES = {name: [h for h in HELPERS if h != name and re.search(rf"\b{h}\(", src)] for name, src in HELPERS.items()}
 
 
 class TritonPrinter:
@@ -378,9 +378,15 @@ class TritonPrinter:
         return f"({expr}).to({TL_DTYPE[dt]})"
 
     def helper(self, name: str, args) -> str:
-        self.helpers.add(name)
-        self.helpers.update(HELPER_USES.get(name, ()))
+        self.use_helper(name)
         return f"{name}({', '.join(args)})"
+
+    def use_helper(self, name: str) -> None:
+        """Print ``name`` and, transitively, the helpers it calls."""
+        if name not in self.helpers:
+            self.helpers.add(name)
+            for dep in HELPER_USES[name]:
+                self.use_helper(dep)
 
     # --- statements ---------------------------------------------------------------------
     def emit(self, s, indent: str) -> None:
@@ -446,12 +452,12 @@ class TritonPrinter:
         out = self.lines.append
         if r.fn in ("argmax", "argmin"):
             helper = "_" + r.fn
-            self.helpers.add(helper)
+            self.use_helper(helper)
             out(f"{indent}_, {r.var} = tl.reduce(({acc}, {index}), 1, {helper})")
             out(f"{indent}{r.var} = {r.var}[:, None].to(tl.int64)")
         else:
             helper = self.combine_fn(r)
-            self.helpers.add(helper)
+            self.use_helper(helper)
             value = f"tl.reduce({acc}, 1, {helper})[:, None]"
             if r.fn in ("any", "all"):
                 out(f"{indent}{r.var} = {value} != 0")
@@ -540,7 +546,6 @@ class TritonPrinter:
                 self._accumulate(r, self.reduction_input(r), inner)
             for r in phase.reductions:
                 self.finish(r, f"acc_{r.var}", f"acc_{r.var}_i" if r.index else None, ind)
-        self.evict = {}
 
     def _gemm(self, pid: str) -> None:
         """A persistent grid of programs loops over the output tiles, in grouped order (GROUP_M
@@ -599,7 +604,7 @@ class TritonPrinter:
     def _accumulate(self, r: Reduce, value: str, indent: str) -> None:
         acc = f"acc_{r.var}"
         if r.fn in ("argmax", "argmin"):
-            self.helpers.add("_" + r.fn)
+            self.use_helper("_" + r.fn)
             self.lines.append(f"{indent}{acc}, {acc}_i = _{r.fn}({acc}, {acc}_i, {value}, "
                               f"tl.broadcast_to({r.index}, [XBLOCK, RBLOCK]))")
         else:

@@ -13,12 +13,6 @@ from ..ir.graph import Graph, Node
 from ..ir.types import contiguous_strides
 from .schedule import TRANSCENDENTAL
 
-# Epilogue ops that cost enough arithmetic per element to stall a GEMM tile's tensor cores. Measured on
-# the H200 (benchmarks/gemm.py): cuBLAS + a separate gelu kernel beats the fused template for
-# gelu(linear) at K=1024 and at K=4096; with a bias/residual epilogue the template wins. With gelu's
-# two-MUFU spelling the template won one run (0.426 vs 0.440 ms at 8192x4096x4096) and lost two
-# (0.476-0.502 vs 0.452 for eager): the product is power-bound there and cuBLAS is the steadier.
-HEAVY_EPILOGUE = set(TRANSCENDENTAL)
 ATEN = "aten"
 
 
@@ -43,7 +37,11 @@ def heuristic(node: Node) -> tuple[str, str]:
         return "triton", "CPU: the template runs in Triton's interpreter"
     if a.dtype == torch.float32 and node.attrs["precision"] == "ieee":
         return ATEN, "IEEE fp32 products do not run on tensor cores; cuBLAS is faster"
-    heavy = _epilogue_fns(node) & HEAVY_EPILOGUE
+    # Transcendental epilogues stall a GEMM tile's tensor cores. Measured on the H200 (benchmarks/gemm.py): cuBLAS
+    # + a separate gelu kernel beats the fused template for gelu(linear) at K=1024 and K=4096; with a bias/residual
+    # epilogue the template wins. With gelu's two-MUFU spelling the template won one run (0.426 vs 0.440 ms at
+    # 8192x4096x4096) and lost two (0.476-0.502 vs 0.452 for eager): power-bound there, cuBLAS is the steadier.
+    heavy = _epilogue_fns(node) & TRANSCENDENTAL
     if heavy and a.shape[-2] * k >= 2**20:
         return ATEN, f"epilogue {sorted(heavy)} would stall the tensor cores: cuBLAS + a separate epilogue kernel"
     return "triton", "tensor-core template with the epilogue fused"

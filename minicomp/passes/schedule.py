@@ -274,8 +274,8 @@ def build_gemm_kernel(group: Group, layouts: dict, config: str | None = None) ->
     a, b = mm.inputs
     (m, k), n = a.shape[-2:], b.shape[-1]
     on_gpu = mm.type.device.type == "cuda"
-    math_fns = {node.attrs["fn"] for node in group.nodes if node.op == "pointwise"} & TRANSCENDENTAL
-    sched = (gemm_schedule(m, n, k, a.dtype, on_gpu, bool(math_fns)) if config in (None, "triton")
+    epilogue_math = any(node.op == "pointwise" and node.attrs["fn"] in TRANSCENDENTAL for node in group.nodes)
+    sched = (gemm_schedule(m, n, k, a.dtype, on_gpu, epilogue_math) if config in (None, "triton")
              else config_schedule(config))
     dims = index_vars(group.shape)
     em = _Emitter(group, layouts, dims, persistent=False)
