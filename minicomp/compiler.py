@@ -28,8 +28,9 @@ from .frontend.lowering import Lowering
 from .passes.fusion import fusion
 from .passes.gemm_choice import gemm_backend
 from .passes.manager import Pass, run_pipeline
-from .ir.kernel import Schedule
+from .ir.kernel import Kernel, Pipeline, Schedule
 from .passes.schedule import GEMM_CONFIGS, build_kernel, config_space, schedule
+from .passes.pipelines import row_pipelines
 from .passes.split_reductions import split_reductions
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache
@@ -44,6 +45,7 @@ PIPELINE: list[Pass] = [
     Pass("gemm_backend", gemm_backend, "choose the Triton GEMM template or cuBLAS for each matmul"),
     Pass("fusion", fusion, "group compute nodes into kernels"),
     Pass("schedule", schedule, "choose templates and block sizes, build kernels"),
+    Pass("pipelines", row_pipelines, "run row-local kernel chains that re-read an input as one launch"),
 ]
 
 MODES = ("default", "max-autotune")
@@ -192,22 +194,25 @@ class CompiledGraph:
     def _assemble(self, graph, kernels, dump: Path | None = None, rep: reporting.Report | None = None):
         """Generate, store and load the kernels and the wrapper: the graph's callable."""
         interpret = not any(n.type.device.type == "cuda" for n in graph.inputs)
+        pipelines = graph.meta.get("pipelines", [])
+        staged = {k.name for p in pipelines for k in p.stages}
+        launched = [k for k in kernels if k.name not in staged] + pipelines
         loaded = {}
-        for k in kernels:
+        for k in launched:
             source = kernel_source(k)
             path = cache.store("kernels", k.name, source)
             loaded[k.name] = getattr(cache.load(path, interpret), k.name)
             if rep is not None:
-                rep.kernels.append(reporting.KernelInfo(k.name, k.schedule.kind, k.origins, str(path), k.bytes_moved))
+                rep.kernels.append(_kernel_info(k, str(path)))
             if dump:
                 (dump / f"{k.name}.py").write_text(source)
-        if not interpret and len(kernels) > 1 and os.environ.get("MINICOMP_PARALLEL_COMPILE", "1") != "0":
-            cache.precompile([(loaded[k.name], [a.node.dtype for a in k.args], launch_options(k)) for k in kernels])
+        if not interpret and len(launched) > 1 and os.environ.get("MINICOMP_PARALLEL_COMPILE", "1") != "0":
+            cache.precompile([(loaded[k.name], _arg_dtypes(k), launch_options(k)) for k in launched])
         wrapper = wrapper_source(graph, kernels, self.name)
         module = cache.load(cache.store("wrappers", "wrapper", wrapper))
         if dump:
             (dump / "wrapper.py").write_text(wrapper)
-            (dump / "kernels.txt").write_text("\n\n".join(str(k) for k in kernels) + "\n")
+            (dump / "kernels.txt").write_text("\n\n".join(str(k) for k in kernels + pipelines) + "\n")
         externs = {n.id: (n.attrs["call"] if n.op == "extern" else n.attrs["value"])
                    for n in graph.nodes if n.op in ("extern", "constant")}
         call = module.call
@@ -219,8 +224,9 @@ class CompiledGraph:
         measure the template's config space for the others and store the winners. Keys: the
         kernel's structure, the GPU's name and Triton's version."""
         kernels, groups = graph.meta["kernels"], graph.meta["groups"]
+        staged = {k.name for p in graph.meta.get("pipelines", []) for k in p.stages}
         for i, (kernel, group) in enumerate(zip(kernels, groups)):
-            if kernel.schedule.template == "gemm":
+            if kernel.schedule.template == "gemm" or kernel.name in staged:  # a pipeline fixes its stages' blocks
                 continue
             key = structural_key(kernel)
             tuned = cache.load_tuned(key)
@@ -261,6 +267,21 @@ class CompiledGraph:
                   f"{', '.join(timings)} ms -> {best}", file=sys.stderr)
         return {"blocks": best.blocks, "num_warps": best.num_warps, "num_stages": best.num_stages,
                 "persistent": best.persistent}
+
+
+def _kernel_info(k: Kernel | Pipeline, path: str) -> reporting.KernelInfo:
+    if isinstance(k, Pipeline):
+        origins = tuple(dict.fromkeys(o for s in k.stages for o in s.origins))
+        return reporting.KernelInfo(k.name, f"pipeline of {len(k.stages)}", origins, path,
+                                    sum(s.bytes_moved for s in k.stages))
+    return reporting.KernelInfo(k.name, k.schedule.kind, k.origins, path, k.bytes_moved)
+
+
+def _arg_dtypes(k: Kernel | Pipeline) -> list[torch.dtype]:
+    """The dtypes of a launch's tensor arguments (a pipeline's end with its int32 counters)."""
+    if isinstance(k, Pipeline):
+        return [a.node.dtype for s in k.stages for a in s.args] + [torch.int32]
+    return [a.node.dtype for a in k.args]
 
 
 def _time_ms(fn, on_gpu: bool) -> float:

@@ -25,6 +25,9 @@ FUSIONS = [
     ("softmax", lambda x: F.softmax(x, -1), lambda: _dev((512, 4096), dtype=torch.bfloat16), 1),
     # online softmax: chunk statistics, their combination, the normalized output
     ("softmax_long_rows", lambda x: F.softmax(x, -1), lambda: _dev((8, 100000), dtype=torch.bfloat16), 3),
+    # the same three kernels as one pipelined launch once x is large (passes/pipelines.py)
+    ("softmax_long_rows_pipelined", lambda x: F.softmax(x, -1), lambda: _dev((128, 262144), dtype=torch.bfloat16), 1),
+    ("log_softmax_long_rows_pipelined", lambda x: F.log_softmax(x, -1), lambda: _dev((64, 131072)), 1),
     ("x_over_sum", lambda x: x / x.sum(-1, keepdim=True), lambda: _dev((512, 4096), dtype=torch.bfloat16), 1),
     ("layer_norm", lambda x, w, b: F.layer_norm(x, (4096,), w, b),
      lambda: _dev((512, 4096), (4096,), (4096,), dtype=torch.bfloat16), 1),

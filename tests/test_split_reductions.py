@@ -8,23 +8,21 @@ import pytest
 import torch
 
 import minicomp
-from minicomp.passes import split_reductions as split
-from tests.utils import compile_and_compare
+from tests.utils import compile_and_compare, small_split_thresholds
 
 
 @pytest.fixture(autouse=True)
 def small_thresholds(monkeypatch):
-    monkeypatch.setattr(split, "persistent_limit", lambda device: 256)
-    monkeypatch.setattr(split, "SOFTMAX_CHUNK", 64)
-    monkeypatch.setattr(split, "SPLIT_MIN_REDUCED", 256)
-    monkeypatch.setattr(split, "MIN_CHUNK", 32)
+    small_split_thresholds(monkeypatch)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_online_softmax_of_long_rows(dtype):
     x = torch.randn(3, 300, dtype=dtype) * 4  # 5 chunks of 60 (the last one padded)
-    compile_and_compare(lambda x: torch.softmax(x, -1), x, kernels=3)
-    assert any("online softmax in 5 chunks" in d for d in minicomp.report().decisions)
+    compile_and_compare(lambda x: torch.softmax(x, -1), x, kernels=1)  # 3 kernels, one pipelined launch
+    decisions = minicomp.report().decisions
+    assert any("online softmax in 5 chunks" in d for d in decisions)
+    assert any(d.startswith("pipelined:") and "over 3 rows" in d for d in decisions), decisions
 
 
 def test_online_log_softmax_and_softmax_over_a_middle_axis():

@@ -39,3 +39,12 @@ def compile_and_compare(fn, *args, kernels: int | None = None, fallbacks: int | 
     if fallbacks is not None:
         assert len(report.fallbacks) == fallbacks, report.summary()
     return report
+
+
+def small_split_thresholds(monkeypatch) -> None:
+    """Lower the split-reduction thresholds so small tensors take the paths long GPU rows take."""
+    from minicomp.passes import split_reductions as split
+    monkeypatch.setattr(split, "persistent_limit", lambda device: 256)
+    monkeypatch.setattr(split, "SOFTMAX_CHUNK", 64)
+    monkeypatch.setattr(split, "SPLIT_MIN_REDUCED", 256)
+    monkeypatch.setattr(split, "MIN_CHUNK", 32)

@@ -14,7 +14,7 @@ import torch
 from ..ir.expr import Affine, Range
 from ..ir.graph import Scalar
 from ..ir.ops import reduce_identity
-from ..ir.kernel import Compute, IndexValue, Kernel, Load, Masked, Reduce, Store, TileLoad
+from ..ir.kernel import Compute, IndexValue, Kernel, Load, Masked, Pipeline, Reduce, Store, TileLoad
 from ..ir.types import is_float
 
 TL_DTYPE = {
@@ -475,19 +475,23 @@ class TritonPrinter:
         return "_max_int" if largest else "_min_int"
 
     # --- the kernel ---------------------------------------------------------------------
-    def source(self) -> str:
+    def function(self, stage: bool = False) -> str:
+        """The kernel's ``@triton.jit`` function; a pipeline ``stage`` takes its program id as ``pid``."""
         k, sch = self.k, self.k.schedule
-        params = [a.name for a in k.args] + [f"{b}: tl.constexpr" for b in (*sch.blocks, "INTERPRETED")]
-        pid = "tl.program_id(0)" + (".to(tl.int64)" if sch.index_dtype == "int64" else "")
+        params = [a.name for a in k.args] + (["pid"] if stage else []) + \
+            [f"{b}: tl.constexpr" for b in (*sch.blocks, "INTERPRETED")]
+        pid = "pid" if stage else "tl.program_id(0)"
+        pid += ".to(tl.int64)" if sch.index_dtype == "int64" else ""
         for name, var in k.vars.items():
             self.lines.append(f"    {var.name.replace('index', '')}numel = {var.size}")
         getattr(self, f"_{sch.template}")(pid)
-        helpers = "".join(HELPERS[h] for h in sorted(self.helpers))
-        header = (f"# {k.name}: {', '.join(k.origins)}\n# schedule: {sch}\n"
-                  "import triton\nimport triton.language as tl\n")
         body = [*self.lines[:len(k.vars)], *self.descriptors.values(), *self.lines[len(k.vars):]]
-        return (header + helpers + "\n\n@triton.jit\n"
-                f"def {k.name}({', '.join(params)}):\n" + "\n".join(body) + "\n")
+        return f"@triton.jit\ndef {k.name}({', '.join(params)}):\n" + "\n".join(body) + "\n"
+
+    def source(self) -> str:
+        function = self.function()
+        header = f"# {self.k.name}: {', '.join(self.k.origins)}\n# schedule: {self.k.schedule}\n"
+        return module_source(header, self.helpers, [function])
 
     def _body(self, indent: str = "    ") -> None:
         for phase in self.k.phases:
@@ -611,5 +615,50 @@ class TritonPrinter:
             self.lines.append(f"{indent}{acc} = {self.helper(self.combine_fn(r), [acc, value])}")
 
 
-def kernel_source(kernel: Kernel) -> str:
-    return TritonPrinter(kernel).source()
+def module_source(header: str, helpers: set[str], functions: list[str]) -> str:
+    return (header + "import triton\nimport triton.language as tl\n" + "".join(HELPERS[h] for h in sorted(helpers))
+            + "".join("\n\n" + f for f in functions))
+
+
+def kernel_source(kernel: Kernel | Pipeline) -> str:
+    """The Triton module of a kernel, or of a pipeline: its stages as functions and the kernel that
+    hands out tickets and runs them (see ``ir.kernel.Pipeline``)."""
+    if isinstance(kernel, Kernel):
+        return TritonPrinter(kernel).source()
+    p, helpers, functions = kernel, set(), []
+    loads = [{a.node for a in k.args if not a.is_output} for k in p.stages]
+    for i, k in enumerate(p.stages):
+        printer = TritonPrinter(k)
+        # an input a later stage reads again stays in L2 for it; its last reader lets it go
+        later, earlier = set().union(*loads[i + 1:]), set().union(*loads[:i])
+        printer.evict = {a.name: "evict_last" if a.node in later else "evict_first"
+                         for a in k.args if a.node in later | earlier and not a.is_output}
+
+        functions.append(printer.function(stage=True))
+        helpers |= printer.helpers
+    params = [f"s{i}_{a.name}" for i, k in enumerate(p.stages) for a in k.args]
+    total = sum(p.tiles)
+    body = [f"@triton.jit\ndef {p.name}({', '.join(params)}, sync, INTERPRETED: tl.constexpr):",
+            "    # sync[0]: the ticket counter; sync[1 + k * rows + row]: programs of stage k done on row",
+            "    ticket = tl.atomic_add(sync, 1)",
+            f"    step = ticket // {total}",
+            f"    slot = ticket % {total}"]
+    first = 0
+    for i, (k, tiles) in enumerate(zip(p.stages, p.tiles)):
+        args = ", ".join(f"s{i}_{a.name}" for a in k.args)
+        blocks = ", ".join(f"{b}={v}" for b, v in k.schedule.blocks.items())
+        body += [f"    if (slot >= {first}) & (slot < {first + tiles}):",
+                 f"        row = step - {i * p.lag}",
+                 f"        if (row >= 0) & (row < {p.rows}):"]
+        if i > 0:  # wait for the previous stage's programs on this row (all hold smaller tickets)
+            body += [f"            while tl.atomic_add(sync + {1 + (i - 1) * p.rows} + row, 0, sem=\"acquire\") "
+                     f"< {p.tiles[i - 1]}:",
+                     "                pass",
+                     "            tl.debug_barrier()"]
+        body.append(f"            {k.name}({args}, row * {tiles} + slot - {first}, {blocks}, INTERPRETED=INTERPRETED)")
+        if i < len(p.stages) - 1:  # every thread's stores first, then one release of the row
+            body += ["            tl.debug_barrier()",
+                     f"            tl.atomic_add(sync + {1 + i * p.rows} + row, 1, sem=\"release\")"]
+        first += tiles
+    functions.append("\n".join(body) + "\n")
+    return module_source(f"# {p}\n", helpers, functions)

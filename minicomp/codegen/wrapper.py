@@ -3,11 +3,9 @@ and returns the graph's results. Generated code, not an interpreter loop, to kee
 low and to make the order of work readable."""
 from __future__ import annotations
 
-import networkx as nx
-
 from ..ir.graph import Graph, Node
-from ..ir.kernel import Kernel, TileLoad
-from ..passes.fusion import terminal
+from ..ir.kernel import Kernel, Pipeline, TileLoad
+from ..passes.pipelines import launch_order
 from ..ir.layout import buffer_strides, view_as_strided
 
 
@@ -23,7 +21,9 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def grid(kernel: Kernel) -> tuple[int, ...]:
+def grid(kernel: Kernel | Pipeline) -> tuple[int, ...]:
+    if isinstance(kernel, Pipeline):
+        return (kernel.programs,)
     n, b = kernel.numels, kernel.schedule.blocks
     if kernel.schedule.template == "tiled":
         return (_cdiv(n["x"], b["XBLOCK"]) * _cdiv(n["y"], b["YBLOCK"]),)
@@ -32,9 +32,12 @@ def grid(kernel: Kernel) -> tuple[int, ...]:
     return (_cdiv(n["x"], b["XBLOCK"]),)
 
 
-def launch_options(kernel: Kernel) -> dict:
+def launch_options(kernel: Kernel | Pipeline) -> dict:
     """The keyword arguments of a kernel's launch (its constexprs and Triton options); precompiling
     must pass the very same values, or Triton's cache key differs."""
+    if isinstance(kernel, Pipeline):
+        interpreted = kernel.stages[0].schedule.interpreted
+        return {"INTERPRETED": int(interpreted), "num_warps": kernel.num_warps, "num_stages": 1}
     sch = kernel.schedule
     return {**sch.blocks, "INTERPRETED": int(sch.interpreted), "num_warps": sch.num_warps,
             "num_stages": sch.num_stages}
@@ -53,32 +56,6 @@ def value_expr(node: Node, layouts) -> str:
     return f"torch.as_strided({base}, {tuple(node.shape)}, {strides}, {base}.storage_offset() + {offset})"
 
 
-def _order(graph: Graph, kernels: list[Kernel]) -> list:
-    """Kernels and fallback ops in an order that respects their dependencies."""
-    groups = graph.meta.get("groups", [])
-    unit_of = {}
-    for k, g in zip(kernels, groups):
-        for n in g.nodes:
-            unit_of[n] = ("k", k)
-    dag = nx.DiGraph()
-    position = {}
-    for pos, n in enumerate(graph.nodes):
-        if n.op in ("extern", "getitem"):
-            unit_of[n] = ("n", n)
-        u = unit_of.get(n)
-        if u is None:
-            continue
-        key = (u[0], id(u[1]))
-        position.setdefault(key, pos)
-        dag.add_node(key)
-        for i in n.inputs:
-            src = unit_of.get(terminal(i))
-            if src is not None and (src[0], id(src[1])) != key:
-                dag.add_edge((src[0], id(src[1])), key)
-    objs = {(u[0], id(u[1])): u for u in unit_of.values()}
-    return [objs[k] for k in nx.lexicographical_topological_sort(dag, key=lambda k: position[k])]
-
-
 def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
     layouts = graph.meta.get("layouts", {})
     lines = [f"# minicomp wrapper for {graph_name}", "import torch",
@@ -92,20 +69,28 @@ def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
     for n in graph.nodes:
         if n.op == "constant":
             lines.append(f"{ind}{buffer_name(n)} = externs[{n.id}]")
-    for kind, obj in _order(graph, kernels):
+    pipeline_of = {k.name: p for p in graph.meta.get("pipelines", []) for k in p.stages}
+    for kind, obj in launch_order(graph, kernels):
         if kind == "k":
-            k: Kernel = obj
-            for a in k.args:
-                if a.is_output:
-                    node = a.node
-                    lines.append(f"{ind}{buffer_name(node)} = empty({tuple(node.shape)}, "
-                                 f"{tuple(buffer_strides(node, layouts))}, {node.dtype}, '{node.type.device}')")
-            if 0 in grid(k):
-                lines.append(f"{ind}# {k.name}: nothing to compute (empty)")
+            p = pipeline_of.get(obj.name)
+            if p is not None and obj.name != p.stages[0].name:
+                continue  # launched with the pipeline's first stage
+            stages = p.stages if p is not None else [obj]
+            for a in (a for k in stages for a in k.args if a.is_output):
+                node = a.node
+                lines.append(f"{ind}{buffer_name(node)} = empty({tuple(node.shape)}, "
+                             f"{tuple(buffer_strides(node, layouts))}, {node.dtype}, '{node.type.device}')")
+            launched = p if p is not None else obj
+            if 0 in grid(launched):
+                lines.append(f"{ind}# {launched.name}: nothing to compute (empty)")
                 continue
-            launch = ", ".join(buffer_name(a.node) for a in k.args)
-            opts = ", ".join(f"{b}={v}" for b, v in launch_options(k).items())
-            lines.append(f"{ind}kernels[{k.name!r}][{grid(k)}]({launch}, {opts})")
+            launch = ", ".join(buffer_name(a.node) for k in stages for a in k.args)
+            if p is not None:  # the ticket counter and a done-counter per row of each stage but the last
+                lines.append(f"{ind}sync = torch.zeros({1 + (len(stages) - 1) * p.rows}, dtype=torch.int32, "
+                             f"device='{stages[0].args[0].node.type.device}')")
+                launch += ", sync"
+            opts = ", ".join(f"{b}={v}" for b, v in launch_options(launched).items())
+            lines.append(f"{ind}kernels[{launched.name!r}][{grid(launched)}]({launch}, {opts})")
         else:
             node: Node = obj
             if node.op == "extern":

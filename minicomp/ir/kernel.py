@@ -161,6 +161,34 @@ class Kernel:
         return "\n".join(lines)
 
 
+@dataclass
+class Pipeline:
+    """Kernels run as one launch, row by row (``passes/pipelines.py``). Every stage splits the same
+    ``rows``; stage ``k`` has ``tiles[k]`` programs per row. A program takes the next ticket of a
+    global counter; ticket order is ``steps`` of ``sum(tiles)`` slots, and in step ``s`` stage ``k``
+    works on row ``s - k * lag``, after waiting until stage ``k - 1`` has finished that row. The wait
+    is always on programs with smaller tickets, which are running or done, so it cannot deadlock, and
+    a later stage re-reads a row ``lag`` steps after the earlier stage read it: while it is in L2."""
+    name: str
+    stages: list[Kernel]
+    rows: int
+    tiles: list[int]
+    lag: int
+    num_warps: int
+
+    @property
+    def steps(self) -> int:
+        return self.rows + (len(self.stages) - 1) * self.lag
+
+    @property
+    def programs(self) -> int:
+        return self.steps * sum(self.tiles)
+
+    def __str__(self) -> str:
+        return (f"pipeline {self.name}: {' -> '.join(k.name for k in self.stages)} over {self.rows} rows, "
+                f"{'+'.join(map(str, self.tiles))} programs per row, lag {self.lag}, num_warps={self.num_warps}")
+
+
 def format_stmt(s: Stmt) -> str:
     if isinstance(s, Load):
         m = f" if {' & '.join(map(str, s.mask))}" if s.mask else ""

@@ -25,7 +25,7 @@ from ..ir.types import is_float
 from .schedule import COLUMN_TILE, persistent_limit
 from .simplify import dce, view_folding
 
-SOFTMAX_CHUNK = 4096        # elements of a row per online-softmax chunk (one persistent block)
+SOFTMAX_CHUNK = 8192        # elements of a row per online-softmax chunk (one persistent block on the GPU)
 SPLIT_MIN_REDUCED = 8192    # shorter reductions are not worth a second kernel
 TARGET_PROGRAMS = 1024      # enough programs to fill every SM several times
 MIN_CHUNK = 1024            # each partial reduction still streams a useful amount

@@ -1,0 +1,155 @@
+"""Row pipelines: consecutive kernels that work row by row, where a later one re-reads what the first
+one read, run as one launch whose stages follow each other row by row (``ir.kernel.Pipeline``).
+
+Long-row softmax is the case in point: chunk statistics (read ``x``), their combination per row, then
+``exp(x - M) / S`` (read ``x`` again). As three launches the second read of a 128 MB ``x`` comes from
+DRAM; as one pipeline it comes from L2, a few rows after the first.
+
+A chain qualifies when its kernels are pointwise or reduction kernels, consecutive in launch order, and
+*row-local* for some row count R: every program of a stage stays inside one row, and every read of a
+buffer an earlier stage wrote, and every write, falls in that row's slice of the buffer. This is
+proved on the index expressions (``x = E*row + x'``, simplified and bounded), not assumed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import networkx as nx
+
+from ..ir.expr import Affine, Var
+from ..ir.graph import Graph, Node
+from ..ir.kernel import Kernel, Load, Pipeline, Store
+from .fusion import terminal
+
+PIPELINE_MIN_BYTES = 32 << 20  # on the GPU, a smaller re-read finds its data in L2 anyway (H200: 60 MB)
+# measured on the H200 (softmax 256x262144 bf16, log_softmax, x/x.sum(-1) over long rows):
+IN_FLIGHT = 512                # tickets between a row's stages (so a stage seldom waits for the one before)
+POINTWISE_TILE = 16384         # elements per pointwise program: fewer tickets and waits per byte
+MAX_ROW_CANDIDATES = 32
+
+
+def launch_order(graph: Graph, kernels: list[Kernel]) -> list:
+    """Kernels and fallback ops (as ``("k", kernel)`` / ``("n", node)``) in an order that respects
+    their dependencies, as close to the graph's order as it allows."""
+    groups = graph.meta.get("groups", [])
+    unit_of = {}
+    for k, g in zip(kernels, groups):
+        for n in g.nodes:
+            unit_of[n] = ("k", k)
+    dag = nx.DiGraph()
+    position = {}
+    for pos, n in enumerate(graph.nodes):
+        if n.op in ("extern", "getitem"):
+            unit_of[n] = ("n", n)
+        u = unit_of.get(n)
+        if u is None:
+            continue
+        key = (u[0], id(u[1]))
+        position.setdefault(key, pos)
+        dag.add_node(key)
+        for i in n.inputs:
+            src = unit_of.get(terminal(i))
+            if src is not None and (src[0], id(src[1])) != key:
+                dag.add_edge((src[0], id(src[1])), key)
+    objs = {(u[0], id(u[1])): u for u in unit_of.values()}
+    return [objs[k] for k in nx.lexicographical_topological_sort(dag, key=lambda k: position[k])]
+
+
+def row_pipelines(graph: Graph) -> Graph:
+    """Find the chains worth pipelining (``graph.meta['pipelines']``)."""
+    run, pipelines = [], []
+    for kind, obj in launch_order(graph, graph.meta.get("kernels", [])) + [("end", None)]:
+        if kind == "k" and obj.schedule.template in ("pointwise", "reduction"):
+            run.append(obj)
+            continue
+        start = 0
+        while start < len(run) - 1:
+            found = next((p for end in range(len(run), start + 1, -1)
+                          if (p := _pipeline(graph, run[start:end], len(pipelines), end == len(run))) is not None),
+                         None)
+            if found:
+                pipelines.append(found)
+            start += len(found.stages) if found else 1
+        run = []
+    graph.meta["pipelines"] = pipelines
+    return graph
+
+
+def _loaded(k: Kernel) -> set[Node]:
+    nodes = {a.name: a.node for a in k.args}
+    return {nodes[s.buffer] for p in k.phases for s in p.outer + p.inner if isinstance(s, Load)}
+
+
+def _pipeline(graph: Graph, stages: list[Kernel], number: int, explain: bool) -> Pipeline | None:
+    """The pipeline of ``stages`` if it is worth one and row-local (``explain``: record why not)."""
+    first = _loaded(stages[0])
+    on_gpu = any(n.type.device.type == "cuda" for n in first)
+    reread = [n for n in _loaded(stages[-1]) & first
+              if math.prod(n.shape) * n.dtype.itemsize >= (PIPELINE_MIN_BYTES if on_gpu else 0)]
+    sizes = [k.vars["x"].size for k in stages]
+    if not reread or 0 in sizes:
+        return None
+    g = math.gcd(*sizes)
+    candidates = sorted((d for d in _divisors(g) if d >= 2), reverse=True)[:MAX_ROW_CANDIDATES]
+    rows = next((r for r in candidates if _row_local(stages, r)), None)
+    names = " -> ".join(k.name for k in stages)
+    decisions = graph.meta.setdefault("decisions", [])
+    if rows is None:
+        if explain:
+            decisions.append(f"not pipelined: {names} re-read {reread[0].name} but are not row-local")
+        return None
+    tiles = []
+    for i, k in enumerate(stages):  # a program must stay inside its row
+        per_row = k.vars["x"].size // rows
+        xblock = k.schedule.blocks["XBLOCK"]
+        if on_gpu and k.schedule.template == "pointwise":
+            xblock = max(xblock, POINTWISE_TILE)
+        blocks = {**k.schedule.blocks, "XBLOCK": math.gcd(xblock, per_row)}
+        stages[i] = k = dataclasses.replace(k, schedule=dataclasses.replace(k.schedule, blocks=blocks))
+        tiles.append(per_row // blocks["XBLOCK"])
+    lag = min(rows, -(-IN_FLIGHT // sum(tiles))) if on_gpu else 1
+    reblocked = {k.name: k for k in stages}
+    graph.meta["kernels"] = [reblocked.get(k.name, k) for k in graph.meta["kernels"]]
+    p = Pipeline(f"p{number}_" + "_".join(k.name.split("_", 1)[0] for k in stages), stages, rows, tiles, lag,
+                 min(k.schedule.num_warps for k in stages))
+    decisions.append(f"pipelined: {names} as one launch over {rows} rows (re-reads {reread[0].name} from L2)")
+    return p
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in small]
+
+
+def _row_local(stages: list[Kernel], rows: int) -> bool:
+    """Each stage's programs stay in one row (``x`` splits into ``rows`` equal slices), every store
+    and every read of an earlier stage's output falls in that row's slice of the buffer."""
+    written: set[Node] = set()
+    row = Var("row", rows)
+    for k in stages:
+        x = k.vars["x"]
+        if x.size % rows:
+            return False
+        within = Var("xin", x.size // rows)
+        to_row = {x: Affine.of(row) * (x.size // rows) + Affine.of(within)}
+        nodes = {a.name: a.node for a in k.args}
+        for p in k.phases:
+            for s in p.outer + p.inner:
+                if isinstance(s, Store) or (isinstance(s, Load) and nodes[s.buffer] in written):
+                    if not _in_row_slice(s.index.subs(to_row), row, nodes[s.buffer], rows):
+                        return False
+        written |= {a.node for a in k.args if a.is_output}
+    return True
+
+
+def _in_row_slice(index: Affine, row: Var, buffer: Node, rows: int) -> bool:
+    numel = math.prod(buffer.shape)
+    if numel % rows:
+        return False
+    per_row = numel // rows
+    rest = index - Affine.of(row) * per_row
+    if index.coeff_of(row) != per_row or row in rest.vars():
+        return False
+    lo, hi = rest.bounds()
+    return 0 <= lo and hi < per_row

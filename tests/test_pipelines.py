@@ -1,0 +1,71 @@
+"""Row pipelines (passes/pipelines.py): row-local kernel chains run as one launch, in Triton's
+interpreter. The split thresholds are lowered so small tensors make the chains long GPU rows make."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+
+import minicomp
+from minicomp.passes import pipelines
+from tests.utils import compile_and_compare, small_split_thresholds
+
+
+@pytest.fixture(autouse=True)
+def small_thresholds(monkeypatch):
+    small_split_thresholds(monkeypatch)
+
+
+def _pipelined(decisions) -> list[str]:
+    return [d for d in decisions if d.startswith("pipelined:")]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_long_row_softmax_is_one_pipelined_launch(dtype):
+    x = torch.randn(5, 300, dtype=dtype) * 3
+    report = compile_and_compare(lambda x: torch.softmax(x, -1), x, kernels=1)
+    (decision,) = _pipelined(report.decisions)
+    assert "over 5 rows" in decision and report.kernels[0].template == "pipeline of 3"
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.log_softmax(x, -1), lambda x: x / x.sum(-1, keepdim=True),
+                                lambda x: x - x.amax(-1, keepdim=True)])
+def test_other_row_chains_are_pipelined(fn):
+    x = torch.randn(3, 700) + 0.5  # the sum of a row stays away from 0
+    report = compile_and_compare(fn, x, kernels=1)
+    assert _pipelined(report.decisions), report.summary()
+
+
+def test_pipeline_gives_the_same_bits_as_separate_launches(monkeypatch):
+    x = torch.randn(4, 500)
+    fn = lambda x: torch.softmax(x * 2, -1)  # noqa: E731
+    together = minicomp.compile(fn)(x)
+    assert _pipelined(minicomp.report().decisions)
+    monkeypatch.setattr(pipelines, "_pipeline", lambda *a: None)
+    torch._dynamo.reset()
+    apart = minicomp.compile(fn)(x)
+    assert len(minicomp.report().kernels) >= 3  # separate launches
+    assert torch.equal(together, apart)
+
+
+def test_a_chain_that_reads_other_rows_is_not_pipelined():
+    # row r divides by the sum of row 3 - r: the consumer's row needs another row of the statistics
+    x = torch.randn(4, 600) + 0.5
+    report = compile_and_compare(lambda x: x / x.sum(-1, keepdim=True).flip(0), x)
+    assert not _pipelined(report.decisions)
+    assert any(d.startswith("not pipelined:") and "not row-local" in d for d in report.decisions), report.summary()
+
+
+def test_short_rows_make_no_pipeline():
+    report = compile_and_compare(lambda x: torch.softmax(x, -1), torch.randn(4, 200), kernels=1)
+    assert not _pipelined(report.decisions) and report.kernels[0].template.startswith("reduction")
+
+
+def test_nan_inf_and_all_masked_rows_in_a_pipeline():
+    x = torch.randn(4, 300)
+    x[0, :130] = float("-inf")
+    x[1] = float("-inf")
+    x[2, 17] = float("nan")
+    x[3, 250] = float("inf")
+    report = compile_and_compare(lambda x: torch.softmax(x, -1), x, kernels=1)
+    assert _pipelined(report.decisions)
