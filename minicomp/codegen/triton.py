@@ -633,7 +633,6 @@ def kernel_source(kernel: Kernel | Pipeline) -> str:
         later, earlier = set().union(*loads[i + 1:]), set().union(*loads[:i])
         printer.evict = {a.name: "evict_last" if a.node in later else "evict_first"
                          for a in k.args if a.node in later | earlier and not a.is_output}
-
         functions.append(printer.function(stage=True))
         helpers |= printer.helpers
     params = [f"s{i}_{a.name}" for i, k in enumerate(p.stages) for a in k.args]
