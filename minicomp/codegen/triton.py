@@ -78,26 +78,6 @@ def _tanh(x):
     t = tl.where(ax < 0.0625, small, big)
     return tl.where(x < 0, -t, tl.where(x == x, t, x))
 ''',
-    "_ex2_approx": '''
-@triton.jit
-def _ex2_approx(x, INTERPRETED: tl.constexpr):
-    # 2**x as one MUFU instruction (subnormal results flush to 0); tl.exp2 wraps it in a subnormal fixup
-    if INTERPRETED:
-        return tl.exp2(x)
-    else:
-        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
-                                         is_pure=True, pack=1)
-''',
-    "_rcp_approx": '''
-@triton.jit
-def _rcp_approx(x, INTERPRETED: tl.constexpr):
-    # 1/x to 1 ulp as one MUFU instruction; "/" is an IEEE division, about ten instructions
-    if INTERPRETED:
-        return 1.0 / x
-    else:
-        return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
-                                         is_pure=True, pack=1)
-''',
     "_gelu_erf": '''
 @triton.jit
 def _gelu_erf(x, INTERPRETED: tl.constexpr):
@@ -200,6 +180,28 @@ def _fmod_float(a, b):
     return a - b * tl.where(q < 0, tl.math.ceil(q), tl.math.floor(q))
 ''',
 }
+
+
+def _one_instruction(name: str, ptx: str, plain: str, why: str) -> str:
+    """A helper that is one PTX instruction when compiled, ``plain`` in the interpreter."""
+    return f'''
+@triton.jit
+def {name}(x, INTERPRETED: tl.constexpr):
+    # {why}
+    if INTERPRETED:
+        return {plain}
+    else:
+        return tl.inline_asm_elementwise("{ptx} $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+'''
+
+
+HELPERS["_ex2_approx"] = _one_instruction(
+    "_ex2_approx", "ex2.approx.ftz.f32", "tl.exp2(x)",
+    "2**x as one MUFU instruction (subnormal results flush to 0); tl.exp2 wraps it in a subnormal fixup")
+HELPERS["_rcp_approx"] = _one_instruction(
+    "_rcp_approx", "rcp.approx.ftz.f32", "1.0 / x",
+    '1/x to 1 ulp as one MUFU instruction; "/" is an IEEE division, about ten instructions')
+
 
 def plain_literal(value, dtype: torch.dtype) -> str:
     """A Python literal for ``value`` (as ``tl.full``'s fill value)."""
@@ -626,7 +628,7 @@ def kernel_source(kernel: Kernel | Pipeline) -> str:
     if isinstance(kernel, Kernel):
         return TritonPrinter(kernel).source()
     p, helpers, functions = kernel, set(), []
-    loads = [{a.node for a in k.args if not a.is_output} for k in p.stages]
+    loads = [k.inputs for k in p.stages]
     for i, k in enumerate(p.stages):
         printer = TritonPrinter(k)
         # an input a later stage reads again stays in L2 for it; its last reader lets it go

@@ -147,6 +147,11 @@ class Kernel:
     def numels(self) -> dict[str, int]:
         return {k: v.size for k, v in self.vars.items()}
 
+    @property
+    def inputs(self) -> set[Node]:
+        """The nodes whose buffers the kernel reads."""
+        return {a.node for a in self.args if not a.is_output}
+
     def __str__(self) -> str:
         lines = [f"kernel {self.name}  ({self.schedule})",
                  "  iterates " + ", ".join(f"{k} < {v.size}" for k, v in self.vars.items()),

@@ -64,34 +64,29 @@ def row_pipelines(graph: Graph) -> Graph:
             run.append(obj)
             continue
         start = 0
-        while start < len(run) - 1:
-            found = next((p for end in range(len(run), start + 1, -1)
-                          if (p := _pipeline(graph, run[start:end], len(pipelines), end == len(run))) is not None),
-                         None)
-            if found:
-                pipelines.append(found)
-            start += len(found.stages) if found else 1
+        while start < len(run) - 1:  # the longest pipeline from each start
+            for end in range(len(run), start + 1, -1):
+                found = _pipeline(graph, run[start:end], len(pipelines), explain=end == len(run))
+                if found:
+                    pipelines.append(found)
+                    break
+            start = end if found else start + 1
         run = []
     graph.meta["pipelines"] = pipelines
     return graph
 
 
-def _loaded(k: Kernel) -> set[Node]:
-    nodes = {a.name: a.node for a in k.args}
-    return {nodes[s.buffer] for p in k.phases for s in p.outer + p.inner if isinstance(s, Load)}
-
-
 def _pipeline(graph: Graph, stages: list[Kernel], number: int, explain: bool) -> Pipeline | None:
     """The pipeline of ``stages`` if it is worth one and row-local (``explain``: record why not)."""
-    first = _loaded(stages[0])
+    first = stages[0].inputs
     on_gpu = any(n.type.device.type == "cuda" for n in first)
-    reread = [n for n in _loaded(stages[-1]) & first
+    reread = [n for n in stages[-1].inputs & first
               if math.prod(n.shape) * n.dtype.itemsize >= (PIPELINE_MIN_BYTES if on_gpu else 0)]
     sizes = [k.vars["x"].size for k in stages]
     if not reread or 0 in sizes:
         return None
     g = math.gcd(*sizes)
-    candidates = sorted((d for d in _divisors(g) if d >= 2), reverse=True)[:MAX_ROW_CANDIDATES]
+    candidates = sorted({d for d in _divisors(g) if d >= 2}, reverse=True)[:MAX_ROW_CANDIDATES]
     rows = next((r for r in candidates if _row_local(stages, r)), None)
     names = " -> ".join(k.name for k in stages)
     decisions = graph.meta.setdefault("decisions", [])
@@ -128,9 +123,7 @@ def _row_local(stages: list[Kernel], rows: int) -> bool:
     written: set[Node] = set()
     row = Var("row", rows)
     for k in stages:
-        x = k.vars["x"]
-        if x.size % rows:
-            return False
+        x = k.vars["x"]  # rows divides its size
         within = Var("xin", x.size // rows)
         to_row = {x: Affine.of(row) * (x.size // rows) + Affine.of(within)}
         nodes = {a.name: a.node for a in k.args}
@@ -148,8 +141,7 @@ def _in_row_slice(index: Affine, row: Var, buffer: Node, rows: int) -> bool:
     if numel % rows:
         return False
     per_row = numel // rows
-    rest = index - Affine.of(row) * per_row
-    if index.coeff_of(row) != per_row or row in rest.vars():
+    if index.coeff_of(row) != per_row:  # None when row also sits inside a // or %
         return False
-    lo, hi = rest.bounds()
+    lo, hi = (index - Affine.of(row) * per_row).bounds()
     return 0 <= lo and hi < per_row
