@@ -66,7 +66,7 @@ def row_pipelines(graph: Graph) -> Graph:
         start = 0
         while start < len(run) - 1:  # the longest pipeline from each start
             for end in range(len(run), start + 1, -1):
-                found = _pipeline(graph, run[start:end], len(pipelines), explain=end == len(run))
+                found = _pipeline(graph, run[start:end], len(pipelines), end == len(run))
                 if found:
                     pipelines.append(found)
                     break
