@@ -7,11 +7,13 @@ Registered as the ``minicomp`` entry point of ``torch_dynamo_backends``, so
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch.fx as fx
 from torch._decomp import core_aten_decompositions
 from torch._functorch.aot_autograd import aot_module_simplified
 
+from . import graph_cache
 from .compiler import CompiledGraph, Options
 
 
@@ -29,12 +31,27 @@ class Backend:
         self.options = Options(**options)
 
     def __call__(self, gm: fx.GraphModule, example_inputs):
+        key = hit = None
+        try:
+            key = graph_cache.key(gm, example_inputs, self.options)
+            hit = key and graph_cache.lookup(key, rebuild=lambda args: self._trace(gm, args, None))
+        except Exception as e:  # noqa: BLE001 - the cache never fails a model: compile as usual
+            warnings.warn(f"minicomp: graph cache skipped ({type(e).__name__}: {e})")
+        return hit or self._trace(gm, example_inputs, key)
+
+    def _trace(self, gm: fx.GraphModule, example_inputs, key: str | None):
+        """AOTAutograd, then one ``CompiledGraph`` per graph; a plain inference graph with a cache key
+        is stored in the graph cache once compiled."""
         opts = self.options
+
+        def inference(g, _):
+            store = key and graph_cache.plain_inference(gm, g)
+            return CompiledGraph(g, opts, "inference", functools.partial(graph_cache.remember, key) if store else None)
         return aot_module_simplified(
             gm, example_inputs,
             fw_compiler=lambda g, _: CompiledGraph(g, opts, "forward"),
             bw_compiler=lambda g, _: CompiledGraph(g, opts, "backward"),
-            inference_compiler=lambda g, _: CompiledGraph(g, opts, "inference"),
+            inference_compiler=inference,
             decompositions=decompositions(),
         )
 

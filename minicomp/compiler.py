@@ -15,6 +15,7 @@ import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.fx as fx
@@ -24,7 +25,8 @@ from . import report as reporting
 from . import validation
 from .codegen.triton import kernel_source
 from .codegen.wrapper import launch_options, wrapper_source
-from .frontend.lowering import Lowering
+from .frontend.lowering import Lowering, map_tree
+from .ir.graph import Node
 from .passes.fusion import fusion
 from .passes.gemm_choice import gemm_backend
 from .passes.manager import Pass, run_pipeline
@@ -34,6 +36,7 @@ from .passes.pipelines import row_pipelines
 from .passes.split_reductions import split_reductions
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache
+from .runtime.support import InputRef, extern_call
 
 PIPELINE: list[Pass] = [
     Pass("dce", dce, "drop nodes nothing uses"),
@@ -72,7 +75,11 @@ class Options:
         return os.environ.get("MINICOMP_STRICT", "0") not in ("", "0")
 
 
-def _signature(args) -> tuple:
+def graph_name(kind: str) -> str:
+    return f"graph{next(_graph_ids)}_{kind}"
+
+
+def signature(args) -> tuple:
     sig = []
     for a in args:
         if isinstance(a, torch.Tensor):
@@ -87,13 +94,16 @@ class CompiledGraph:
 
     _boxed_call = True
 
-    def __init__(self, gm: fx.GraphModule, options: Options, kind: str = "forward"):
-        self.gm, self.options, self.kind = gm, options, kind
-        self.name = f"graph{next(_graph_ids)}_{kind}"
+    def __init__(self, gm: fx.GraphModule, options: Options, kind: str = "forward",
+                 on_compiled: Callable | None = None):
+        """``on_compiled(signature, artifacts, report)`` hears of each specialization compiled (the
+        graph cache stores the first)."""
+        self.gm, self.options, self.kind, self.on_compiled = gm, options, kind, on_compiled
+        self.name = graph_name(kind)
         self._specializations: dict[tuple, object] = {}
 
     def __call__(self, args):
-        key = _signature(args)
+        key = signature(args)
         fn = self._specializations.get(key)
         if fn is None:
             fn = self._specializations[key] = self._compile(list(args))
@@ -113,7 +123,9 @@ class CompiledGraph:
         dump = self._dump_dir()
         rep = reporting.Report(self.name, dump_dir=str(dump) if dump else None)
         try:
-            fn = self._build(args, dump, rep, self._gemm_choices(args))
+            fn, art = self._build(args, dump, rep, self._gemm_choices(args))
+            if self.on_compiled:
+                self.on_compiled(signature(args), art, rep)
         except Exception as e:  # never fail the user's model: run this graph in PyTorch
             if self.options.strict or isinstance(e, validation.ValidationError):
                 raise
@@ -136,7 +148,7 @@ class CompiledGraph:
         """Tuned GEMM choices from the on-disk cache; in max-autotune mode, measured now and stored."""
         if not any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
             return {}
-        key = cache.digest(f"{self.gm.code}|{_signature(args)}|{torch.cuda.get_device_name()}|{triton.__version__}")
+        key = cache.digest(f"{self.gm.code}|{signature(args)}|{torch.cuda.get_device_name()}|{triton.__version__}")
         choices = cache.load_tuned(key)
         if choices is None and self.options.mode == "max-autotune":
             choices = self._tune(args)
@@ -152,7 +164,7 @@ class CompiledGraph:
 
         def measure(choices):
             try:
-                fn = self._build(list(args), None, reporting.Report(self.name), choices)
+                fn, _ = self._build(list(args), None, reporting.Report(self.name), choices)
                 return do_bench(lambda: fn(inputs), warmup=10, rep=50)
             except Exception:  # a config that does not fit (shared memory, registers) is skipped
                 return float("inf")
@@ -186,37 +198,16 @@ class CompiledGraph:
         rep.fallbacks = [reporting.Fallback(op, reason) for op, reason in lowering.fallbacks]
         self._apply_tuned_schedules(graph, args)
         rep.decisions = list(dict.fromkeys(graph.meta.get("decisions", [])))
-        call = self._assemble(graph, graph.meta.get("kernels", []), dump, rep)
+        call, art = self._assemble(graph, graph.meta.get("kernels", []), dump, rep)
         if validator:
             validator.check_outputs("codegen (generated kernels)", call)
-        return call
+        return call, art
 
     def _assemble(self, graph, kernels, dump: Path | None = None, rep: reporting.Report | None = None):
-        """Generate, store and load the kernels and the wrapper: the graph's callable."""
-        interpret = not any(n.type.device.type == "cuda" for n in graph.inputs)
-        pipelines = graph.meta.get("pipelines", [])
-        staged = {k.name for p in pipelines for k in p.stages}
-        launched = [k for k in kernels if k.name not in staged] + pipelines
-        loaded = {}
-        for k in launched:
-            source = kernel_source(k)
-            path = cache.store("kernels", k.name, source)
-            loaded[k.name] = getattr(cache.load(path, interpret), k.name)
-            if rep is not None:
-                rep.kernels.append(_kernel_info(k, str(path)))
-            if dump:
-                (dump / f"{k.name}.py").write_text(source)
-        if not interpret and len(launched) > 1 and os.environ.get("MINICOMP_PARALLEL_COMPILE", "1") != "0":
-            cache.precompile([(loaded[k.name], _arg_dtypes(k), launch_options(k)) for k in launched])
-        wrapper = wrapper_source(graph, kernels, self.name)
-        module = cache.load(cache.store("wrappers", "wrapper", wrapper))
-        if dump:
-            (dump / "wrapper.py").write_text(wrapper)
-            (dump / "kernels.txt").write_text("\n\n".join(str(k) for k in kernels + pipelines) + "\n")
-        externs = {n.id: (n.attrs["call"] if n.op == "extern" else n.attrs["value"])
-                   for n in graph.nodes if n.op in ("extern", "constant")}
-        call = module.call
-        return lambda a: call(a, loaded, externs)
+        """Generate and store the kernels and the wrapper; return the graph's callable and the
+        artifacts that load it again."""
+        art = generate(graph, kernels, self.name, dump, rep)
+        return load(art), art
 
     # --- autotuning of pointwise / reduction kernels ------------------------------------------
     def _apply_tuned_schedules(self, graph, args) -> None:
@@ -255,7 +246,7 @@ class CompiledGraph:
             trial = list(kernels)
             try:
                 trial[i] = build_kernel(group, graph.meta["layouts"], override=candidate)
-                fn = self._assemble(graph, trial)
+                fn, _ = self._assemble(graph, trial)
                 ms = _time_ms(lambda: fn(next(rotation)), on_gpu=not heuristic.interpreted)
             except Exception:  # a config that does not compile or fit is skipped
                 ms = float("inf")
@@ -267,6 +258,72 @@ class CompiledGraph:
                   f"{', '.join(timings)} ms -> {best}", file=sys.stderr)
         return {"blocks": best.blocks, "num_warps": best.num_warps, "num_stages": best.num_stages,
                 "persistent": best.persistent}
+
+
+@dataclass
+class Artifacts:
+    """What codegen produced for one graph: enough to run it again, in this process or (through the
+    graph cache) in another one, without tracing or compiling. Paths are relative to the cache."""
+    interpret: bool                         # CPU inputs: kernels run in Triton's interpreter
+    kernels: list[tuple[str, str, list, dict]]  # launched kernels: name, source, argument dtypes, launch options
+    wrapper: str
+    externs: dict[int, tuple]               # node id -> ("op", op or its name, arg tree) | ("value", constant)
+
+
+def generate(graph, kernels: list[Kernel], graph_name: str, dump: Path | None = None,
+             rep: reporting.Report | None = None) -> Artifacts:
+    """Write the kernels' and the wrapper's source to the cache (and the dump folder)."""
+    interpret = not any(n.type.device.type == "cuda" for n in graph.inputs)
+    pipelines = graph.meta.get("pipelines", [])
+    staged = {k.name for p in pipelines for k in p.stages}
+    stored = []
+    for k in [k for k in kernels if k.name not in staged] + pipelines:
+        source = kernel_source(k)
+        path = cache.store("kernels", k.name, source)
+        stored.append((k.name, _relative(path), _arg_dtypes(k), launch_options(k)))
+        if rep is not None:
+            rep.kernels.append(_kernel_info(k, str(path)))
+        if dump:
+            (dump / f"{k.name}.py").write_text(source)
+    wrapper = wrapper_source(graph, kernels, graph_name)
+    if dump:
+        (dump / "wrapper.py").write_text(wrapper)
+        (dump / "kernels.txt").write_text("\n\n".join(str(k) for k in kernels + pipelines) + "\n")
+    externs = {n.id: _extern_ref(n) for n in graph.nodes if n.op in ("extern", "constant")}
+    return Artifacts(interpret, stored, _relative(cache.store("wrappers", "wrapper", wrapper)), externs)
+
+
+def load(art: Artifacts, stored: bool = False):
+    """The callable of generated code: import the kernels (compiling several at once on a GPU) and
+    the wrapper. ``stored``: a graph-cache entry; its files must be intact (else None), and its
+    kernels were compiled when it was stored, so they load from Triton's cache at their first launch
+    (a thread pool would only add its start-up: 5-10 ms measured on the H200 host)."""
+    paths = {rel: cache.intact(rel) if stored else cache.cache_dir() / rel
+             for rel in [art.wrapper] + [k[1] for k in art.kernels]}
+    if not all(paths.values()):
+        return None
+    loaded = {name: getattr(cache.load(paths[rel], art.interpret), name) for name, rel, _, _ in art.kernels}
+    if not art.interpret and not stored and len(art.kernels) > 1 and \
+            os.environ.get("MINICOMP_PARALLEL_COMPILE", "1") != "0":
+        cache.precompile([(loaded[name], dtypes, options) for name, _, dtypes, options in art.kernels])
+    externs = {i: extern_call(ref[1], ref[2]) if ref[0] == "op" else ref[1] for i, ref in art.externs.items()}
+    call = cache.load(paths[art.wrapper]).call
+    return lambda a: call(a, loaded, externs)
+
+
+def _relative(path: Path) -> str:
+    return str(path.relative_to(cache.cache_dir()))
+
+
+def _extern_ref(node) -> tuple:
+    """A fallback op or a constant as the wrapper receives it: ops by qualified name when they are
+    ``torch.ops`` overloads (so the graph cache can store them), with ``InputRef`` for the tensors."""
+    if node.op == "constant":
+        return ("value", node.attrs["value"])
+    target = node.attrs["target"]
+    position = {id(v): k for k, v in enumerate(node.inputs)}
+    tree = map_tree(node.attrs["arg_tree"], lambda v: InputRef(position[id(v)]) if isinstance(v, Node) else v)
+    return ("op", str(target) if isinstance(target, torch._ops.OpOverload) else target, tree)
 
 
 def _kernel_info(k: Kernel | Pipeline, path: str) -> reporting.KernelInfo:

@@ -36,10 +36,12 @@ class Report:
     compile_seconds: float = 0.0
     dump_dir: str | None = None
     cache: dict = field(default_factory=dict)
+    from_cache: bool = False  # loaded whole from the graph cache (no tracing, no codegen)
 
     def summary(self) -> str:
         lines = [f"graph {self.graph}: {len(self.kernels)} kernel(s), {len(self.fallbacks)} fallback op(s), "
-                 f"compiled in {self.compile_seconds:.2f}s"]
+                 + (f"loaded from the graph cache in {self.compile_seconds:.3f}s" if self.from_cache
+                    else f"compiled in {self.compile_seconds:.2f}s")]
         if self.whole_graph_fallback:
             lines.append(f"whole graph runs in PyTorch: {self.whole_graph_fallback}")
         if self.kernels:

@@ -15,9 +15,10 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    """An empty minicomp cache for this test."""
-    path = tmp_path / "cache"
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path_factory, monkeypatch):
+    """An empty minicomp cache for every test: tests that patch the compiler's thresholds must not
+    reuse another test's graph-cache entry for the same function."""
+    path = tmp_path_factory.mktemp("cache")
     monkeypatch.setenv("MINICOMP_CACHE_DIR", str(path))
     return path

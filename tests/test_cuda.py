@@ -115,6 +115,21 @@ def test_several_kernels_precompiled_in_parallel_match_eager():
     assert len(minicomp.report().kernels) >= 3
 
 
+def test_graph_cache_warm_compile_on_the_gpu():
+    # several kernels (precompiled in parallel), a cuBLAS GEMM (a fallback op by name), a pipeline
+    def fn(x, v, w, b):
+        return torch.softmax(x, -1) * v, F.gelu(F.linear(x[:, :1024], w, b)), F.softmax(x.view(128, 262144), -1)
+    reports = []
+    for _ in range(2):  # the second compile is what a new process does: Dynamo reset, same cache folder
+        torch._dynamo.reset()
+        x, v, w, b = _dev((8192, 4096), (4096,), (1024, 1024), (1024,), dtype=torch.bfloat16)
+        compile_and_compare(fn, x, v, w / 32, b, atol=3e-2, rtol=3e-2)
+        reports.append(minicomp.report())
+    assert not reports[0].from_cache and reports[1].from_cache, reports[1].summary()
+    assert [k.name for k in reports[1].kernels] == [k.name for k in reports[0].kernels]
+    assert reports[1].fallbacks == reports[0].fallbacks
+
+
 def test_64bit_indexing_beyond_2_pow_31_elements():
     n = 2**31 + 4096
     x = torch.randint(-3, 4, (n,), device="cuda", dtype=torch.int8)

@@ -378,6 +378,7 @@ def test_cache_second_process_writes_nothing_and_corrupt_files_are_rebuilt(cache
 
     second = last_json(run_child(CACHE_CHILD, **env))
     assert second["ok"], second
+    assert second["cache"]["graphs_reused"] == 1, second  # loaded whole from the graph cache
     assert second["cache"]["written"] == 0, second
     assert second["cache"]["repaired"] == 0, second
     assert second["cache"]["reused"] >= 2, second

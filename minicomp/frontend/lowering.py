@@ -132,13 +132,13 @@ class Lowering:
         inputs = [v for v in _flatten((args, kwargs)) if isinstance(v, Node)]
         to_meta = lambda v: self.meta(v) if isinstance(v, Node) else v  # noqa: E731
         try:
-            out = target(*_map_tree(args, to_meta), **_map_tree(kwargs, to_meta))
+            out = target(*map_tree(args, to_meta), **map_tree(kwargs, to_meta))
         except Exception as e:  # no meta kernel: the whole graph falls back
             raise RuntimeError(f"cannot infer the result of {target} for a fallback: {e}") from e
         device = next((i.type.device for i in inputs), torch.device("cpu"))
-        types = _map_tree(out, lambda t: TensorType(tuple(t.shape), t.dtype, device)
+        types = map_tree(out, lambda t: TensorType(tuple(t.shape), t.dtype, device)
                           if isinstance(t, torch.Tensor) else t)
-        strides = _map_tree(out, lambda t: tuple(t.stride()) if isinstance(t, torch.Tensor) else None)
+        strides = map_tree(out, lambda t: tuple(t.stride()) if isinstance(t, torch.Tensor) else None)
         tree = (args, kwargs)
         node = self.graph.add("extern", inputs, types, (_short(target),), target=target,
                               arg_tree=tree, reason=reason, strides=strides)
@@ -263,11 +263,11 @@ def _flatten(tree):
         yield tree
 
 
-def _map_tree(tree, fn):
+def map_tree(tree, fn):
     if isinstance(tree, (list, tuple)):
-        return type(tree)(_map_tree(t, fn) for t in tree)
+        return type(tree)(map_tree(t, fn) for t in tree)
     if isinstance(tree, dict):
-        return {k: _map_tree(v, fn) for k, v in tree.items()}
+        return {k: map_tree(v, fn) for k, v in tree.items()}
     return fn(tree)
 
 
@@ -276,7 +276,7 @@ def _make_call(target, tree, inputs):
     def call(*tensors):
         env = dict(zip(map(id, inputs), tensors))
         sub = lambda v: env[id(v)] if isinstance(v, Node) else v  # noqa: E731
-        args, kwargs = _map_tree(tree, sub)
+        args, kwargs = map_tree(tree, sub)
         return target(*args, **kwargs)
     return call
 

@@ -11,6 +11,7 @@ import hashlib
 import json
 import importlib.util
 import os
+import pickle
 import sys
 import tempfile
 import warnings
@@ -18,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
-stats = {"written": 0, "reused": 0, "repaired": 0}
+stats = {"written": 0, "reused": 0, "repaired": 0, "graphs_reused": 0}
 _modules: dict[tuple[str, bool], ModuleType] = {}
 _fallback_dir: Path | None = None
 
@@ -44,11 +45,11 @@ def cache_dir() -> Path:
         return _fallback_dir
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def _atomic_write(path: Path, data: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
     os.replace(tmp, path)
 
 
@@ -65,6 +66,45 @@ def load_tuned(key: str) -> dict | None:
     except (OSError, ValueError):
         return None
     return choices if isinstance(choices, dict) else None
+
+
+def store_graph(key: str, entry) -> bool:
+    """Pickle a compiled graph's entry under ``<cache>/graphs/<key>.pkl``; False if it cannot be
+    pickled (a fallback op that is not a named aten-style op, say): that graph is not cached."""
+    try:
+        data = pickle.dumps(entry)
+    except Exception:  # noqa: BLE001 - unpicklable parts only mean no graph-cache entry
+        return False
+    _atomic_write(cache_dir() / "graphs" / f"{key}.pkl", data)
+    return True
+
+
+def load_graph(key: str):
+    """The entry stored under ``key``, or None (absent, or unreadable: then it is rebuilt)."""
+    path = cache_dir() / "graphs" / f"{key}.pkl"
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        return pickle.loads(data)
+    except Exception:  # noqa: BLE001 - a damaged entry costs a recompile
+        warnings.warn(f"minicomp: corrupt cache entry {path}; rebuilding it")
+        stats["repaired"] += 1
+        return None
+
+
+def intact(relative: str) -> Path | None:
+    """The stored file ``relative`` to the cache folder if its content still matches the hash in its
+    name, else None."""
+    path = cache_dir() / relative
+    try:
+        if digest(path.read_text()) != path.stem.rsplit("_", 1)[-1]:
+            return None
+    except (OSError, UnicodeDecodeError):
+        return None
+    stats["reused"] += 1
+    return path
 
 
 def store(kind: str, name: str, source: str) -> Path:

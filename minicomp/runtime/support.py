@@ -1,7 +1,10 @@
 """Small helpers the generated wrappers call."""
 from __future__ import annotations
 
+import functools
 import os
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -36,3 +39,30 @@ def tma_allocator() -> None:
         return torch.empty(size, device="cuda", dtype=torch.int8)
 
     triton.set_allocator(alloc)
+
+
+@dataclass(frozen=True)
+class InputRef:
+    """Stands for the k-th tensor input of a fallback op inside its stored argument tree."""
+    k: int
+
+
+def _fill(tree, tensors):
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_fill(t, tensors) for t in tree)
+    if isinstance(tree, dict):
+        return {k: _fill(v, tensors) for k, v in tree.items()}
+    return tensors[tree.k] if isinstance(tree, InputRef) else tree
+
+
+def extern_call(target, tree) -> Callable:
+    """A fallback op as a function of its tensor inputs. ``target``: the op, or its qualified name
+    (``"aten.cumsum.default"``, how the graph cache stores it); ``tree``: ``(args, kwargs)`` with
+    ``InputRef`` where the tensors go."""
+    if isinstance(target, str):
+        target = functools.reduce(getattr, target.split("."), torch.ops)
+
+    def call(*tensors):
+        args, kwargs = _fill(tree, tensors)
+        return target(*args, **kwargs)
+    return call

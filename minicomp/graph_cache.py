@@ -1,0 +1,143 @@
+"""The whole-graph cache: a warm start (a new process, same cache folder) skips AOTAutograd's tracing,
+lowering, the passes and codegen, and loads the stored kernels and wrapper directly.
+
+Key: the Dynamo graph's code, its inputs' metadata (shape, strides, dtype, device, requires_grad,
+alignment), grad and inference mode, the options, a hash of minicomp's own source, the torch and
+Triton versions, the GPU and the state of the tuned-schedule folder. Value: the ``Artifacts`` (kernel
+and wrapper files, fallback ops by name, constants), the input signature and the report.
+
+Only plain inference graphs are stored: no input is mutated, no output aliases an input or another
+output, no effect tokens or subclasses, so AOTAutograd adds nothing around the compiled graph and
+calling the stored wrapper is what the traced path would do. Graphs with symbolic sizes, module
+attributes, autocast, dumps, validation or strict mode are not cached. A call with another input
+signature (an input that is not 16-byte aligned, say) compiles the normal way; an entry that cannot
+be read or whose files changed costs a recompile.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.fx as fx
+import triton
+
+from .report import Fallback, KernelInfo, Report, record
+from . import validation
+from .compiler import Artifacts, Options, graph_name, load, signature
+from .runtime import cache
+
+
+@dataclass
+class Entry:
+    signature: tuple
+    artifacts: Artifacts
+    kernels: list[KernelInfo]
+    fallbacks: list[Fallback]
+    decisions: list[str]
+
+
+def enabled(options: Options) -> bool:
+    return (os.environ.get("MINICOMP_GRAPH_CACHE", "1") not in ("", "0") and not options.dump_dir
+            and not options.strict and not validation.enabled())
+
+
+def key(gm: fx.GraphModule, example_inputs, options: Options) -> str | None:
+    """The cache key of a Dynamo graph and its inputs, or None when the graph is not cacheable."""
+    if not enabled(options) or torch._C._is_any_autocast_enabled():
+        return None
+    if any(n.op not in ("placeholder", "call_function", "call_method", "output") for n in gm.graph.nodes):
+        return None
+    inputs = []
+    for t in example_inputs:
+        if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided:
+            return None
+        device = torch.cuda.get_device_name(t.device) if t.is_cuda else t.device.type
+        inputs.append((tuple(t.shape), t.stride(), t.dtype, device, t.requires_grad, t.data_ptr() % 16 == 0))
+    for n in gm.graph.nodes:  # symbolic sizes (dynamic shapes) are not cached
+        value = n.meta.get("example_value")
+        if n.op == "placeholder" and isinstance(value, torch.Tensor) and \
+                any(not isinstance(d, int) for d in (*value.shape, *value.stride())):
+            return None
+    passes = [f"{p.name}:{p.run.__module__}.{p.run.__qualname__}" for p in options.pipeline]
+    state = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.get_default_dtype(), options.mode,
+             passes, _source_digest(), torch.__version__, triton.__version__, _tuned_state())
+    return cache.digest(f"{gm.code}|{inputs}|{state}")
+
+
+def plain_inference(dynamo_gm: fx.GraphModule, aten_gm: fx.GraphModule) -> bool:
+    """Whether AOTAutograd adds nothing around this inference graph (read off the metadata of the
+    trace in progress): same inputs and outputs, no mutation, no aliasing, no tokens."""
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    if meta is None:
+        return False
+    placeholders = [n for n in dynamo_gm.graph.nodes if n.op == "placeholder"]
+    aten_inputs = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
+    outputs = next(n for n in aten_gm.graph.nodes if n.op == "output").args[0]
+    return (len(aten_inputs) == len(placeholders) == len(meta.input_info)
+            and len(outputs) == len(meta.output_info)
+            and not any(i.mutates_data or i.mutates_metadata for i in meta.input_info)
+            and all(o.output_type.name == "non_alias" for o in meta.output_info)
+            and meta.num_intermediate_bases == 0 and not meta.tokens)
+
+
+def remember(key: str, sig: tuple, art: Artifacts, rep: Report) -> None:
+    """``CompiledGraph.on_compiled``: store the first specialization under ``key``."""
+    if cache.load_graph(key) is None:
+        cache.store_graph(key, Entry(sig, art, rep.kernels, rep.fallbacks, rep.decisions))
+
+
+def lookup(key: str, rebuild: Callable) -> CachedGraph | None:
+    """The stored graph, loaded and ready to call, or None (no entry, or a damaged one)."""
+    start, before = time.perf_counter(), dict(cache.stats)
+    entry = cache.load_graph(key)
+    if not isinstance(entry, Entry):
+        return None
+    try:
+        fn = load(entry.artifacts, stored=True)
+    except Exception:  # noqa: BLE001 - e.g. a fallback op that no longer resolves: recompile
+        fn = None
+    if fn is None:
+        return None
+    cache.stats["graphs_reused"] += 1
+    rep = Report(graph_name("inference"), list(entry.kernels), list(entry.fallbacks), list(entry.decisions),
+                 from_cache=True, cache={k: cache.stats[k] - before.get(k, 0) for k in cache.stats})
+    rep.compile_seconds = time.perf_counter() - start
+    record(rep)
+    return CachedGraph(entry.signature, fn, rebuild)
+
+
+class CachedGraph:
+    """What the backend hands Dynamo on a hit: the stored wrapper for the stored input signature;
+    any other signature goes through AOTAutograd and the compiler (``rebuild(args)``) once."""
+
+    def __init__(self, sig: tuple, fn: Callable, rebuild: Callable):
+        self.signature, self.fn, self.rebuild = sig, fn, rebuild
+        self._traced: Callable | None = None
+
+    def __call__(self, *args):
+        if signature(args) == self.signature:
+            return self.fn(list(args))
+        if self._traced is None:
+            self._traced = self.rebuild(list(args))
+        return self._traced(*args)
+
+
+@functools.cache
+def _source_digest() -> str:
+    """minicomp's own source: any change to the compiler invalidates every entry."""
+    root = Path(__file__).parent
+    return cache.digest("".join(p.read_text() for p in sorted(root.rglob("*.py"))))
+
+
+def _tuned_state() -> int:
+    """A new tuned schedule (max-autotune) invalidates entries built without it."""
+    try:
+        return (cache.cache_dir() / "tuned").stat().st_mtime_ns
+    except OSError:
+        return 0
