@@ -6,9 +6,10 @@ alignment), grad and inference mode, the options, a hash of minicomp's own sourc
 Triton versions, the GPU and the state of the tuned-schedule folder. Value: the ``Artifacts`` (kernel
 and wrapper files, fallback ops by name, constants), the input signature and the report.
 
-Only plain inference graphs are stored: no input is mutated, no output aliases an input or another
-output, no effect tokens or subclasses, so AOTAutograd adds nothing around the compiled graph and
-calling the stored wrapper is what the traced path would do. Graphs with symbolic sizes, module
+Only plain inference graphs are stored: no input is mutated, no output aliases an input, no effect
+tokens or subclasses, so AOTAutograd adds nothing around the compiled graph and calling the stored
+wrapper is what the traced path would do (outputs that are views of each other stay views: the
+wrapper returns them as such). Graphs with symbolic sizes, module
 attributes, autocast, dumps, validation or strict mode are not cached. A call with another input
 signature (an input that is not 16-byte aligned, say) compiles the normal way; an entry that cannot
 be read or whose files changed costs a recompile.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -26,9 +28,9 @@ import torch
 import torch.fx as fx
 import triton
 
-from .report import Fallback, KernelInfo, Report, record
 from . import validation
 from .compiler import Artifacts, Options, graph_name, load, signature
+from .report import Fallback, KernelInfo, Report, record
 from .runtime import cache
 
 
@@ -72,24 +74,27 @@ def key(gm: fx.GraphModule, example_inputs, options: Options) -> str | None:
 def plain_inference(dynamo_gm: fx.GraphModule, aten_gm: fx.GraphModule) -> bool:
     """Whether AOTAutograd adds nothing around this inference graph (read off the metadata of the
     trace in progress): same inputs and outputs, no mutation, no aliasing, no tokens."""
-    context = torch._guards.TracingContext.try_get()
-    meta = getattr(context, "fw_metadata", None)
-    if meta is None:
-        return False
+    meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
     placeholders = [n for n in dynamo_gm.graph.nodes if n.op == "placeholder"]
     aten_inputs = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
     outputs = next(n for n in aten_gm.graph.nodes if n.op == "output").args[0]
-    return (len(aten_inputs) == len(placeholders) == len(meta.input_info)
-            and len(outputs) == len(meta.output_info)
-            and not any(i.mutates_data or i.mutates_metadata for i in meta.input_info)
-            and all(o.output_type.name == "non_alias" for o in meta.output_info)
-            and meta.num_intermediate_bases == 0 and not meta.tokens)
+    try:  # AOTAutograd's metadata is internal: anything unexpected means "not plain"
+        return (meta is not None and len(aten_inputs) == len(placeholders) == len(meta.input_info)
+                and len(outputs) == len(meta.output_info)
+                and not any(i.mutates_data or i.mutates_metadata for i in meta.input_info)
+                and all(o.output_type.name == "non_alias" for o in meta.output_info)
+                and meta.num_intermediate_bases == 0 and not meta.tokens)
+    except (AttributeError, TypeError):
+        return False
 
 
 def remember(key: str, sig: tuple, art: Artifacts, rep: Report) -> None:
     """``CompiledGraph.on_compiled``: store the first specialization under ``key``."""
     if cache.load_graph(key) is None:
-        cache.store_graph(key, Entry(sig, art, rep.kernels, rep.fallbacks, rep.decisions))
+        try:
+            cache.store_graph(key, Entry(sig, art, rep.kernels, rep.fallbacks, rep.decisions))
+        except OSError as e:  # a full disk costs the next process a compile, not this graph
+            warnings.warn(f"minicomp: could not store graph-cache entry {key}: {e}")
 
 
 def lookup(key: str, rebuild: Callable) -> CachedGraph | None:
