@@ -96,8 +96,8 @@ class CompiledGraph:
 
     def __init__(self, gm: fx.GraphModule, options: Options, kind: str = "forward",
                  on_compiled: Callable | None = None):
-        """``on_compiled(signature, artifacts, report)`` hears of each specialization compiled (the
-        graph cache stores the first)."""
+        """``on_compiled(signature, artifacts, report)`` hears of the first specialization compiled
+        (what the graph cache stores)."""
         self.gm, self.options, self.kind, self.on_compiled = gm, options, kind, on_compiled
         self.name = graph_name(kind)
         self._specializations: dict[tuple, object] = {}
@@ -124,7 +124,7 @@ class CompiledGraph:
         rep = reporting.Report(self.name, dump_dir=str(dump) if dump else None)
         try:
             fn, art = self._build(args, dump, rep, self._gemm_choices(args))
-            if self.on_compiled:
+            if self.on_compiled and not self._specializations:
                 self.on_compiled(signature(args), art, rep)
         except Exception as e:  # never fail the user's model: run this graph in PyTorch
             if self.options.strict or isinstance(e, validation.ValidationError):

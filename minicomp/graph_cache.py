@@ -52,19 +52,18 @@ def key(gm: fx.GraphModule, example_inputs, options: Options) -> str | None:
     """The cache key of a Dynamo graph and its inputs, or None when the graph is not cacheable."""
     if not enabled(options) or torch._C._is_any_autocast_enabled():
         return None
-    if any(n.op not in ("placeholder", "call_function", "call_method", "output") for n in gm.graph.nodes):
-        return None
+    for n in gm.graph.nodes:  # no module attributes, no symbolic sizes (dynamic shapes)
+        value = n.meta.get("example_value")
+        if n.op not in ("placeholder", "call_function", "call_method", "output") or (
+                n.op == "placeholder" and isinstance(value, torch.Tensor)
+                and any(not isinstance(d, int) for d in (*value.shape, *value.stride()))):
+            return None
     inputs = []
     for t in example_inputs:
         if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided:
             return None
         device = torch.cuda.get_device_name(t.device) if t.is_cuda else t.device.type
         inputs.append((tuple(t.shape), t.stride(), t.dtype, device, t.requires_grad, t.data_ptr() % 16 == 0))
-    for n in gm.graph.nodes:  # symbolic sizes (dynamic shapes) are not cached
-        value = n.meta.get("example_value")
-        if n.op == "placeholder" and isinstance(value, torch.Tensor) and \
-                any(not isinstance(d, int) for d in (*value.shape, *value.stride())):
-            return None
     passes = [f"{p.name}:{p.run.__module__}.{p.run.__qualname__}" for p in options.pipeline]
     state = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.get_default_dtype(), options.mode,
              passes, _source_digest(), torch.__version__, triton.__version__, _tuned_state())
@@ -89,12 +88,11 @@ def plain_inference(dynamo_gm: fx.GraphModule, aten_gm: fx.GraphModule) -> bool:
 
 
 def remember(key: str, sig: tuple, art: Artifacts, rep: Report) -> None:
-    """``CompiledGraph.on_compiled``: store the first specialization under ``key``."""
-    if cache.load_graph(key) is None:
-        try:
-            cache.store_graph(key, Entry(sig, art, rep.kernels, rep.fallbacks, rep.decisions))
-        except OSError as e:  # a full disk costs the next process a compile, not this graph
-            warnings.warn(f"minicomp: could not store graph-cache entry {key}: {e}")
+    """``CompiledGraph.on_compiled``: store the graph's first specialization under ``key``."""
+    try:
+        cache.store_graph(key, Entry(sig, art, rep.kernels, rep.fallbacks, rep.decisions))
+    except OSError as e:  # a full disk costs the next process a compile, not this graph
+        warnings.warn(f"minicomp: could not store graph-cache entry {key}: {e}")
 
 
 def lookup(key: str, rebuild: Callable) -> CachedGraph | None:
