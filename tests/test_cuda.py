@@ -55,6 +55,18 @@ def test_ops_on_cuda():
         x.t().reshape(-1)[::3], x.to(torch.float16) * 2, F.log_softmax(x, 0)), x, y, i)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_nan_and_inf_propagate_through_max_and_min_on_cuda(dtype):
+    # max/min compile to PTX max.NaN/min.NaN (fp64: LLVM's expansion); eager propagates NaN
+    x = torch.randn(64, 300, device="cuda", dtype=dtype)
+    x[1, 3] = x[4, 0] = x[4, 299] = float("nan")
+    x[2, 5], x[3, 1] = float("inf"), float("-inf")
+    x[5] = float("-inf")
+    y = torch.randn_like(x)
+    compile_and_compare(lambda x, y: (x.amax(1), x.amin(0), torch.maximum(x, y), torch.minimum(y, x),
+                                      x.clamp(-0.5, 0.5), x.max(), x.softmax(-1), x.argmax(1)), x, y)
+
+
 def test_mlp_on_cuda_matches_eager():
     mlp = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.LayerNorm(512), torch.nn.GELU(),
                               torch.nn.Linear(512, 256)).cuda().to(torch.bfloat16)

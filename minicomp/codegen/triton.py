@@ -27,12 +27,12 @@ HELPERS = {
     "_max_nan": '''
 @triton.jit
 def _max_nan(a, b):
-    return tl.where((a > b) | (a != a), a, b)
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 ''',
     "_min_nan": '''
 @triton.jit
 def _min_nan(a, b):
-    return tl.where((a < b) | (a != a), a, b)
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
 ''',
     "_prod": '''
 @triton.jit
