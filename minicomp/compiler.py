@@ -335,9 +335,9 @@ def _kernel_info(k: Kernel | Pipeline, path: str) -> reporting.KernelInfo:
 
 
 def _arg_dtypes(k: Kernel | Pipeline) -> list[torch.dtype]:
-    """The dtypes of a launch's tensor arguments (a pipeline's end with its int32 counters)."""
+    """The dtypes of a launch's tensor arguments (a pipeline's end with its int64 counters)."""
     if isinstance(k, Pipeline):
-        return [a.node.dtype for s in k.stages for a in s.args] + [torch.int32]
+        return [a.node.dtype for s in k.stages for a in s.args] + [torch.int64]
     return [a.node.dtype for a in k.args]
 
 

@@ -67,6 +67,27 @@ def test_nan_and_inf_propagate_through_max_and_min_on_cuda(dtype):
                                       x.clamp(-0.5, 0.5), x.max(), x.softmax(-1), x.argmax(1)), x, y)
 
 
+def test_pipelines_on_two_streams_keep_their_own_counters():
+    # a pipeline's counters are never reset (launch e waits for e+1 times a count): calls on two
+    # streams at once must not share them
+    fn = lambda x: F.softmax(x, -1)  # noqa: E731
+    f = minicomp.compile(fn)
+    (x,) = _dev((128, 262144), dtype=torch.bfloat16)
+    f(x)
+    assert minicomp.report().kernels[0].template == "pipeline of 3", minicomp.report().summary()
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    inputs = [x * (k + 1) for k in range(2)]
+    torch.cuda.synchronize()
+    results = []
+    for _ in range(3):
+        for s, t in zip(streams, inputs):
+            with torch.cuda.stream(s):
+                results.append((t, f(t)))
+    torch.cuda.synchronize()
+    for t, got in results:
+        torch.testing.assert_close(got, fn(t))
+
+
 def test_mlp_on_cuda_matches_eager():
     mlp = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.LayerNorm(512), torch.nn.GELU(),
                               torch.nn.Linear(512, 256)).cuda().to(torch.bfloat16)

@@ -70,3 +70,18 @@ def test_nan_inf_and_all_masked_rows_in_a_pipeline():
     x[3, 250] = float("inf")
     report = compile_and_compare(lambda x: torch.softmax(x, -1), x, kernels=1)
     assert _pipelined(report.decisions)
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.softmax(x, -1), lambda x: x / x.sum(-1, keepdim=True)])
+def test_repeated_launches_count_on_from_the_last(fn):
+    # a pipeline's counters are never reset: launch e waits for (e+1) times a row's programs
+    from minicomp.runtime import support
+    before = set(support._COUNTERS)
+    f = minicomp.compile(fn)
+    for trial in range(3):
+        x = torch.randn(5, 300) * (trial + 1) + 2 * (trial + 1)  # row sums away from 0
+        torch.testing.assert_close(f(x), fn(x))
+    assert _pipelined(minicomp.report().decisions)
+    (new,) = set(support._COUNTERS) - before
+    tickets = support._COUNTERS[new][1][0].item()
+    assert tickets > 0 and tickets % 3 == 0

@@ -640,8 +640,11 @@ def kernel_source(kernel: Kernel | Pipeline) -> str:
     params = [f"s{i}_{a.name}" for i, k in enumerate(p.stages) for a in k.args]
     total = sum(p.tiles)
     body = [f"@triton.jit\ndef {p.name}({', '.join(params)}, sync, INTERPRETED: tl.constexpr):",
-            "    # sync[0]: the ticket counter; sync[1 + k * rows + row]: programs of stage k done on row",
+            "    # sync[0]: tickets drawn by all launches so far; sync[1 + k * rows + row]: programs of stage k",
+            f"    # done on row, in all launches. Never reset: launch e draws tickets e*{p.programs} and up",
             "    ticket = tl.atomic_add(sync, 1)",
+            f"    epoch = ticket // {p.programs}",
+            f"    ticket = (ticket - epoch * {p.programs}).to(tl.int32)",
             f"    step = ticket // {total}",
             f"    slot = ticket % {total}"]
     first = 0
@@ -653,7 +656,7 @@ def kernel_source(kernel: Kernel | Pipeline) -> str:
                  f"        if (row >= 0) & (row < {p.rows}):"]
         if i > 0:  # wait for the previous stage's programs on this row (all hold smaller tickets)
             body += [f"            while tl.atomic_add(sync + {1 + (i - 1) * p.rows} + row, 0, sem=\"acquire\") "
-                     f"< {p.tiles[i - 1]}:",
+                     f"< (epoch + 1) * {p.tiles[i - 1]}:",
                      "                pass",
                      "            tl.debug_barrier()"]
         body.append(f"            {k.name}({args}, row * {tiles} + slot - {first}, {blocks}, INTERPRETED=INTERPRETED)")

@@ -59,7 +59,7 @@ def value_expr(node: Node, layouts) -> str:
 def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
     layouts = graph.meta.get("layouts", {})
     lines = [f"# minicomp wrapper for {graph_name}", "import torch",
-             "from minicomp.runtime.support import empty, ensure_strides, tma_allocator", "",
+             "from minicomp.runtime.support import counters, empty, ensure_strides, tma_allocator", "",
              "tma_allocator()  # scratch memory for TMA descriptors made inside kernels" if _uses_tma(kernels) else "",
              "",
              "def call(args, kernels, externs):"]
@@ -86,8 +86,8 @@ def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
                 continue
             launch = ", ".join(buffer_name(a.node) for k in stages for a in k.args)
             if p is not None:  # the ticket counter and a done-counter per row of each stage but the last
-                lines.append(f"{ind}sync = torch.zeros({1 + (len(stages) - 1) * p.rows}, dtype=torch.int32, "
-                             f"device='{stages[0].args[0].node.type.device}')")
+                lines.append(f"{ind}sync = counters(kernels[{p.name!r}], {1 + (len(stages) - 1) * p.rows}, "
+                             f"'{stages[0].args[0].node.type.device}')")
                 launch += ", sync"
             opts = ", ".join(f"{b}={v}" for b, v in launch_options(launched).items())
             lines.append(f"{ind}kernels[{launched.name!r}][{grid(launched)}]({launch}, {opts})")
