@@ -237,6 +237,7 @@ class TritonPrinter:
         self.lines: list[str] = []
         self.descriptors: dict[str, str] = {}  # TMA descriptors, made once at the top of the kernel
         self.evict: dict[str, str] = {}  # buffer -> L2 eviction policy of its loads in a reduction loop
+        self.stage_evict: dict[str, str] = {}  # the same, from the pipeline the kernel is a stage of
 
     def k_dtype(self, buffer: str) -> torch.dtype:
         return next(a.node.dtype for a in self.k.args if a.name == buffer)
@@ -379,6 +380,12 @@ class TritonPrinter:
             raise NotImplementedError(f"no Triton spelling for pointwise {fn}")
         return f"({expr}).to({TL_DTYPE[dt]})"
 
+    def eviction(self, buffer: str) -> str | None:
+        """A load's L2 policy: kept (``evict_last``) if this kernel's later loop or a later pipeline
+        stage reads the buffer again; else ``evict_first`` if either knows it is streamed."""
+        hints = {self.evict.get(buffer), self.stage_evict.get(buffer)} - {None}
+        return "evict_last" if "evict_last" in hints else next(iter(hints), None)
+
     def helper(self, name: str, args) -> str:
         self.use_helper(name)
         return f"{name}({', '.join(args)})"
@@ -411,7 +418,8 @@ class TritonPrinter:
             if s.index.is_const and not mask_vars:
                 ones = "[1]" if self.k.schedule.template == "pointwise" else "[1, 1]"  # the blocks' rank
                 index = f"tl.full({ones}, {index}, tl.{self.k.schedule.index_dtype})"
-            policy = f', eviction_policy="{self.evict[s.buffer]}"' if s.buffer in self.evict else ""
+            policy = self.eviction(s.buffer)
+            policy = f', eviction_policy="{policy}"' if policy else ""
             out(f"{indent}{s.var} = tl.load({s.buffer} + ({index}){mask}{policy})")
             self.dtypes[s.var] = s.dtype
         elif isinstance(s, Compute):
@@ -633,8 +641,8 @@ def kernel_source(kernel: Kernel | Pipeline) -> str:
         printer = TritonPrinter(k)
         # an input a later stage reads again stays in L2 for it; its last reader lets it go
         later, earlier = set().union(*loads[i + 1:]), set().union(*loads[:i])
-        printer.evict = {a.name: "evict_last" if a.node in later else "evict_first"
-                         for a in k.args if a.node in later | earlier and not a.is_output}
+        printer.stage_evict = {a.name: "evict_last" if a.node in later else "evict_first"
+                               for a in k.args if a.node in later | earlier and not a.is_output}
         functions.append(printer.function(stage=True))
         helpers |= printer.helpers
     params = [f"s{i}_{a.name}" for i, k in enumerate(p.stages) for a in k.args]
