@@ -85,8 +85,8 @@ def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
                 lines.append(f"{ind}# {launched.name}: nothing to compute (empty)")
                 continue
             launch = ", ".join(buffer_name(a.node) for k in stages for a in k.args)
-            if p is not None:  # the ticket counter and a done-counter per row of each stage but the last
-                lines.append(f"{ind}sync = counters(kernels[{p.name!r}], {1 + (len(stages) - 1) * p.rows}, "
+            if p is not None:
+                lines.append(f"{ind}sync = counters(kernels[{p.name!r}], {p.counters}, "
                              f"'{stages[0].args[0].node.type.device}')")
                 launch += ", sync"
             opts = ", ".join(f"{b}={v}" for b, v in launch_options(launched).items())

@@ -189,6 +189,11 @@ class Pipeline:
     def programs(self) -> int:
         return self.steps * sum(self.tiles)
 
+    @property
+    def counters(self) -> int:
+        """The ticket counter, then a done-counter per row of each stage but the last."""
+        return 1 + (len(self.stages) - 1) * self.rows
+
     def __str__(self) -> str:
         return (f"pipeline {self.name}: {' -> '.join(k.name for k in self.stages)} over {self.rows} rows, "
                 f"{'+'.join(map(str, self.tiles))} programs per row, lag {self.lag}, num_warps={self.num_warps}")

@@ -39,11 +39,10 @@ def counters(kernel, n: int, device: str) -> torch.Tensor:
     stream. They are never reset, so no call pays a memset launch: launch ``e`` of a pipeline of ``T``
     programs draws tickets ``e*T .. e*T+T-1`` and waits for ``(e+1)`` times a row's program count.
     Launches on one stream run in order; another stream gets counters of its own."""
-    dev = torch.device(device)
-    stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else 0
-    key = (id(kernel), str(dev), stream)
+    stream = torch.cuda.current_stream(device).cuda_stream if device.startswith("cuda") else 0
+    key = (id(kernel), device, stream)
     if key not in _COUNTERS:  # the kernel is kept alive with its counters: its id is not reused
-        _COUNTERS[key] = (kernel, torch.zeros(n, dtype=torch.int64, device=dev))
+        _COUNTERS[key] = (kernel, torch.zeros(n, dtype=torch.int64, device=device))
     return _COUNTERS[key][1]
 
 
