@@ -148,6 +148,19 @@ def test_several_kernels_precompiled_in_parallel_match_eager():
     assert len(minicomp.report().kernels) >= 3
 
 
+def test_launcher_built_while_the_kernel_compiles(monkeypatch):
+    # runtime/cache._launcher_alongside hooks Triton internals; if they change, this says the overlap is gone
+    from triton.runtime import driver
+
+    from minicomp.runtime import cache
+    built, launcher_cls = [], driver.active.launcher_cls
+    monkeypatch.setattr(driver.active, "launcher_cls",
+                        lambda src, metadata: built.append(type(metadata)) or launcher_cls(src, metadata))
+    x = torch.randn(1000, 3, device="cuda")
+    compile_and_compare(lambda x: torch.sigmoid(x) * 3 - x, x)  # one kernel: precompiled too
+    assert cache._LaunchTimeMetadata in built, built
+
+
 def test_graph_cache_warm_compile_on_the_gpu():
     # several kernels (precompiled in parallel), a cuBLAS GEMM (a fallback op by name), a pipeline
     def fn(x, v, w, b):

@@ -153,24 +153,60 @@ def load(path: Path, interpret: bool = False) -> ModuleType:
 
 
 def precompile(jobs: list[tuple]) -> None:
-    """Compile several Triton kernels at once, before their first launch finds them in Triton's
-    cache. ``jobs``: (jit function, argument dtypes, launch keywords). Threads, not processes:
-    Triton releases the GIL in its MLIR passes and ptxas (about 2x on the H200 host with 16 cores),
-    while a process pool costs 3-4 s to start (measured), longer than a graph's whole compile. A
-    kernel that fails here is compiled at its launch as usual."""
+    """Compile Triton kernels before their first launch finds them in Triton's cache. ``jobs``:
+    (jit function, argument dtypes, launch keywords). Threads, not processes: Triton releases the GIL
+    in its MLIR passes and ptxas (about 2x on the H200 host with 16 cores), while a process pool costs
+    3-4 s to start (measured), longer than a graph's whole compile. A kernel that fails here is
+    compiled at its launch as usual."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from triton.runtime import driver
 
     def compile_one(job) -> None:
         fn, dtypes, options = job
         try:
-            kernel = fn.warmup(*dtypes, grid=(1,), **options)
-            # Triton 3.6 builds a C launcher per kernel signature (gcc, ~0.13 s on the H200 host) at the
-            # first launch; built here it overlaps the other compiles and the launch finds it cached
-            driver.active.launcher_cls(kernel.src, kernel.metadata)
+            with _launcher_alongside(fn):
+                fn.warmup(*dtypes, grid=(1,), **options)
         except Exception:  # noqa: BLE001 - the launch compiles it again and reports any error
             pass
     with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
         list(pool.map(compile_one, jobs))
 
+
+class _LaunchTimeMetadata:
+    """Stands in for a compiled kernel's metadata, which a launcher reads only when it launches."""
+
+    def __getattr__(self, name: str) -> None:
+        return None
+
+
+@contextmanager
+def _launcher_alongside(fn):
+    """Triton 3.6 builds a C launcher per kernel signature (gcc, ~0.13 s on the H200 host) at the
+    first launch. Its source depends only on the signature, so a thread builds it while the kernel
+    compiles and the launch finds it in Triton's cache. (Triton 3.9 has one generic launcher: the
+    thread has nothing to build.) Relies on Triton internals; when they differ, nothing is built
+    ahead and the launch builds it as before."""
+    import threading
+
+    from triton.runtime import driver
+
+    def build(src) -> None:
+        try:
+            driver.active.launcher_cls(src, _LaunchTimeMetadata())
+        except Exception:  # noqa: BLE001 - the launch builds it
+            pass
+
+    def compile_and_build(src, *args, **kwargs):
+        thread = threading.Thread(target=build, args=(src,), daemon=True)
+        thread.start()
+        try:
+            return compile(src, *args, **kwargs)
+        finally:
+            thread.join()
+
+    fn.device_caches[driver.active.get_current_device()]  # Triton sets fn.compile when it first builds this
+    compile = fn.compile
+    fn.compile = compile_and_build
+    try:
+        yield
+    finally:
+        fn.compile = compile
