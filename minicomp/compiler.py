@@ -30,9 +30,9 @@ from .ir.graph import Node
 from .passes.fusion import fusion
 from .passes.gemm_choice import gemm_backend
 from .passes.manager import Pass, run_pipeline
-from .ir.kernel import Kernel, Pipeline, Schedule
+from .ir.kernel import Kernel, Schedule, StagedLaunch
 from .passes.schedule import GEMM_CONFIGS, build_kernel, config_space, schedule
-from .passes.pipelines import row_pipelines
+from .passes.pipelines import row_pipelines, split_combines
 from .passes.split_reductions import split_reductions
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache
@@ -49,6 +49,7 @@ PIPELINE: list[Pass] = [
     Pass("fusion", fusion, "group compute nodes into kernels"),
     Pass("schedule", schedule, "choose templates and block sizes, build kernels"),
     Pass("pipelines", row_pipelines, "run row-local kernel chains that re-read an input as one launch"),
+    Pass("split_combines", split_combines, "run a split reduction's partial and combining kernels as one launch"),
 ]
 
 MODES = ("default", "max-autotune")
@@ -326,17 +327,17 @@ def _extern_ref(node) -> tuple:
     return ("op", str(target) if isinstance(target, torch._ops.OpOverload) else target, tree)
 
 
-def _kernel_info(k: Kernel | Pipeline, path: str) -> reporting.KernelInfo:
-    if isinstance(k, Pipeline):
+def _kernel_info(k: Kernel | StagedLaunch, path: str) -> reporting.KernelInfo:
+    if isinstance(k, StagedLaunch):
         origins = tuple(dict.fromkeys(o for s in k.stages for o in s.origins))
-        return reporting.KernelInfo(k.name, f"pipeline of {len(k.stages)}", origins, path,
+        return reporting.KernelInfo(k.name, k.kind, origins, path,
                                     sum(s.bytes_moved for s in k.stages))
     return reporting.KernelInfo(k.name, k.schedule.kind, k.origins, path, k.bytes_moved)
 
 
-def _arg_dtypes(k: Kernel | Pipeline) -> list[torch.dtype]:
+def _arg_dtypes(k: Kernel | StagedLaunch) -> list[torch.dtype]:
     """The dtypes of a launch's tensor arguments (a pipeline's end with its int64 counters)."""
-    if isinstance(k, Pipeline):
+    if isinstance(k, StagedLaunch):
         return [a.node.dtype for s in k.stages for a in s.args] + [torch.int64]
     return [a.node.dtype for a in k.args]
 

@@ -45,10 +45,12 @@ def test_short_rows_are_not_split():
 
 @pytest.mark.parametrize("fn", [lambda x: x.sum(0), lambda x: x.amax(0), lambda x: x.amin(0),
                                 lambda x: x.mean(0), lambda x: x.sum()])
-def test_column_and_full_reductions_split_in_two_kernels(fn):
+def test_column_and_full_reductions_split_then_combined_in_one_launch(fn):
     x = torch.randn(1000, 5)  # 1000 rows: chunks with a padded tail
-    compile_and_compare(fn, x, kernels=2)
-    assert any("partial reductions" in d for d in minicomp.report().decisions)
+    compile_and_compare(fn, x, kernels=1)  # partial and combining kernels, one launch
+    decisions = minicomp.report().decisions
+    assert any("partial reductions" in d for d in decisions)
+    assert any(d.startswith("one launch:") and d.endswith("1 group)") for d in decisions), decisions
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int32, torch.bool])
@@ -59,9 +61,36 @@ def test_split_reductions_keep_the_accumulation_dtype(dtype):
 
 def test_split_of_several_reduced_axes_and_a_transposed_input():
     x = torch.randn(600, 4, 5)
-    compile_and_compare(lambda x: x.sum((0, 2)), x, kernels=2)
+    compile_and_compare(lambda x: x.sum((0, 2)), x, kernels=1)
     compile_and_compare(lambda x: x.t().sum(1), torch.randn(3, 900))
 
 
 def test_cast_of_a_split_result_joins_the_second_kernel():
-    compile_and_compare(lambda x: x.sum(0), torch.randn(1000, 5, dtype=torch.bfloat16), kernels=2)
+    compile_and_compare(lambda x: x.sum(0), torch.randn(1000, 5, dtype=torch.bfloat16), kernels=1)  # not a third
+
+
+@pytest.fixture
+def gpu_tiles(monkeypatch):
+    """The GPU's column tiles (64 outputs per program) in the interpreter: several combine groups."""
+    from minicomp.passes import schedule
+    choose = schedule.choose_schedule
+    monkeypatch.setattr(schedule, "choose_schedule", lambda g, on_gpu, tiled, itemsize: choose(g, True, tiled, itemsize))
+
+
+@pytest.mark.parametrize("dtype,fn", [(torch.float32, torch.sum), (torch.bfloat16, torch.sum),
+                                      (torch.int32, torch.amax)])
+def test_split_combine_in_groups_of_columns(gpu_tiles, dtype, fn):
+    f = minicomp.compile(lambda x: fn(x, 0))
+    for call in range(2):  # the counters carry over from one launch to the next
+        x = (torch.randn(256, 128) * 50).to(dtype)
+        x[call, 3] = 1000
+        torch.testing.assert_close(f(x), fn(x, 0), atol=0.5 if dtype == torch.bfloat16 else 1e-3, rtol=1e-2)
+    decisions = minicomp.report().decisions
+    assert any(d.startswith("one launch:") and d.endswith("8 partial programs combines; 2 groups)")
+               for d in decisions), decisions
+
+
+def test_split_combine_refused_when_tiles_do_not_line_up(gpu_tiles):
+    # 100 columns: the combining kernel's last 64-column tile is partial, outside what is proved
+    compile_and_compare(lambda x: x.sum(0), torch.randn(256, 100), kernels=2)
+    assert not any(d.startswith("one launch:") for d in minicomp.report().decisions)

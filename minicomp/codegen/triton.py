@@ -14,7 +14,8 @@ import torch
 from ..ir.expr import Affine, Range
 from ..ir.graph import Scalar
 from ..ir.ops import reduce_identity
-from ..ir.kernel import Compute, IndexValue, Kernel, Load, Masked, Pipeline, Reduce, Store, TileLoad
+from ..ir.kernel import (Compute, IndexValue, Kernel, Load, Masked, Pipeline, Reduce, SplitCombine, StagedLaunch,
+                         Store, TileLoad)
 from ..ir.types import is_float
 
 TL_DTYPE = {
@@ -630,9 +631,9 @@ def module_source(header: str, helpers: set[str], functions: list[str]) -> str:
             + "".join("\n\n" + f for f in functions))
 
 
-def kernel_source(kernel: Kernel | Pipeline) -> str:
-    """The Triton module of a kernel, or of a pipeline: its stages as functions and the kernel that
-    hands out tickets and runs them (see ``ir.kernel.Pipeline``)."""
+def kernel_source(kernel: Kernel | StagedLaunch) -> str:
+    """The Triton module of a kernel, or of a staged launch: its stages as functions and the kernel
+    that runs them (a ``Pipeline`` hands out tickets; a ``SplitCombine`` counts partials done)."""
     if isinstance(kernel, Kernel):
         return TritonPrinter(kernel).source()
     p, helpers, functions = kernel, set(), []
@@ -646,9 +647,22 @@ def kernel_source(kernel: Kernel | Pipeline) -> str:
         functions.append(printer.function(stage=True))
         helpers |= printer.helpers
     params = [f"s{i}_{a.name}" for i, k in enumerate(p.stages) for a in k.args]
+    head = f"@triton.jit\ndef {p.name}({', '.join(params)}, sync, INTERPRETED: tl.constexpr):"
+    body = _split_combine_body(p) if isinstance(p, SplitCombine) else _pipeline_body(p)
+    functions.append("\n".join([head, *body]) + "\n")
+    return module_source(f"# {p}\n", helpers, functions)
+
+
+def _stage_call(p: StagedLaunch, i: int, pid: str) -> str:
+    k = p.stages[i]
+    args = ", ".join(f"s{i}_{a.name}" for a in k.args)
+    blocks = ", ".join(f"{b}={v}" for b, v in k.schedule.blocks.items())
+    return f"{k.name}({args}, {pid}, {blocks}, INTERPRETED=INTERPRETED)"
+
+
+def _pipeline_body(p: Pipeline) -> list[str]:
     total = sum(p.tiles)
-    body = [f"@triton.jit\ndef {p.name}({', '.join(params)}, sync, INTERPRETED: tl.constexpr):",
-            "    # sync[0]: tickets drawn by all launches so far; sync[1 + k * rows + row]: programs of stage k",
+    body = ["    # sync[0]: tickets drawn by all launches so far; sync[1 + k * rows + row]: programs of stage k",
             f"    # done on row, in all launches. Never reset: launch e draws tickets e*{p.programs} and up",
             "    ticket = tl.atomic_add(sync, 1)",
             f"    epoch = ticket // {p.programs}",
@@ -656,9 +670,7 @@ def kernel_source(kernel: Kernel | Pipeline) -> str:
             f"    step = ticket // {total}",
             f"    slot = ticket % {total}"]
     first = 0
-    for i, (k, tiles) in enumerate(zip(p.stages, p.tiles)):
-        args = ", ".join(f"s{i}_{a.name}" for a in k.args)
-        blocks = ", ".join(f"{b}={v}" for b, v in k.schedule.blocks.items())
+    for i, tiles in enumerate(p.tiles):
         body += [f"    if (slot >= {first}) & (slot < {first + tiles}):",
                  f"        row = step - {i * p.lag}",
                  f"        if (row >= 0) & (row < {p.rows}):"]
@@ -667,10 +679,20 @@ def kernel_source(kernel: Kernel | Pipeline) -> str:
                      f"< (epoch + 1) * {p.tiles[i - 1]}:",
                      "                pass",
                      "            tl.debug_barrier()"]
-        body.append(f"            {k.name}({args}, row * {tiles} + slot - {first}, {blocks}, INTERPRETED=INTERPRETED)")
+        body.append(f"            {_stage_call(p, i, f'row * {tiles} + slot - {first}')}")
         if i < len(p.stages) - 1:  # every thread's stores first, then one release of the row
             body += ["            tl.debug_barrier()",
                      f"            tl.atomic_add(sync + {1 + i * p.rows} + row, 1, sem=\"release\")"]
         first += tiles
-    functions.append("\n".join(body) + "\n")
-    return module_source(f"# {p}\n", helpers, functions)
+    return body
+
+
+def _split_combine_body(p: SplitCombine) -> list[str]:
+    return ["    # sync[g]: partial programs of group g done, in all launches (never reset)",
+            "    pid = tl.program_id(0)",
+            f"    {_stage_call(p, 0, 'pid')}",
+            "    tl.debug_barrier()  # every thread's partials stored, then one release",
+            f"    group = (pid % {p.span}) // {p.width}",
+            f"    if tl.atomic_add(sync + group, 1, sem=\"acq_rel\") % {p.per_group} == {p.per_group - 1}:",
+            "        tl.debug_barrier()  # the last of its group: all of the group's partials are there",
+            f"        {_stage_call(p, 1, 'group')}"]

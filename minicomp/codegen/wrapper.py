@@ -4,7 +4,7 @@ low and to make the order of work readable."""
 from __future__ import annotations
 
 from ..ir.graph import Graph, Node
-from ..ir.kernel import Kernel, Pipeline, TileLoad
+from ..ir.kernel import Kernel, StagedLaunch, TileLoad
 from ..passes.pipelines import launch_order
 from ..ir.layout import buffer_strides, view_as_strided
 
@@ -21,8 +21,8 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def grid(kernel: Kernel | Pipeline) -> tuple[int, ...]:
-    if isinstance(kernel, Pipeline):
+def grid(kernel: Kernel | StagedLaunch) -> tuple[int, ...]:
+    if isinstance(kernel, StagedLaunch):
         return (kernel.programs,)
     n, b = kernel.numels, kernel.schedule.blocks
     if kernel.schedule.template == "tiled":
@@ -32,10 +32,10 @@ def grid(kernel: Kernel | Pipeline) -> tuple[int, ...]:
     return (_cdiv(n["x"], b["XBLOCK"]),)
 
 
-def launch_options(kernel: Kernel | Pipeline) -> dict:
+def launch_options(kernel: Kernel | StagedLaunch) -> dict:
     """The keyword arguments of a kernel's launch (its constexprs and Triton options); precompiling
     must pass the very same values, or Triton's cache key differs."""
-    if isinstance(kernel, Pipeline):
+    if isinstance(kernel, StagedLaunch):
         interpreted = kernel.stages[0].schedule.interpreted
         return {"INTERPRETED": int(interpreted), "num_warps": kernel.num_warps, "num_stages": 1}
     sch = kernel.schedule

@@ -167,19 +167,38 @@ class Kernel:
 
 
 @dataclass
-class Pipeline:
+class StagedLaunch:
+    """Several kernels (its ``stages``) run as one launch of ``programs`` programs that coordinate
+    through ``counters`` int64 counters, kept between launches and never reset
+    (``runtime/support.counters``). Each stage is printed as a function the launch calls."""
+    name: str
+    stages: list[Kernel]
+    num_warps: int
+
+    @property
+    def programs(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def counters(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def kind(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass
+class Pipeline(StagedLaunch):
     """Kernels run as one launch, row by row (``passes/pipelines.py``). Every stage splits the same
     ``rows``; stage ``k`` has ``tiles[k]`` programs per row. A program takes the next ticket of a
     global counter; ticket order is ``steps`` of ``sum(tiles)`` slots, and in step ``s`` stage ``k``
     works on row ``s - k * lag``, after waiting until stage ``k - 1`` has finished that row. The wait
     is always on programs with smaller tickets, which are running or done, so it cannot deadlock, and
     a later stage re-reads a row ``lag`` steps after the earlier stage read it: while it is in L2."""
-    name: str
-    stages: list[Kernel]
     rows: int
     tiles: list[int]
     lag: int
-    num_warps: int
 
     @property
     def steps(self) -> int:
@@ -194,9 +213,43 @@ class Pipeline:
         """The ticket counter, then a done-counter per row of each stage but the last."""
         return 1 + (len(self.stages) - 1) * self.rows
 
+    @property
+    def kind(self) -> str:
+        return f"pipeline of {len(self.stages)}"
+
     def __str__(self) -> str:
         return (f"pipeline {self.name}: {' -> '.join(k.name for k in self.stages)} over {self.rows} rows, "
                 f"{'+'.join(map(str, self.tiles))} programs per row, lag {self.lag}, num_warps={self.num_warps}")
+
+
+@dataclass
+class SplitCombine(StagedLaunch):
+    """A split reduction's two kernels as one launch, with no waiting (``passes/pipelines.py``):
+    program ``i`` runs tile ``i`` of the partial kernel (``stages[0]``), then counts itself done on
+    the counter of its group, ``(i % span) // width``. The last of a group's ``per_group`` programs
+    to count in runs the combining kernel's (``stages[1]``) tile of that group: every partial that
+    tile reads has been written by then."""
+    groups: int
+    per_group: int
+    span: int
+    width: int
+
+    @property
+    def programs(self) -> int:
+        return self.groups * self.per_group
+
+    @property
+    def counters(self) -> int:
+        return self.groups
+
+    @property
+    def kind(self) -> str:
+        return "split reduction + combine"
+
+    def __str__(self) -> str:
+        return (f"split-combine {self.name}: {' -> '.join(k.name for k in self.stages)}, {self.groups} groups of "
+                f"{self.per_group} partial programs (group = (pid % {self.span}) // {self.width}), "
+                f"num_warps={self.num_warps}")
 
 
 def format_stmt(s: Stmt) -> str:
