@@ -12,7 +12,7 @@ the run: memory floor = bytes (every input read once, every output written once)
 is the larger of the two. Outputs are checked against eager; a mismatch or crash is recorded in the row
 and the run goes on. Compile times come from child processes (``--compile-times BACKEND``) that share
 fresh cache folders: cold (empty caches), then warm (a new process, same caches); each is the first call
-(trace + compile + first run). Writes ``<out>/<date>-suite[-TAG].{md,json}``.
+(trace + compile + first run), the median of ``--compile-runs`` such runs (backends taking turns). Writes ``<out>/<date>-suite[-TAG].{md,json}``.
 
 ``--dry-run`` runs on the CPU with every dimension divided by 256 (minicomp in Triton's interpreter),
 times with ``time.perf_counter`` and tags the files ``dry``: it checks the script, not the compilers.
@@ -290,21 +290,34 @@ def run_child(backend: str, env: dict, args: argparse.Namespace) -> list[dict]:
 
 
 def measure_compile_times(args: argparse.Namespace) -> dict[str, dict]:
-    """{workload: {"<backend>_compile_<cold|warm>_s": seconds, ...}}, each backend with its own fresh caches."""
+    """{workload: {"<backend>_compile_<cold|warm>_s": median seconds, ...}}: ``--compile-runs`` runs, each
+    with fresh cache folders per backend (cold, then warm in a new process), the backends taking turns
+    so drift hits both; a single run moves by 30-100 ms on the H200 host."""
+    samples: dict[str, dict[str, list]] = {}
+    errors: dict[str, list] = {}
+    for run in range(args.compile_runs):
+        for backend in BACKENDS:
+            with tempfile.TemporaryDirectory(prefix=f"suite-{backend}-caches-") as root:
+                env = dict(os.environ, **{var: str(Path(root, sub)) for var, sub in CACHE_ENV.items()})
+                for phase in ("cold", "warm"):
+                    t0 = time.perf_counter()
+                    records = run_child(backend, env, args)
+                    print(f"compile times, run {run + 1}/{args.compile_runs}: {backend} {phase}, {len(records)} "
+                          f"workloads in {time.perf_counter() - t0:.1f} s", flush=True)
+                    for rec in records:
+                        if rec.get("error"):
+                            errors.setdefault(rec["workload"], []).append(f"{backend} {phase}: {rec['error']}")
+                        elif rec["seconds"] is not None:
+                            runs = samples.setdefault(rec["workload"], {})
+                            runs.setdefault(f"{backend}_compile_{phase}_s", []).append(rec["seconds"])
     times: dict[str, dict] = {}
-    for backend in BACKENDS:
-        with tempfile.TemporaryDirectory(prefix=f"suite-{backend}-caches-") as root:
-            env = dict(os.environ, **{var: str(Path(root, sub)) for var, sub in CACHE_ENV.items()})
-            for phase in ("cold", "warm"):
-                t0 = time.perf_counter()
-                records = run_child(backend, env, args)
-                print(f"compile times: {backend} {phase}, {len(records)} workloads in "
-                      f"{time.perf_counter() - t0:.1f} s", flush=True)
-                for rec in records:
-                    entry = times.setdefault(rec["workload"], {})
-                    entry[f"{backend}_compile_{phase}_s"] = rec["seconds"]
-                    if rec.get("error"):
-                        entry.setdefault("compile_errors", []).append(f"{backend} {phase}: {rec['error']}")
+    for workload in samples.keys() | errors.keys():
+        entry = times.setdefault(workload, {})
+        for key, values in samples.get(workload, {}).items():
+            entry[key] = statistics.median(values)
+            entry[key + "_runs"] = [round(v, 4) for v in values]
+        if workload in errors:
+            entry["compile_errors"] = errors[workload]
     return times
 
 
@@ -326,8 +339,8 @@ def markdown(meta: dict, rows: list[dict], args: argparse.Namespace) -> tuple[st
               f"Command: `{meta['command']}`.", "",
               f"Times: median of {args.rounds} interleaved rounds of {timer}. Floor: the larger of bytes (inputs "
               "read once + outputs written once) / copy bandwidth (`mem`) and FLOPs / peak (`comp`). Compile: "
-              "seconds of the first call (trace + compile + first run) with empty caches (cold) and in a new "
-              "process with those caches (warm). ✗: output differs from eager (see notes).", ""]
+              f"median over {args.compile_runs} runs of the seconds of the first call (trace + compile + first run) "
+              "with empty caches (cold) and in a new process with those caches (warm). ✗: output differs from eager (see notes).", ""]
     table = ["| workload | shape | eager ms | Inductor ms | minicomp ms | floor ms | minicomp ÷ floor | "
              "Inductor ÷ floor | minicomp ÷ Inductor | cold compile s Inductor / minicomp | "
              "warm compile s Inductor / minicomp |",
@@ -384,12 +397,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run the workloads whose name contains one of these (repeatable, comma-separated)")
     p.add_argument("--no-compile-times", action="store_true", help="skip the compile-time child processes")
     p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 5; dry run 2)")
+    p.add_argument("--compile-runs", type=int, default=None,
+                   help="fresh-cache compile-time runs per backend, median reported (default 3; dry run 1)")
     p.add_argument("--out", default=str(RESULTS), help="folder for the results (default benchmarks/results)")
     p.add_argument("--tag", default=None, help="appended to the file names: <date>-suite-TAG.md")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, perf_counter timing")
     p.add_argument("--compile-times", choices=BACKENDS, help=argparse.SUPPRESS)  # the child processes
     args = p.parse_args(argv)
     args.rounds = args.rounds or (2 if args.dry_run else 5)
+    args.compile_runs = args.compile_runs or (1 if args.dry_run else 3)
     if args.dry_run and args.tag is None:
         args.tag = "dry"
     return args
@@ -428,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
            else f"none: CPU dry run ({platform.processor() or platform.machine()})")
     meta = dict(gpu=gpu, torch=torch.__version__, triton=triton.__version__, date=datetime.date.today().isoformat(),
                 copy_bandwidth_tbps=float(f"{bw:.4g}"), peak_bf16_tflops=float(f"{peak:.4g}"), peak_n=peak_n,
-                command=shlex.join(["python", "benchmarks/suite.py", *_without_out(sys.argv[1:])]), rounds=args.rounds)
+                command=shlex.join(["python", "benchmarks/suite.py", *_without_out(sys.argv[1:])]), rounds=args.rounds,
+                compile_runs=args.compile_runs)
     write_results(meta, rows, args)
     return 0
 
