@@ -156,7 +156,7 @@ def _in_row_slice(index: Affine, row: Var, buffer: Node, rows: int) -> bool:
 def split_combines(graph: Graph) -> Graph:
     """Run each split reduction's partial kernel and the kernel that combines its partials as one
     launch (``ir.kernel.SplitCombine``): the second launch and its start-up go (H200, x.sum(0) of
-    8192x8192 bf16: 43.8 -> 42.0 us, same-run A/B of hand kernels)."""
+    8192x8192 bf16, same run: 43.8 us as two launches -> 41.8 us)."""
     pipelines = graph.meta.setdefault("pipelines", [])
     staged = {k.name for p in pipelines for k in p.stages}
     order = launch_order(graph, graph.meta.get("kernels", []))
@@ -195,7 +195,7 @@ def _split_combine(a: Kernel, b: Kernel, number: int) -> SplitCombine | None:
             return None
         flat = Affine.of(xa)
         by_column = Affine.of(rb) * n + Affine.of(xb)
-        if not (_accesses(a, ws, Store) <= {flat} and _accesses(b, ws, Load) == {by_column}):
+        if not (_accesses(a, ws, Store) == {flat} and _accesses(b, ws, Load) == {by_column}):
             return None
         span, width = n // block_a, block_b // block_a
     return SplitCombine(_launch_name(number, [a, b]), [a, b], a.schedule.num_warps,
