@@ -32,7 +32,7 @@ from .passes.gemm_choice import gemm_backend
 from .passes.manager import Pass, run_pipeline
 from .ir.kernel import Kernel, Schedule, StagedLaunch
 from .passes.schedule import GEMM_CONFIGS, build_kernel, config_space, schedule
-from .passes.pipelines import row_pipelines, split_combines
+from .passes.pipelines import launch_of_stage, row_pipelines, split_combines
 from .passes.split_reductions import split_reductions
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache
@@ -216,7 +216,7 @@ class CompiledGraph:
         measure the template's config space for the others and store the winners. Keys: the
         kernel's structure, the GPU's name and Triton's version."""
         kernels, groups = graph.meta["kernels"], graph.meta["groups"]
-        staged = {k.name for p in graph.meta.get("pipelines", []) for k in p.stages}
+        staged = launch_of_stage(graph)
         for i, (kernel, group) in enumerate(zip(kernels, groups)):
             if kernel.schedule.template == "gemm" or kernel.name in staged:  # a pipeline fixes its stages' blocks
                 continue
@@ -276,7 +276,7 @@ def generate(graph, kernels: list[Kernel], graph_name: str, dump: Path | None = 
     """Write the kernels' and the wrapper's source to the cache (and the dump folder)."""
     interpret = not any(n.type.device.type == "cuda" for n in graph.inputs)
     pipelines = graph.meta.get("pipelines", [])
-    staged = {k.name for p in pipelines for k in p.stages}
+    staged = launch_of_stage(graph)
     stored = []
     for k in [k for k in kernels if k.name not in staged] + pipelines:
         source = kernel_source(k)
@@ -336,7 +336,7 @@ def _kernel_info(k: Kernel | StagedLaunch, path: str) -> reporting.KernelInfo:
 
 
 def _arg_dtypes(k: Kernel | StagedLaunch) -> list[torch.dtype]:
-    """The dtypes of a launch's tensor arguments (a pipeline's end with its int64 counters)."""
+    """The dtypes of a launch's tensor arguments (a staged launch's end with its int64 counters)."""
     if isinstance(k, StagedLaunch):
         return [a.node.dtype for s in k.stages for a in s.args] + [torch.int64]
     return [a.node.dtype for a in k.args]

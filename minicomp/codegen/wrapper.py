@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..ir.graph import Graph, Node
 from ..ir.kernel import Kernel, StagedLaunch, TileLoad
-from ..passes.pipelines import launch_order
+from ..passes.pipelines import launch_of_stage, launch_order
 from ..ir.layout import buffer_strides, view_as_strided
 
 
@@ -69,7 +69,7 @@ def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
     for n in graph.nodes:
         if n.op == "constant":
             lines.append(f"{ind}{buffer_name(n)} = externs[{n.id}]")
-    pipeline_of = {k.name: p for p in graph.meta.get("pipelines", []) for k in p.stages}
+    pipeline_of = launch_of_stage(graph)
     for kind, obj in launch_order(graph, kernels):
         if kind == "k":
             p = pipeline_of.get(obj.name)

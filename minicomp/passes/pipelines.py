@@ -19,7 +19,7 @@ import networkx as nx
 
 from ..ir.expr import Affine, Var
 from ..ir.graph import Graph, Node
-from ..ir.kernel import Kernel, Load, Pipeline, SplitCombine, Store
+from ..ir.kernel import Kernel, Load, Pipeline, SplitCombine, StagedLaunch, Store
 from .fusion import terminal
 
 PIPELINE_MIN_BYTES = 32 << 20  # on the GPU, a smaller re-read finds its data in L2 anyway (H200: 60 MB)
@@ -27,6 +27,12 @@ PIPELINE_MIN_BYTES = 32 << 20  # on the GPU, a smaller re-read finds its data in
 IN_FLIGHT = 512                # tickets between a row's stages (so a stage seldom waits for the one before)
 POINTWISE_TILE = 16384         # elements per pointwise program: fewer tickets and waits per byte
 MAX_ROW_CANDIDATES = 32
+
+
+def launch_of_stage(graph: Graph) -> dict[str, StagedLaunch]:
+    """The name of every kernel that runs as a stage of a staged launch (``graph.meta['pipelines']``:
+    row pipelines and split-combines) -> that launch."""
+    return {k.name: p for p in graph.meta.get("pipelines", []) for k in p.stages}
 
 
 def launch_order(graph: Graph, kernels: list[Kernel]) -> list:
@@ -158,7 +164,7 @@ def split_combines(graph: Graph) -> Graph:
     launch (``ir.kernel.SplitCombine``): the second launch and its start-up go (H200, x.sum(0) of
     8192x8192 bf16, same run: 43.8 us as two launches -> 41.8 us)."""
     pipelines = graph.meta.setdefault("pipelines", [])
-    staged = {k.name for p in pipelines for k in p.stages}
+    staged = set(launch_of_stage(graph))
     order = launch_order(graph, graph.meta.get("kernels", []))
     for (kind_a, a), (kind_b, b) in zip(order, order[1:]):
         if kind_a == kind_b == "k" and not {a.name, b.name} & staged:

@@ -35,10 +35,11 @@ _COUNTERS: dict = {}
 
 
 def counters(kernel, n: int, device: str) -> torch.Tensor:
-    """The int64 counters of a pipeline launch (``ir.kernel.Pipeline``), kept per kernel, device and
+    """The int64 counters of a staged launch (``ir.kernel.StagedLaunch``), kept per kernel, device and
     stream. They are never reset, so no call pays a memset launch: launch ``e`` of a pipeline of ``T``
-    programs draws tickets ``e*T .. e*T+T-1`` and waits for ``(e+1)`` times a row's program count.
-    Launches on one stream run in order; another stream gets counters of its own."""
+    programs draws tickets ``e*T .. e*T+T-1`` and waits for ``(e+1)`` times a row's program count; a
+    split-combine's group ends where its count reaches a multiple of the group's size. Launches on
+    one stream run in order; another stream gets counters of its own."""
     stream = torch.cuda.current_stream(device).cuda_stream if device.startswith("cuda") else 0
     key = (id(kernel), device, stream)
     if key not in _COUNTERS:  # the kernel is kept alive with its counters: its id is not reused
