@@ -29,4 +29,18 @@ def compile(model: Callable, *, mode: str = "default", dump_dir: str | None = No
     return torch.compile(model, backend=Backend(mode=mode, dump_dir=dump_dir))
 
 
+def _register_backend() -> None:
+    """``torch.compile(model, backend="minicomp")`` after ``import minicomp`` also where the package is
+    on ``PYTHONPATH`` but not installed. Where it is installed, its entry point announces it, and
+    Dynamo registers it when it loads the entry point (registering it here too would be a duplicate)."""
+    from importlib.metadata import entry_points
+    if any(e.name == "minicomp" for e in entry_points(group="torch_dynamo_backends")):
+        return
+    from torch._dynamo import register_backend
+    from .backend import minicomp_backend
+    register_backend(minicomp_backend, name="minicomp")
+
+
+_register_backend()
+
 __all__ = ["compile", "report", "reports", "Report", "Options", "PIPELINE", "MODES"]

@@ -36,7 +36,7 @@ from .passes.pipelines import launch_of_stage, row_pipelines, split_combines
 from .passes.split_reductions import split_reductions
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache
-from .runtime.support import InputRef, extern_call
+from .runtime.support import INTERPRETER_LOCK, InputRef, extern_call
 
 PIPELINE: list[Pass] = [
     Pass("dce", dce, "drop nodes nothing uses"),
@@ -57,7 +57,16 @@ _graph_ids = itertools.count()
 
 
 class MinicompError(RuntimeError):
-    pass
+    """minicomp could not compile a graph (raised only under ``MINICOMP_STRICT=1``; otherwise the
+    graph runs in PyTorch and the report says why)."""
+
+
+def _unsupported_devices(args) -> str | None:
+    """Why these inputs cannot run minicomp's kernels (CUDA and CPU only), or None."""
+    devices = {a.device.type for a in args if isinstance(a, torch.Tensor)}
+    other = sorted(devices - {"cuda", "cpu"})
+    return f"inputs on device {', '.join(other)}: kernels run on CUDA or, for CPU tensors, in Triton's interpreter" \
+        if other else None
 
 
 @dataclass
@@ -106,9 +115,38 @@ class CompiledGraph:
     def __call__(self, args):
         key = signature(args)
         fn = self._specializations.get(key)
-        if fn is None:
-            fn = self._specializations[key] = self._compile(list(args))
-        return fn(args)
+        if fn is not None:
+            return fn(args)
+        fn, art, rep = self._compile(list(args))
+        self._specializations[key] = fn
+        if rep.whole_graph_fallback is not None:
+            return fn(args)
+        try:  # the first run compiles and launches the kernels: its errors are compile errors too
+            out = fn(args)
+        except Exception as e:  # noqa: BLE001 - never fail the user's model
+            self._specializations[key] = fallback = self._fall_back(rep, "first run", e)
+            return fallback(args)
+        if self.on_compiled and art is not None and len(self._specializations) == 1:
+            self.on_compiled(key, art, rep)
+        return out
+
+    def _fall_back(self, rep: reporting.Report, stage: str, error: Exception) -> Callable:
+        """Run this graph in PyTorch from now on, with the stage and the error in the report and one
+        warning (``MINICOMP_STRICT=1``: raise a ``MinicompError`` instead)."""
+        reason = f"{stage}: {type(error).__name__}: {error}"
+        if self.options.strict:
+            raise MinicompError(f"MINICOMP_STRICT: {self.name} failed at {reason}") from error
+        rep.whole_graph_fallback = reason
+        warnings.warn(f"minicomp: {self.name} runs in PyTorch ({reason.splitlines()[0][:300]})")
+        if rep.dump_dir:
+            (Path(rep.dump_dir) / "error.txt").write_text(
+                "".join(traceback.format_exception(type(error), error, error.__traceback__)))
+            (Path(rep.dump_dir) / "summary.txt").write_text(rep.summary())
+        gm = self.gm
+
+        def run_in_pytorch(a):
+            return gm(*a)
+        return run_in_pytorch
 
     def _dump_dir(self) -> Path | None:
         if not self.options.dump_dir:
@@ -118,32 +156,31 @@ class CompiledGraph:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def _compile(self, args):
+    def _compile(self, args) -> tuple[Callable, "Artifacts | None", reporting.Report]:
         start = time.perf_counter()
         before = dict(cache.stats)
         dump = self._dump_dir()
         rep = reporting.Report(self.name, dump_dir=str(dump) if dump else None)
+        fn = art = None
         try:
+            unsupported = _unsupported_devices(args)
+            if unsupported:
+                raise MinicompError(unsupported)
             fn, art = self._build(args, dump, rep, self._gemm_choices(args))
-            if self.on_compiled and not self._specializations:
-                self.on_compiled(signature(args), art, rep)
-        except Exception as e:  # never fail the user's model: run this graph in PyTorch
-            if self.options.strict or isinstance(e, validation.ValidationError):
+        except validation.ValidationError:
+            raise
+        except MinicompError as e:
+            if self.options.strict:
                 raise
-            rep.whole_graph_fallback = f"{type(e).__name__}: {e}"
-            warnings.warn(f"minicomp: {self.name} runs in PyTorch: {rep.whole_graph_fallback}")
-            if dump:
-                (dump / "error.txt").write_text(traceback.format_exc())
-            gm = self.gm
-
-            def fn(a):
-                return gm(*a)
+            fn = self._fall_back(rep, "compile", e)
+        except Exception as e:  # noqa: BLE001 - never fail the user's model: run this graph in PyTorch
+            fn = self._fall_back(rep, "compile", e)
         rep.compile_seconds = time.perf_counter() - start
         rep.cache = {k: cache.stats[k] - before.get(k, 0) for k in cache.stats}
         if dump:
             (dump / "summary.txt").write_text(rep.summary())
         reporting.record(rep)
-        return fn
+        return fn, art, rep
 
     def _gemm_choices(self, args) -> dict:
         """Tuned GEMM choices from the on-disk cache; in max-autotune mode, measured now and stored."""
@@ -309,6 +346,11 @@ def load(art: Artifacts, stored: bool = False):
         cache.precompile([(loaded[name], dtypes, options) for name, _, dtypes, options in art.kernels])
     externs = {i: extern_call(ref[1], ref[2]) if ref[0] == "op" else ref[1] for i, ref in art.externs.items()}
     call = cache.load(paths[art.wrapper]).call
+    if art.interpret:
+        def interpreted(a):
+            with INTERPRETER_LOCK:
+                return call(a, loaded, externs)
+        return interpreted
     return lambda a: call(a, loaded, externs)
 
 

@@ -17,11 +17,11 @@ def tolerances(dtype: torch.dtype) -> dict:
     return dict(atol=0, rtol=0) if not dtype.is_floating_point else dict(atol=1e-10, rtol=1e-10)
 
 
-def compile_and_compare(fn, *args, kernels: int | None = None, fallbacks: int | None = 0, **tol):
-    """Run ``fn`` eagerly and through ``minicomp.compile``; results must match (dtype, shape and
-    values, NaN where eager has NaN). Optionally check the kernel and fallback counts. Returns the
-    report."""
-    expected = fn(*args)
+def compile_and_compare(fn, *args, kernels: int | None = None, fallbacks: int | None = 0, reference=None, **tol):
+    """Run ``fn`` eagerly (or ``reference``, a function of the same arguments) and through
+    ``minicomp.compile``; results must match (dtype, shape and values, NaN where eager has NaN).
+    Optionally check the kernel and fallback counts. Returns the report."""
+    expected = (reference or fn)(*args)
     actual = minicomp.compile(fn)(*args)
     exp_leaves, act_leaves = pytree.tree_leaves(expected), pytree.tree_leaves(actual)
     assert len(exp_leaves) == len(act_leaves)
@@ -48,3 +48,16 @@ def small_split_thresholds(monkeypatch) -> None:
     monkeypatch.setattr(split, "SOFTMAX_CHUNK", 64)
     monkeypatch.setattr(split, "SPLIT_MIN_REDUCED", 256)
     monkeypatch.setattr(split, "MIN_CHUNK", 32)
+
+
+def float64_reference(fn, outputs: tuple[int, ...]):
+    """Eager's results of ``fn``, except ``outputs`` (indices into its tuple of results), computed in
+    float64 and rounded to eager's dtypes: a reference for special values that does not depend on the
+    host CPU's vector code (eager's float32 ``gelu(inf)`` is nan on some x86 CPUs and inf on others)."""
+    def reference(*args):
+        up = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+        eager, exact = list(fn(*args)), fn(*up)
+        for k in outputs:
+            eager[k] = exact[k].to(eager[k].dtype)
+        return tuple(eager)
+    return reference

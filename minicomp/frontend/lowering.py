@@ -64,7 +64,7 @@ class Lowering:
                 kwargs = fx.node.map_arg(fx_node.kwargs, load)
                 env[fx_node] = self._call(fx_node, args, kwargs)
             elif fx_node.op == "output":
-                self._output(fx.node.map_arg(fx_node.args[0], load))
+                self._output(fx.node.map_arg(fx_node.args[0], load), fx_node.args[0])
         self.graph.meta["fallbacks"] = self.fallbacks
         return self.graph
 
@@ -75,17 +75,21 @@ class Lowering:
             return node
         return value  # a concrete int / float / bool for a symbolic or scalar argument
 
-    def _output(self, values) -> None:
+    def _output(self, values, fx_values) -> None:
+        """The graph's results; each computed one keeps the strides eager gives it (the traced
+        value's), so a channels-last or transposed result comes back as eager's does."""
         flat = values if isinstance(values, (list, tuple)) else [values]
-        spec = []
-        nodes = []
-        for v in flat:
+        fx_flat = fx_values if isinstance(fx_values, (list, tuple)) else [fx_values]
+        spec, nodes, strides = [], [], []
+        for v, fx_v in zip(flat, fx_flat):
             if isinstance(v, Node):
                 spec.append(("node", len(nodes)))
                 nodes.append(v)
+                val = fx_v.meta.get("val") if isinstance(fx_v, fx.Node) else None
+                strides.append(_dense_strides(val))
             else:
                 spec.append(("value", v))
-        self.graph.add("output", nodes, None, spec=spec)
+        self.graph.add("output", nodes, None, spec=spec, strides=strides)
 
     def _call(self, fx_node: fx.Node, args, kwargs):
         target = fx_node.target
@@ -130,13 +134,8 @@ class Lowering:
 
     def _extern(self, target, args, kwargs, reason: str):
         inputs = [v for v in _flatten((args, kwargs)) if isinstance(v, Node)]
-        to_meta = lambda v: self.meta(v) if isinstance(v, Node) else v  # noqa: E731
-        try:
-            out = target(*map_tree(args, to_meta), **map_tree(kwargs, to_meta))
-        except Exception as e:  # no meta kernel: the whole graph falls back
-            raise RuntimeError(f"cannot infer the result of {target} for a fallback: {e}") from e
-        device = next((i.type.device for i in inputs), torch.device("cpu"))
-        types = map_tree(out, lambda t: TensorType(tuple(t.shape), t.dtype, device)
+        out = self._extern_result(target, args, kwargs)
+        types = map_tree(out, lambda t: TensorType(tuple(t.shape), t.dtype, t.device)
                           if isinstance(t, torch.Tensor) else t)
         strides = map_tree(out, lambda t: tuple(t.stride()) if isinstance(t, torch.Tensor) else None)
         tree = (args, kwargs)
@@ -147,6 +146,25 @@ class Lowering:
         if isinstance(types, (tuple, list)):
             return tuple(self._getitem(node, k) for k in range(len(types)))
         return node
+
+    def _extern_result(self, target, args, kwargs):
+        """What a fallback op returns (shapes, dtypes, devices, strides): the value traced for its FX
+        node; else the op run on meta tensors; else, for an op with no meta kernel, the op run once
+        on random tensors of its inputs' types."""
+        val = self.node.meta.get("val")
+        leaves = list(_flatten(val if isinstance(val, (list, tuple)) else [val]))
+        if val is not None and all(isinstance(t, torch.Tensor) and _concrete(t) for t in leaves):
+            return val
+        to_meta = lambda v: self.meta(v) if isinstance(v, Node) else v  # noqa: E731
+        try:
+            return target(*map_tree(args, to_meta), **map_tree(kwargs, to_meta))
+        except Exception:  # noqa: BLE001 - no meta kernel: learn the result from one eager run
+            pass
+        to_real = lambda v: _random_like(v) if isinstance(v, Node) else v  # noqa: E731
+        try:
+            return target(*map_tree(args, to_real), **map_tree(kwargs, to_real))
+        except Exception as e:
+            raise RuntimeError(f"cannot infer the result of {target} for a fallback: {e}") from e
 
     def _getitem(self, node: Node, k: int):
         if isinstance(node.type, (tuple, list)):
@@ -236,6 +254,33 @@ class Lowering:
 
 def _type_of(t: torch.Tensor) -> TensorType:
     return TensorType(tuple(t.shape), t.dtype, t.device)
+
+
+def _random_like(node: Node) -> torch.Tensor:
+    """A tensor of ``node``'s type: random floats, integer zeros (a valid index)."""
+    t = node.type
+    if is_float(t.dtype) or t.dtype.is_complex:
+        return torch.rand(t.shape, device=t.device).to(t.dtype)
+    return torch.zeros(t.shape, dtype=t.dtype, device=t.device)  # a valid index into any non-empty dim
+
+
+def _concrete(t: torch.Tensor) -> bool:
+    """Sizes and strides are plain ints (not the symbols of a dynamic-shape trace)."""
+    return all(type(v) is int for v in (*t.shape, *t.stride()))
+
+
+def _dense_strides(val) -> tuple[int, ...] | None:
+    """The strides of a traced result when a kernel can write them: a permutation of contiguous
+    strides (no overlap, no gaps); else None (the result is then written contiguous)."""
+    if not isinstance(val, torch.Tensor) or val.layout != torch.strided or not _concrete(val):
+        return None  # symbolic sizes (a dynamic-shape trace) say nothing about these inputs' strides
+    strides, shape = tuple(val.stride()), tuple(val.shape)
+    expected = 1
+    for stride, size in sorted((st, sz) for st, sz in zip(strides, shape) if sz > 1):
+        if stride != expected:
+            return None
+        expected *= size
+    return strides
 
 
 def _opmath(dtype: torch.dtype) -> torch.dtype:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -32,19 +33,37 @@ def ensure_strides(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
 
 
 _COUNTERS: dict = {}
+_COUNTERS_LOCK = threading.Lock()
 
 
 def counters(kernel, n: int, device: str) -> torch.Tensor:
-    """The int64 counters of a staged launch (``ir.kernel.StagedLaunch``), kept per kernel, device and
-    stream. They are never reset, so no call pays a memset launch: launch ``e`` of a pipeline of ``T``
-    programs draws tickets ``e*T .. e*T+T-1`` and waits for ``(e+1)`` times a row's program count; a
-    split-combine's group ends where its count reaches a multiple of the group's size. Launches on
-    one stream run in order; another stream gets counters of its own."""
+    """The int64 counters of a staged launch (``ir.kernel.StagedLaunch``): on a GPU the kept ones
+    (``kept_counters``); in Triton's interpreter fresh zeros for every launch, because there a launch
+    runs on the calling thread and can stop half-way (Ctrl-C, an exception), which would leave kept
+    counters out of step for every later call."""
+    if not device.startswith("cuda"):
+        return torch.zeros(n, dtype=torch.int64, device=device)
+    return kept_counters(kernel, n, device)
+
+
+def kept_counters(kernel, n: int, device: str) -> torch.Tensor:
+    """Counters kept per kernel, device and stream and never reset, so no call pays a memset launch:
+    launch ``e`` of a pipeline of ``T`` programs draws tickets ``e*T .. e*T+T-1`` and waits for ``(e+1)``
+    times a row's program count; a split-combine's group ends where its count reaches a multiple of
+    the group's size. Sound because a GPU launch, once queued, runs whole, and launches on one stream
+    run in order; another stream gets counters of its own."""
     stream = torch.cuda.current_stream(device).cuda_stream if device.startswith("cuda") else 0
     key = (id(kernel), device, stream)
-    if key not in _COUNTERS:  # the kernel is kept alive with its counters: its id is not reused
-        _COUNTERS[key] = (kernel, torch.zeros(n, dtype=torch.int64, device=device))
-    return _COUNTERS[key][1]
+    entry = _COUNTERS.get(key)
+    if entry is None:
+        with _COUNTERS_LOCK:  # two threads starting on one stream must share one set
+            entry = _COUNTERS.setdefault(key, (kernel, torch.zeros(n, dtype=torch.int64, device=device)))
+    return entry[1]  # the kernel is kept alive with its counters: its id is not reused
+
+
+INTERPRETER_LOCK = threading.RLock()
+"""Triton's interpreter patches ``triton.language`` while a kernel runs: one interpreted graph at a
+time per process (calls from several threads take turns)."""
 
 
 def tma_allocator() -> None:
