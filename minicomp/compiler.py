@@ -311,7 +311,10 @@ class Artifacts:
 def generate(graph, kernels: list[Kernel], graph_name: str, dump: Path | None = None,
              rep: reporting.Report | None = None) -> Artifacts:
     """Write the kernels' and the wrapper's source to the cache (and the dump folder)."""
-    interpret = not any(n.type.device.type == "cuda" for n in graph.inputs)
+    interpreted = {k.schedule.interpreted for k in kernels}
+    if len(interpreted) > 1:  # kernels on CUDA and on the CPU in one graph: one load mode would be wrong
+        raise MinicompError("the graph computes on CUDA and CPU tensors: kernels run on one device per graph")
+    interpret = interpreted != {False}
     pipelines = graph.meta.get("pipelines", [])
     staged = launch_of_stage(graph)
     stored = []

@@ -31,7 +31,7 @@ def test_long_row_softmax_is_one_pipelined_launch(dtype):
 @pytest.mark.parametrize("fn", [lambda x: torch.log_softmax(x, -1), lambda x: x / x.sum(-1, keepdim=True),
                                 lambda x: x - x.amax(-1, keepdim=True)])
 def test_other_row_chains_are_pipelined(fn):
-    x = torch.randn(3, 700) + 0.5  # the sum of a row stays away from 0
+    x = torch.randn(3, 720) + 0.5  # the sum of a row stays away from 0; the last chunk is partial
     report = compile_and_compare(fn, x, kernels=1)
     assert _pipelined(report.decisions), report.summary()
 
@@ -87,3 +87,10 @@ def test_kept_counters_count_on_from_the_last_launch(fn, monkeypatch):
     (new,) = set(support._COUNTERS) - before
     tickets = support._COUNTERS[new][1][0].item()
     assert tickets > 0 and tickets % 3 == 0
+
+def test_rows_whose_length_cuts_tiles_small_are_not_pipelined():
+    # 5 x 2500: the elementwise stage could take only 4-element tiles inside a row (625 programs a
+    # row); separate launches keep full blocks
+    report = compile_and_compare(lambda x: torch.softmax(x, -1), torch.randn(5, 2500) * 3, kernels=3)
+    assert not _pipelined(report.decisions)
+    assert any(d.startswith("not pipelined:") and "4-element tiles" in d for d in report.decisions), report.decisions

@@ -131,6 +131,26 @@ def test_entry_point_backend_without_importing_minicomp():
     assert res["kernels"] >= 1, res
 
 
+def test_import_registers_the_backend_where_no_entry_point_does():
+    # minicomp on PYTHONPATH but not installed: no entry point announces it to Dynamo
+    proc = run_child("""
+        import importlib.metadata, json
+        real = importlib.metadata.entry_points
+        importlib.metadata.entry_points = lambda **kw: importlib.metadata.EntryPoints([]) \
+            if kw.get("group") == "torch_dynamo_backends" else real(**kw)
+        import torch
+        import minicomp
+
+        x = torch.randn(4, 3)
+        out = torch.compile(lambda x: torch.cos(x) * 2, backend="minicomp")(x)
+        rep = minicomp.report()
+        print(json.dumps({"ok": bool(torch.allclose(out, torch.cos(x) * 2, atol=1e-5)),
+                          "kernels": len(rep.kernels) if rep else -1}))
+    """)
+    res = last_json(proc)
+    assert res["ok"] and res["kernels"] == 1, res
+
+
 # --- 2. argument errors -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("model", [None, 3, "model", torch.randn(2)])

@@ -27,6 +27,7 @@ PIPELINE_MIN_BYTES = 32 << 20  # on the GPU, a smaller re-read finds its data in
 IN_FLIGHT = 512                # tickets between a row's stages (so a stage seldom waits for the one before)
 POINTWISE_TILE = 16384         # elements per pointwise program: fewer tickets and waits per byte
 MAX_ROW_CANDIDATES = 32
+MAX_STAGE_TILES = 128          # an elementwise stage cut into more tiles per row is not pipelined
 
 
 def launch_of_stage(graph: Graph) -> dict[str, StagedLaunch]:
@@ -107,6 +108,12 @@ def _pipeline(graph: Graph, stages: list[Kernel], number: int, explain: bool) ->
         if on_gpu and k.schedule.template == "pointwise":
             xblock = max(xblock, POINTWISE_TILE)
         blocks = {**k.schedule.blocks, "XBLOCK": math.gcd(xblock, per_row)}
+        if k.schedule.template == "pointwise" and per_row // blocks["XBLOCK"] > MAX_STAGE_TILES:
+            # a row length with few factors of 2 cuts the elementwise stage into tiny tiles (a row of
+            # 20000 into 32-element ones: 625 programs a row, where separate launches need a few)
+            decisions.append(f"not pipelined: {names}: a row of {per_row} elements allows {k.name} only "
+                             f"{blocks['XBLOCK']}-element tiles")
+            return None
         stages[i] = k = dataclasses.replace(k, schedule=dataclasses.replace(k.schedule, blocks=blocks))
         tiles.append(per_row // blocks["XBLOCK"])
     lag = min(rows, -(-IN_FLIGHT // sum(tiles))) if on_gpu else 1
