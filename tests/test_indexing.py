@@ -168,6 +168,30 @@ def test_index_producers_and_pointwise_data_producers_fuse():
     compile_and_compare(lambda x, i, j: x[i][j] + 1, x, idx, torch.randint(0, 7, (2, 4)), kernels=1)  # nested
 
 
+@pytest.mark.parametrize("case", ["tiled", "cat", "pad", "padded_data", "two_tables", "index_transposed"])
+def test_gathers_in_other_templates_and_masked_views(case):
+    w, x = torch.randn(9, 4), torch.randn(4, 5)
+    i = torch.randint(-9, 9, (5,))
+    fn, args = {
+        "tiled": (lambda x, w, i: x.t() + w[i], (x, w, i)),                     # a 2-D tile
+        "cat": (lambda x, w, i: torch.cat([x.t(), w[i]], 0) * 2, (x, w, i)),   # gather in a masked piece
+        "pad": (lambda w, i: F.pad(w[i], (1, 2), value=3.0) + 1, (w, i)),
+        "padded_data": (lambda w, i: F.pad(w, (0, 0, 1, 1), value=3.0)[i] - 1, (w, i)),
+        "two_tables": (lambda w, v, i: (F.embedding(i, w), F.embedding(i, v)), (w, -w, i % 9)),  # one index load
+        "index_transposed": (lambda w, i: w[i.view(1, 5).t()], (w, i)),
+    }[case]
+    compile_and_compare(fn, *args, kernels=1)
+
+
+def test_gathered_offsets_follow_the_kernels_index_dtype(monkeypatch):
+    from minicomp.passes import schedule
+    monkeypatch.setattr(schedule, "INT32_LIMIT", 64)  # every kernel here counts as large
+    report = compile_and_compare(lambda w, i: F.embedding(i, w) + 1, torch.randn(10, 4), torch.tensor([[1, 9, 9]]),
+                                 kernels=1)
+    source = open(report.kernels[0].source_path).read()
+    assert "index=int64" in source and ".to(tl.int64)" in source, source
+
+
 def test_a_reduction_read_at_gathered_rows_is_not_fused():
     x, idx = torch.randn(10, 3), torch.randint(0, 10, (10,))  # the gather iterates the softmax's space
     report = compile_and_compare(lambda x, i: torch.softmax(x, -1)[i], x, idx, kernels=2)

@@ -24,10 +24,11 @@ from .lowering import Unsupported, aten, rule
 INDEX_DTYPES = (torch.int32, torch.int64)
 
 
-def _check_index(t) -> None:
+def _check_index(t, masks: bool = False) -> None:
+    """Indices must be int32/int64 tensors; ``masks``: bool and uint8 ones are masks (index.Tensor)."""
     if not isinstance(t, Node):
         raise Unsupported("index is not a tensor")
-    if t.dtype in (torch.bool, torch.uint8):
+    if masks and t.dtype in (torch.bool, torch.uint8):
         raise Unsupported("boolean mask index: the result's shape depends on the data")
     if t.dtype not in INDEX_DTYPES:
         raise Unsupported(f"index of dtype {t.dtype}")
@@ -72,8 +73,12 @@ def _embedding(L, weight, indices, padding_idx=-1, scale_grad_by_freq=False, spa
 
 @rule(aten.index_select.default)
 def _index_select(L, x, dim, index):
-    if x.type.ndim == 0 or index.type.ndim > 1:
-        raise Unsupported("index_select of a 0-d tensor or with an index of more than one dim")
+    if index.type.ndim > 1:
+        raise Unsupported("index_select with an index of more than one dim")
+    if x.type.ndim == 0 and index.type.numel == 1:  # a 0-d tensor is read as its one element
+        return _gather(L, L.reshape(x, (1,)), (), [None], [(0, L.reshape(index, ()))], [])
+    if x.type.ndim == 0:
+        raise Unsupported("index_select of a 0-d tensor with several indices")
     dim %= x.type.ndim
     index = L.reshape(index, (index.type.numel,))
     shape = tuple(index.shape[0] if d == dim else s for d, s in enumerate(x.shape))
@@ -84,8 +89,10 @@ def _index_select(L, x, dim, index):
 
 @rule(aten.gather.default)
 def _gather_rule(L, x, dim, index, sparse_grad=False):
-    if x.type.ndim == 0 or index.type.ndim != x.type.ndim:
-        raise Unsupported("gather of a 0-d tensor or with an index of another rank")
+    if x.type.ndim == 0 and index.type.numel == 1:  # a 0-d tensor is read as its one element
+        return _gather(L, L.reshape(x, (1,)), index.shape, [None], [(0, index)], list(range(index.type.ndim)))
+    if index.type.ndim != x.type.ndim:
+        raise Unsupported("gather with an index of another rank than the data")
     dim %= x.type.ndim
     if any(i > s for d, (i, s) in enumerate(zip(index.shape, x.shape)) if d != dim):
         raise Unsupported("gather index larger than the data outside the gathered dim")  # eager raises
@@ -103,7 +110,7 @@ def _index(L, x, indices):
     if not indexed or len(indices) > x.type.ndim:
         raise Unsupported("index without index tensors, or with more than the data's dims")
     for _, t in indexed:
-        _check_index(t)
+        _check_index(t, masks=True)
     b = tuple(torch.broadcast_shapes(*[t.shape for _, t in indexed]))
     positions = [d for d, _ in indexed]
     rest = [d for d in range(x.type.ndim) if d not in positions]
