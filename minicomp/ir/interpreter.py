@@ -56,10 +56,9 @@ def _gather(node: Node, env) -> torch.Tensor:
     for var, src in zip(indirect_vars(node), node.inputs[1:]):
         v = env[src].expand(shape).long()
         values[var] = torch.where(v < 0, v + var.size, v)
+        if v.numel() and not (0 <= values[var].min() and values[var].max() < var.size):
+            raise IndexError(f"{node.name}: {var} = {src.name} out of range for a dim of size {var.size}")
     index = [torch.as_tensor(evaluate(e, values)).expand(shape) for e in node.attrs["index"]]
-    for i, size in zip(index, x.shape):
-        if i.numel() and (i.min() < 0 or i.max() >= size):
-            raise IndexError(f"{node.name}: index out of range for a dim of size {size}")
     return x[tuple(index)] if index else x.expand(shape).clone()
 
 
