@@ -14,8 +14,8 @@ import torch
 from ..ir.expr import Affine, Range
 from ..ir.graph import Scalar
 from ..ir.ops import reduce_identity
-from ..ir.kernel import (Compute, IndexValue, Kernel, Load, Masked, Pipeline, Reduce, SplitCombine, StagedLaunch,
-                         Store, TileLoad)
+from ..ir.kernel import (Compute, IndexValue, Indirect, Kernel, Load, Masked, Pipeline, Reduce, SplitCombine,
+                         StagedLaunch, Store, TileLoad)
 from ..ir.types import is_float
 
 TL_DTYPE = {
@@ -429,6 +429,13 @@ class TritonPrinter:
         elif isinstance(s, IndexValue):
             out(f"{indent}{s.var} = {self.index(s.expr)}")
             self.dtypes[s.var] = torch.int64
+        elif isinstance(s, Indirect):
+            value = f"tl.where({s.value} < 0, {s.value} + {s.size}, {s.value})"
+            m = self.mask(s.at)
+            if m:  # lanes past the bounds address element 0, whatever their index value
+                value = f"tl.where({m}, {value}, 0)"
+            out(f"{indent}{s.var} = ({value}).to({TL_DTYPE[s.dtype]})")
+            self.dtypes[s.var] = s.dtype
         elif isinstance(s, Masked):
             fill = self.lit(s.fill.value, s.fill.dtype)
             out(f"{indent}{s.var} = tl.where({self.mask([], s.mask) or 'True'}, {s.value}, {fill})")

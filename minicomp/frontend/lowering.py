@@ -347,4 +347,4 @@ def _sym_query(target, x: Node, dim=None):
     raise Unsupported(name)
 
 
-from . import rules  # noqa: E402,F401  (registers the rules in RULES)
+from . import rules, rules_index  # noqa: E402,F401  (register the rules in RULES)

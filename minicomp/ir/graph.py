@@ -10,6 +10,10 @@ Node kinds (``Node.op``):
 * ``matmul``    ``a @ b`` with equal batch dims, accumulated in the node's dtype (attrs: ``precision``)
 * ``view``      no data: an index map from the node's index space into its input's, a validity mask
                 and the value where the mask is false (attrs: ``index``, ``mask``, ``fill``, ``kind``)
+* ``gather``    an indirect read: ``inputs[0]`` (the data) at an index map written in the node's
+                coordinates and in ``values`` (``j0, j1, ...``): the values of its other inputs (integer
+                tensors of the node's shape) at the same coordinates, a negative one plus its range's size
+                (attrs: ``index``, ``values``)
 * ``extern``    an aten op run by PyTorch (fallback); ``getitem`` picks one result of a tuple
 * ``output``    the graph results (``inputs``)
 """
@@ -103,6 +107,13 @@ class Graph:
         return self.add("view", [x], x.type.with_(shape=shape), origin, index=tuple(index),
                         mask=tuple(mask), fill=fill, kind=kind)
 
+    def gather(self, x: Node, indices, index, values, origin=()) -> Node:
+        """``x`` read at ``index`` (one expression per dim of ``x``) in the coordinates of the
+        ``indices``' common shape and ``values``, one ``Var("jk", size)`` per index tensor."""
+        shape = indices[0].shape
+        return self.add("gather", [x, *indices], x.type.with_(shape=shape), origin, index=tuple(index),
+                        values=tuple(values))
+
     # --- queries ------------------------------------------------------------------------
     @property
     def output(self) -> Node:
@@ -159,6 +170,21 @@ def compose_view(outer_index, inner: Node):
             tuple(r.subs(mapping) for r in inner.attrs["mask"]))
 
 
+def indirect_vars(node: Node) -> tuple[Var, ...]:
+    """The variables ``j0, j1, ...`` that stand for a gather's index inputs' values in its index map;
+    a variable's range is the size of the data dim it indexes (a value outside is the program's error,
+    as in eager)."""
+    return node.attrs["values"]
+
+
+def compose_gather(outer_index, node: Node, values) -> tuple[Affine, ...]:
+    """Index into gather ``node``'s data, given an index into ``node`` and, for each of
+    ``indirect_vars(node)``, the expression that holds its (wrapped) value there."""
+    mapping = dict(zip(view_vars(node), (Affine.of(e) for e in outer_index)))
+    mapping.update(zip(indirect_vars(node), (Affine.of(v) for v in values)))
+    return tuple(e.subs(mapping) for e in node.attrs["index"])
+
+
 # --- printing -------------------------------------------------------------------------------
 
 def _type_str(t) -> str:
@@ -187,6 +213,10 @@ def format_node(n: Node) -> str:
         body = f"{a['kind']}({n.inputs[0].name}) [{idx}]"
         if a["mask"]:
             body += f" if {' & '.join(map(str, a['mask']))} else {a['fill']}"
+    elif n.op == "gather":
+        idx = ", ".join(str(e) for e in a["index"])
+        values = ", ".join(f"{v} = {i.name} (+{v.size} if < 0)" for v, i in zip(indirect_vars(n), n.inputs[1:]))
+        body = f"{n.inputs[0].name}[{idx}]  where {values}"
     elif n.op == "extern":
         body = f"{a['target']}({', '.join(i.name for i in n.inputs)})  # fallback: {a['reason']}"
     elif n.op == "getitem":
@@ -211,4 +241,5 @@ def format_graph(g: Graph) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["Graph", "Node", "Scalar", "Range", "compose_view", "view_vars", "format_graph"]
+__all__ = ["Graph", "Node", "Scalar", "Range", "compose_view", "compose_gather", "indirect_vars",
+           "view_vars", "format_graph"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .expr import evaluate, index_vars
-from .graph import Graph, Node, Scalar
+from .graph import Graph, Node, Scalar, indirect_vars
 from .ops import POINTWISE, reduce_ref
 
 
@@ -47,6 +47,21 @@ def _view(node: Node, x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _gather(node: Node, env) -> torch.Tensor:
+    """The data at the index map, the ``j`` variables being the index inputs' values (negative ones
+    plus the size; a value still out of range raises, as eager does)."""
+    x, shape = env[node.inputs[0]], node.shape
+    grids = torch.meshgrid(*[torch.arange(s) for s in shape], indexing="ij") if shape else ()
+    values = dict(zip(index_vars(shape), grids))
+    for var, src in zip(indirect_vars(node), node.inputs[1:]):
+        v = env[src].expand(shape).long()
+        values[var] = torch.where(v < 0, v + var.size, v)
+        if v.numel() and not (0 <= values[var].min() and values[var].max() < var.size):
+            raise IndexError(f"{node.name}: {var} = {src.name} out of range for a dim of size {var.size}")
+    index = [torch.as_tensor(evaluate(e, values)).expand(shape) for e in node.attrs["index"]]
+    return x[tuple(index)] if index else x.expand(shape).clone()
+
+
 def run(graph: Graph, args: list) -> list:
     """Evaluate ``graph`` on ``args`` (tensors for its inputs) and return its outputs."""
     env: dict[Node, object] = {}
@@ -65,6 +80,8 @@ def run(graph: Graph, args: list) -> list:
             env[node] = torch.matmul(a, b)
         elif op == "view":
             env[node] = _view(node, env[node.inputs[0]])
+        elif op == "gather":
+            env[node] = _gather(node, env)
         elif op == "extern":
             env[node] = node.attrs["call"](*[env[i] for i in node.inputs])
         elif op == "getitem":

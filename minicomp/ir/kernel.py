@@ -43,6 +43,19 @@ class IndexValue:
 
 
 @dataclass
+class Indirect:
+    """An index read from memory (a gather's ``j``): the integer ``value``, plus ``size`` where it is
+    negative, as a ``dtype`` offset that loads' index expressions name by ``var``. Where a variable
+    of ``at`` (the index ``value`` was read at) is out of bounds it is 0, so that a masked-off lane
+    still addresses inside the gathered buffer. Values out of range are not checked (eager raises)."""
+    var: str
+    value: str
+    size: int
+    at: tuple[Affine, ...]
+    dtype: torch.dtype
+
+
+@dataclass
 class Masked:
     """``value`` where every range in ``mask`` holds, else ``fill`` (a padded view)."""
     var: str
@@ -94,7 +107,7 @@ class Store:
     inner: bool  # True: one value per element of the iteration space; False: one per row
 
 
-Stmt = Union[Load, TileLoad, Compute, IndexValue, Masked, Reduce, Dot, Store]
+Stmt = Union[Load, TileLoad, Compute, IndexValue, Indirect, Masked, Reduce, Dot, Store]
 
 
 @dataclass
@@ -261,6 +274,9 @@ def format_stmt(s: Stmt) -> str:
         return f"{s.var} = {s.fn}({', '.join(map(str, s.args))}{params})  ({short_dtype(s.dtype)})"
     if isinstance(s, IndexValue):
         return f"{s.var} = index {s.expr}"
+    if isinstance(s, Indirect):
+        return (f"{s.var} = indirect {s.value} (+{s.size} if < 0) at [{', '.join(map(str, s.at))}]"
+                f"  ({short_dtype(s.dtype)})")
     if isinstance(s, Masked):
         return f"{s.var} = {s.value} if {' & '.join(map(str, s.mask))} else {s.fill}"
     if isinstance(s, Reduce):

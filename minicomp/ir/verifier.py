@@ -1,10 +1,12 @@
 """Structural checks run after every pass: a pass that breaks an invariant is named at once."""
 from __future__ import annotations
 
-from .expr import Affine
+import torch
+
+from .expr import Affine, index_vars
 from .graph import Graph, Node
 from .ops import POINTWISE, REDUCTIONS
-from .types import TensorType
+from .types import FLOAT_DTYPES, TensorType
 
 
 class VerificationError(AssertionError):
@@ -68,3 +70,24 @@ class _RULES:
             lo, hi = e.bounds()
             _check(masked or (0 <= lo and hi < max(size, 1)),
                    f"{node.name}: index {e} leaves [0, {size})")
+
+    @staticmethod
+    def gather(node: Node) -> None:
+        x, *indices = node.inputs
+        index, values = node.attrs["index"], node.attrs["values"]
+        _check(len(index) == len(x.shape), f"{node.name}: index rank {len(index)} != {len(x.shape)}")
+        _check(node.dtype == x.dtype, f"{node.name}: a gather cannot change dtype")
+        _check(len(values) == len(indices) and indices, f"{node.name}: one value variable per index input")
+        for k, (var, i) in enumerate(zip(values, indices)):
+            _check(var.name == f"j{k}", f"{node.name}: value variable {var} should be j{k}")
+            _check(i.shape == node.shape, f"{node.name}: index input {i.name} shape {i.shape} != {node.shape}")
+            _check(i.dtype not in FLOAT_DTYPES and i.dtype != torch.bool,
+                   f"{node.name}: index input {i.name} is {i.dtype}, not an integer tensor")
+        if node.type.numel == 0:
+            return
+        known = set(index_vars(node.shape)) | set(values)
+        for e, size in zip(index, x.shape):
+            _check(isinstance(e, Affine), f"{node.name}: index is not an expression")
+            _check(e.vars() <= known, f"{node.name}: index {e} names unknown variables")
+            lo, hi = e.bounds()
+            _check(0 <= lo and hi < max(size, 1), f"{node.name}: index {e} leaves [0, {size})")

@@ -2,7 +2,9 @@
 
 A group is one kernel: an iteration space (``shape``; a reduction group also has ``axes``) and the
 nodes it computes. Views are not computed: every read through a view becomes a re-indexed load, so a
-pointwise producer can be evaluated at whatever index its consumer needs.
+pointwise producer can be evaluated at whatever index its consumer needs. A gather is evaluated like a
+pointwise op over its index inputs; its data is read at an index that names the loaded values, so a
+pointwise producer of the data can be evaluated there too (a reduction cannot: ``indexing``).
 
 *Legality* (``check_group``) is about indexing: starting from the nodes the group must store, it
 propagates the index at which each member is evaluated; a reduction must be read exactly at its own
@@ -23,7 +25,7 @@ import networkx as nx
 
 from ..ir.expr import Affine, Var, index_vars, linear_index, unravel
 from ..ir.types import contiguous_strides
-from ..ir.graph import Graph, Node, compose_view
+from ..ir.graph import Graph, Node, compose_gather, compose_view, indirect_vars
 from ..ir.layout import view_as_strided
 
 MAX_PLACEMENTS = 2
@@ -75,7 +77,7 @@ class Group:
 
 
 def is_compute(node: Node) -> bool:
-    return node.op in ("pointwise", "reduce", "matmul")
+    return node.op in ("pointwise", "reduce", "matmul", "gather")
 
 
 def operand_indices(node: Node, idx) -> tuple[tuple, tuple]:
@@ -129,6 +131,7 @@ def check_group(members: list[Node], shape, axes, stored: list[Node]) -> dict[No
     full = tuple(Affine.of(v) for v in index_vars(shape))
     reduced = tuple(Affine.of(0) if d in axes else e for d, e in enumerate(full))
     placements: dict[Node, set] = defaultdict(set)
+    loaded = itertools.count()  # names for the values gathers load (one per gather placement)
     work = []
     for m in members:
         if m.op == "matmul":
@@ -160,6 +163,9 @@ def check_group(members: list[Node], shape, axes, stored: list[Node]) -> dict[No
             if len(placements[m]) > MAX_PLACEMENTS:
                 raise NotFusable("recompute", f"{m.name} would be computed at {len(placements[m])} indices")
             feeds = [(i, idx) for i in m.inputs]
+            if m.op == "gather":  # the data at the index that names the loaded values
+                values = [Var(f"{m.name}.v{next(loaded)}", v.size) for v in indirect_vars(m)]
+                feeds[0] = (m.inputs[0], compose_gather(idx, m, values))
         for node, at in feeds:
             while node.op == "view":
                 at, _ = compose_view(at, node)

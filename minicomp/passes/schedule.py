@@ -14,8 +14,8 @@ import re
 import torch
 
 from ..ir.expr import Affine, Range, Var, index_vars, linear_index, unravel
-from ..ir.graph import Graph, Node, Scalar, compose_view
-from ..ir.kernel import (Compute, Dot, IndexValue, Kernel, KernelArg, Load, Masked, Phase, Reduce,
+from ..ir.graph import Graph, Node, Scalar, compose_gather, compose_view, indirect_vars
+from ..ir.kernel import (Compute, Dot, IndexValue, Indirect, Kernel, KernelArg, Load, Masked, Phase, Reduce,
                          Schedule, Store, TileLoad)
 from ..ir.layout import buffer_strides
 from ..ir.types import short_dtype
@@ -29,7 +29,7 @@ def plan_layouts(graph: Graph) -> dict[Node, tuple[int, ...]]:
     """Graph results take the strides eager would give them; everything else is contiguous."""
     out = {}
     for node, strides in zip(graph.output.inputs, graph.output.attrs.get("strides") or ()):
-        if strides is not None and node.op in ("pointwise", "reduce") and len(strides) == len(node.shape):
+        if strides is not None and node.op in ("pointwise", "reduce", "gather") and len(strides) == len(node.shape):
             out.setdefault(node, tuple(strides))
     return out
 
@@ -102,6 +102,7 @@ class _Emitter:
         self.outer_memo: dict = {}
         self.inner_memo: dict = {}
         self.reduced: dict[Node, str] = {}
+        self.inner_values: set[Var] = set()  # gathers' index values that vary along the reduction
         self._n = 0
 
     def new_phase(self) -> Phase:
@@ -115,7 +116,14 @@ class _Emitter:
         return f"{prefix}{self._n}"
 
     def _inner(self, *exprs) -> bool:
-        return any(self.reduction_vars & e.vars() for e in exprs)
+        return any((self.reduction_vars | self.inner_values) & e.vars() for e in exprs)
+
+    def _memo(self, key) -> tuple[str, bool] | None:
+        if key in self.outer_memo:
+            return self.outer_memo[key], False
+        if key in self.inner_memo:
+            return self.inner_memo[key], True
+        return None
 
     def _put(self, key, stmt, inner: bool) -> tuple[str, bool]:
         phase = self.phases[-1]
@@ -132,10 +140,9 @@ class _Emitter:
 
     def emit(self, node: Node, idx: tuple, mask: tuple = ()) -> tuple[str, bool]:
         key = (node.id, idx, mask)
-        if key in self.outer_memo:
-            return self.outer_memo[key], False
-        if key in self.inner_memo:
-            return self.inner_memo[key], True
+        known = self._memo(key)
+        if known is not None:
+            return known
         if node.op == "view":
             inner_idx, extra = compose_view(idx, node)
             extra = tuple(r for r in (r.simplified() for r in extra) if r is not True)
@@ -149,6 +156,8 @@ class _Emitter:
             return self._put(key, stmt, inner or self._inner(*(r.expr for r in extra)))
         if node in self.members and node.op in ("reduce", "matmul"):
             return self.reduced[node], False
+        if node in self.members and node.op == "gather":
+            return self._gather(node, idx, mask, key)
         if node in self.members:
             return self._pointwise(node, idx, mask, key)
         index = linear_index(idx, buffer_strides(node, self.layouts))
@@ -172,6 +181,25 @@ class _Emitter:
             args.append(name)
             inner |= dep
         return self._put(key, Compute(self._var(), node.attrs["fn"], tuple(args), params, node.dtype), inner)
+
+    def _gather(self, node: Node, idx, mask, key) -> tuple[str, bool]:
+        """Load each index input's value (an ``Indirect``), then read the data at the index map with
+        those values for ``j0, j1, ...``: an ordinary (re-indexed) read whose index names them."""
+        values = []
+        for var, src in zip(indirect_vars(node), node.inputs[1:]):
+            value, inner = self.emit(src, idx, mask)
+            # bounds masks: of every variable where the value is per reduction block, else of the others
+            at = idx if inner else tuple(Affine.of(e).subs({r: Affine.of(0) for r in self.reduction_vars})
+                                         for e in idx)
+            j_key = ("indirect", value, var.size, at)
+            name, inner = self._memo(j_key) or self._put(
+                j_key, Indirect(self._var("j"), value, var.size, at, torch.int32), inner)
+            values.append(Var(name, var.size))
+            if inner:
+                self.inner_values.add(values[-1])
+        name, inner = self.emit(node.inputs[0], compose_gather(idx, node, values), mask)
+        (self.inner_memo if inner else self.outer_memo)[key] = name
+        return name, inner
 
     def reduce(self, node: Node, full_idx) -> Reduce:
         value, _ = self.emit(node.inputs[0], full_idx)
@@ -353,6 +381,10 @@ def _finish_kernel(group: Group, em: "_Emitter", sched: Schedule, flat: dict, ma
     numels = [math.prod(a.node.shape) for a in args] + [math.prod(group.shape)]
     if max(numels + [0]) > INT32_LIMIT // 2:
         sched.index_dtype = "int64"
+    for phase in em.phases:  # gathered offsets are computed in the kernel's index dtype
+        for stmt in phase.outer + phase.inner:
+            if isinstance(stmt, Indirect):
+                stmt.dtype = torch.int64 if sched.index_dtype == "int64" else torch.int32
     kernel = Kernel(_kernel_name(group), flat, args, [p for p in em.phases if p.outer or p.inner or p.reductions],
                     sched, _origins(group))
     kernel.bytes_moved = sum(math.prod(a.node.shape) * a.node.dtype.itemsize for a in args)
@@ -451,6 +483,8 @@ def _substitute(stmt, mapping) -> None:
                           if r is not True)
     if isinstance(stmt, IndexValue):
         stmt.expr = stmt.expr.subs(mapping)
+    if isinstance(stmt, Indirect):
+        stmt.at = tuple(e.subs(mapping) for e in stmt.at)
 
 
 _NAME_ALIASES = {"_softmax": "softmax", "_log_softmax": "log_softmax", "native_layer_norm": "layer_norm",
