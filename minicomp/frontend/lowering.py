@@ -46,6 +46,9 @@ class Lowering:
         self.graph = Graph()
         self.fallbacks: list[tuple[str, str]] = []
         self._meta: dict[Node, torch.Tensor] = {}
+        self._moved: dict[Node, Node] = {}  # CPU tensors and their copies on the GPU
+        # the device the kernels run on: CUDA as soon as one input is there
+        self.device = next((a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda), torch.device("cpu"))
 
     # --- driver -------------------------------------------------------------------------
     def run(self) -> Graph:
@@ -103,7 +106,10 @@ class Lowering:
             return _sym_query(target, *args)
         self.node = fx_node
         start = len(self.graph.nodes)
-        reason = self._unsupported_inputs(args, kwargs)
+        reason = self._unsupported_inputs(args, kwargs) or self._cpu_result()
+        if reason is None and self.device.type == "cuda":  # a CPU scalar tensor feeding GPU work
+            args, kwargs = map_tree((args, kwargs), self._on_gpu)
+            start = len(self.graph.nodes)
         fn = RULES.get(target) or RULES.get(getattr(target, "overloadpacket", None))
         if reason is None and fn is None:
             reason = "no lowering rule"
@@ -132,9 +138,30 @@ class Lowering:
                 return "non-strided layout"
         return None
 
-    def _extern(self, target, args, kwargs, reason: str):
+    def _cpu_result(self) -> str | None:
+        """Work on CPU tensors inside a CUDA graph (a CPU scalar tensor, an RNG seed) stays in PyTorch,
+        on the CPU, as in eager: minicomp's kernels run on the graph's device."""
+        val = self.node.meta.get("val")
+        if self.device.type == "cuda" and any(isinstance(t, torch.Tensor) and t.device.type == "cpu"
+                                              for t in _flatten(val if isinstance(val, (list, tuple)) else [val])):
+            return "computes a CPU tensor in a CUDA graph (as eager does)"
+        return None
+
+    def _on_gpu(self, v):
+        """``v``, moved to the GPU when it is a CPU tensor (eager lets a CPU scalar tensor join GPU ops;
+        a kernel cannot read it), once per tensor."""
+        if not (isinstance(v, Node) and isinstance(v.type, TensorType) and v.type.device.type == "cpu"):
+            return v
+        if v not in self._moved:
+            t = v.type
+            out = torch.empty_strided(t.shape, contiguous_strides(t.shape), dtype=t.dtype, device=self.device)
+            self._moved[v] = self._extern(aten._to_copy.default, (v,), {"device": self.device},
+                                          "a CPU scalar tensor moves to the GPU", out=out)
+        return self._moved[v]
+
+    def _extern(self, target, args, kwargs, reason: str, out=None):
         inputs = [v for v in _flatten((args, kwargs)) if isinstance(v, Node)]
-        out = self._extern_result(target, args, kwargs)
+        out = self._extern_result(target, args, kwargs) if out is None else out
         types = map_tree(out, lambda t: TensorType(tuple(t.shape), t.dtype, t.device)
                           if isinstance(t, torch.Tensor) else t)
         strides = map_tree(out, lambda t: tuple(t.stride()) if isinstance(t, torch.Tensor) else None)
