@@ -303,3 +303,4 @@ def _sym_query(target, x: Node, dim=None):
 
 
 from . import rules  # noqa: E402,F401  (registers the rules in RULES)
+from . import rules_scan  # noqa: E402,F401  (cumsum, cumprod, ...: frontend/rules_scan.py)
