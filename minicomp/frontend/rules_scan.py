@@ -7,7 +7,8 @@ its CUDA kernel keeps the running total in the half type itself (less accurate: 
 
 A scan of a flipped tensor along the flipped axis is a *reversed* scan read flipped:
 ``cumsum(flip(g))`` is ``flip(reverse_cumsum(g))``. Autograd writes cumsum's backward as
-``flip(cumsum(flip(g)))``, whose two flips then cancel, so the gradient is one kernel.
+``flip(cumsum(flip(g)))``: when every user flips the result back, the two flips cancel and the
+gradient is one kernel (a flipped read of a scan cannot join its kernel; a flipped load can).
 """
 from __future__ import annotations
 
@@ -36,6 +37,13 @@ def _flipped_along(x: Node, dim: int) -> Node | None:
     return y if tuple(x.attrs["index"]) == tuple(index) else None
 
 
+def _flipped_back(L, dim: int, ndim: int) -> bool:
+    """Every user of the op's result flips it along ``dim`` (and nothing else)."""
+    users = list(L.node.users)
+    return bool(users) and all(u.target == aten.flip.default and len(u.args[1]) == 1
+                               and u.args[1][0] % ndim == dim for u in users)
+
+
 def _flip(L, x: Node, dim: int) -> Node:
     index, _ = views.flip(x.shape, {dim})
     return L.graph.view(x, x.shape, index, kind="flip")
@@ -48,7 +56,8 @@ def scan(L, fn: str, x: Node, dim: int, out_dtype: torch.dtype) -> Node:
         return L.graph.pointwise("identity", [L.cast(x, out_dtype)], out_dtype)
     dim %= x.type.ndim
     acc = _opmath(out_dtype)
-    source = _flipped_along(x, dim) if fn in _REVERSIBLE else None
+    reversible = fn in _REVERSIBLE and _flipped_back(L, dim, x.type.ndim)
+    source = _flipped_along(x, dim) if reversible else None
     reverse = source is not None
     out = L.graph.scan(fn, L.cast(L.cast(source if reverse else x, out_dtype), acc), dim, acc, reverse)
     out = L.cast(out, out_dtype)
