@@ -277,3 +277,14 @@ def test_no_fallbacks_and_the_dump(tmp_path):
     assert "scan" in lowered and "sum(%" in lowered and "axis=1" in lowered
     kernels = next(tmp_path.rglob("kernels.txt")).read_text()
     assert "scan.sum(" in kernels
+
+
+def test_max_autotune_measures_the_scan_and_reuses_the_winner(cache_dir, looped):
+    fn = lambda x: torch.cumsum(x, 1) * 2  # noqa: E731
+    x = torch.randn(4, 40)
+    torch.testing.assert_close(minicomp.compile(fn, mode="max-autotune")(x), fn(x))
+    assert list((cache_dir / "tuned").glob("*.json"))
+    torch._dynamo.reset()
+    x = torch.randn(4, 40)
+    torch.testing.assert_close(minicomp.compile(fn)(x), fn(x))
+    assert any(d.startswith("tuned: k0_cumsum_mul_f32_row40 scan") for d in minicomp.report().decisions)

@@ -653,7 +653,8 @@ class TritonPrinter:
         lane = "rlane == 0" if reverse else "rlane == RBLOCK - 1"
         value = f"{var}.to({bits}, bitcast=True)" if bits else var
         picked = f"tl.reduce(tl.where({lane}, {value}, 0), 1, _sum)[:, None]"
-        return f"{picked}.to({TL_DTYPE[dt]}, bitcast=True)" if bits else picked
+        # the cast keeps the loop-carried type fixed (a narrow int would be widened by where's literal 0)
+        return f"{picked}.to({TL_DTYPE[dt]}{', bitcast=True' if bits else ''})"
 
     def _gemm(self, pid: str) -> None:
         """A persistent grid of programs loops over the output tiles, in grouped order (GROUP_M

@@ -35,21 +35,25 @@ def loop_block(device: torch.device) -> int:
 
 
 def scan_schedule(group: Group, on_gpu: bool) -> Schedule:
+    """Blocks for a scan group (not measured on a GPU yet: the reductions' shapes)."""
     device = group.nodes[0].type.device
+    limit = scan_block_limit(device)
     (axis,) = group.axes
     rnumel = group.shape[axis]
     xnumel = math.prod(s for d, s in enumerate(group.shape) if d != axis)
     inner = math.prod(group.shape[axis + 1:])
-    if _pow2(rnumel) <= scan_block_limit(device):
+    warps = 8 if on_gpu else 1
+    if inner > 1:
+        # scanning down columns: neighbouring columns in one program keep every load a contiguous run
+        xblock = min(COLUMN_TILE, _pow2(inner), max(1, limit // 16))
+        rblock = min(_pow2(rnumel), limit // xblock)
+        return Schedule("scan", {"XBLOCK": xblock, "RBLOCK": rblock}, warps, 1, rblock >= rnumel)
+    if _pow2(rnumel) <= limit:
         rblock = _pow2(rnumel)
         xblock = min(_pow2(xnumel), max(1, (2048 if on_gpu else 2**12) // rblock))
-        warps = (4 if rblock <= 2048 else 8) if on_gpu else 1
-        return Schedule("scan", {"XBLOCK": xblock, "RBLOCK": rblock}, warps, 1, True)
-    rblock = loop_block(device)
-    # scanning down columns: neighbouring outputs in one program keep every load a contiguous run
-    xblock = min(COLUMN_TILE, _pow2(inner), max(1, rblock // 16)) if inner > 1 else 1
-    return Schedule("scan", {"XBLOCK": xblock, "RBLOCK": rblock // xblock if inner > 1 else rblock},
-                    8 if on_gpu else 1, 1, False)
+        return Schedule("scan", {"XBLOCK": xblock, "RBLOCK": rblock}, 4 if on_gpu and rblock <= 2048 else warps,
+                        1, True)
+    return Schedule("scan", {"XBLOCK": 1, "RBLOCK": loop_block(device)}, warps, 1, False)
 
 
 class _ScanEmitter(_Emitter):
