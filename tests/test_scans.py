@@ -236,11 +236,10 @@ def _graph_with_scan(fn, shape=(3, 5), axis=1, reverse=False):
     return g, s
 
 
-@pytest.mark.parametrize("fn", ["sum", "prod", "logsumexp", "max", "min", "argmax", "argmin"])
-@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("fn, reverse", [(fn, False) for fn in ("sum", "prod", "logsumexp", "max", "min", "argmax",
+                                                                  "argmin")]
+                         + [(fn, True) for fn in ("sum", "prod", "logsumexp")])  # only these are reversed
 def test_interpreter_and_printer(fn, reverse):
-    if reverse and fn.startswith("arg"):
-        pytest.skip("only commutative scans are reversed")
     g, s = _graph_with_scan(fn, reverse=reverse)
     verify(g)
     assert "scan" in str(s) and f"{fn}(%0) axis=1" in str(s) and ("reversed" in str(s)) == reverse
