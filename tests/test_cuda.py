@@ -193,3 +193,29 @@ def test_64bit_indexing_beyond_2_pow_31_elements():
     rows = x.view(-1, 4096)[: 2**31 // 4096 + 1]
     sums = minicomp.compile(lambda r: r.sum(-1))(rows)
     torch.testing.assert_close(sums, rows.sum(-1))
+
+
+@pytest.mark.parametrize("cols", [3000, 50000])  # one block per row (persistent); blocks carried (looped)
+def test_scans_on_cuda(cols):
+    x = torch.randn(16, cols, device="cuda")
+    i = torch.randint(-9, 9, (16, cols), device="cuda", dtype=torch.int32)
+    # fp32 running sums of thousands of terms: the order of additions differs from eager's
+    tol = dict(atol=1e-2, rtol=1e-4)
+    compile_and_compare(lambda x: torch.exp(torch.cumsum(x * 0.5, -1) * 1e-3), x, kernels=1, **tol)
+    compile_and_compare(lambda x, i: (torch.cumsum(x, -1), torch.cumprod(1 + x * 1e-4, -1), torch.logcumsumexp(x, -1),
+                                      torch.cummax(x, -1), torch.cumsum(i, -1), torch.cummin(i, -1)), x, i, **tol)
+    compile_and_compare(lambda x, i: (torch.cumsum(x, 0), torch.cummax(i, 0)), x.t().contiguous(), i.t(), **tol)
+    # half types: a float running total rounded per element (eager's CUDA kernel keeps a half one)
+    h = x.to(torch.float16)
+    torch.testing.assert_close(minicomp.compile(lambda h: torch.cumsum(h, -1))(h),
+                               torch.cumsum(h.double(), -1).to(torch.float16), atol=2e-2, rtol=2e-3)
+
+
+def test_cumsum_gradient_on_cuda():
+    x = torch.randn(32, 20000, device="cuda", requires_grad=True)
+    xc = x.detach().clone().requires_grad_()
+    g = torch.randn_like(x)
+    (torch.cumsum(x, -1) * g).sum().backward()
+    (minicomp.compile(lambda x: torch.cumsum(x, -1))(xc) * g).sum().backward()
+    assert len(minicomp.report().kernels) == 1, minicomp.report().summary()  # a reversed scan
+    torch.testing.assert_close(xc.grad, x.grad, atol=1e-2, rtol=1e-4)

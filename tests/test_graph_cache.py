@@ -38,7 +38,7 @@ def entries(cache_dir):
 
 
 def with_fallback(x, w):
-    return torch.softmax(x * w, -1) + torch.cumsum(x, 0)  # cumsum runs in PyTorch
+    return torch.softmax(x * w, -1) + torch.sort(x, 0).values  # sort runs in PyTorch
 
 
 def test_warm_compile_loads_the_stored_graph(cache_dir):
@@ -46,7 +46,7 @@ def test_warm_compile_loads_the_stored_graph(cache_dir):
     assert not cold.from_cache and warm.from_cache, warm.summary()
     assert len(entries(cache_dir)) == 1
     assert [k.name for k in warm.kernels] == [k.name for k in cold.kernels]
-    assert [f.op for f in warm.fallbacks] == ["cumsum.default"] == [f.op for f in cold.fallbacks]
+    assert [f.op for f in warm.fallbacks] == ["sort.default"] == [f.op for f in cold.fallbacks]
     assert warm.decisions == cold.decisions
     assert warm.cache["written"] == 0 and warm.cache["graphs_reused"] == 1, warm.cache
     assert "loaded from the graph cache" in warm.summary()

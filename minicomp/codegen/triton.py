@@ -13,8 +13,8 @@ import torch
 
 from ..ir.expr import Affine, Range
 from ..ir.graph import Scalar
-from ..ir.ops import reduce_identity
-from ..ir.kernel import (Compute, IndexValue, Indirect, Kernel, Load, Masked, Pipeline, Reduce, SplitCombine,
+from ..ir.ops import reduce_identity, scan_identity
+from ..ir.kernel import (Compute, IndexValue, Indirect, Kernel, Load, Masked, Pipeline, Reduce, Scan, SplitCombine,
                          StagedLaunch, Store, TileLoad)
 from ..ir.types import is_float
 
@@ -180,6 +180,32 @@ def _fmod_float(a, b):
     q = a / b
     return a - b * tl.where(q < 0, tl.math.ceil(q), tl.math.floor(q))
 ''',
+    # scans (tl.associative_scan combine functions)
+    "_logaddexp": '''
+@triton.jit
+def _logaddexp(a, b):
+    # log(e^a + e^b) as eager's logcumsumexp: max + log1p(exp(min - max)); equal infinities give a
+    hi = _max_nan(a, b)
+    lo = _min_nan(a, b)
+    usual = (lo != hi) | (tl.abs(lo) < float("inf"))
+    return tl.where(usual, hi + _log1p(tl.exp(lo - hi)), a)
+''',
+    "_argmax_scan": '''
+@triton.jit
+def _argmax_scan(v1, i1, v2, i2):
+    # torch.cummax: NaN above everything, equal values to the later index; a total order (associative,
+    # whichever side the scan puts first)
+    later = i2 > i1
+    take = ((v2 != v2) & ((v1 == v1) | later)) | ((v1 == v1) & (v2 == v2) & ((v2 > v1) | ((v2 == v1) & later)))
+    return tl.where(take, v2, v1), tl.where(take, i2, i1)
+''',
+    "_argmin_scan": '''
+@triton.jit
+def _argmin_scan(v1, i1, v2, i2):
+    later = i2 > i1
+    take = ((v2 != v2) & ((v1 == v1) | later)) | ((v1 == v1) & (v2 == v2) & ((v2 < v1) | ((v2 == v1) & later)))
+    return tl.where(take, v2, v1), tl.where(take, i2, i1)
+''',
 }
 
 
@@ -261,7 +287,7 @@ class TritonPrinter:
         template = self.k.schedule.template
         if template == "tiled":
             return ["yindex", "xindex"]
-        if template == "reduction" and inner:
+        if template in ("reduction", "scan") and inner:
             return ["xindex", "rindex"]
         if template == "gemm":
             return ["mindex", "nindex"]
@@ -440,6 +466,8 @@ class TritonPrinter:
             fill = self.lit(s.fill.value, s.fill.dtype)
             out(f"{indent}{s.var} = tl.where({self.mask([], s.mask) or 'True'}, {s.value}, {fill})")
             self.dtypes[s.var] = s.fill.dtype
+        elif isinstance(s, Scan):
+            self.scan(s, indent)
         elif isinstance(s, Store):
             # the pointer block must have the value's shape: add the iteration variables it lacks
             used = {v.name for v in s.index.vars()}
@@ -568,6 +596,72 @@ class TritonPrinter:
                 self._accumulate(r, self.reduction_input(r), inner)
             for r in phase.reductions:
                 self.finish(r, f"acc_{r.var}", f"acc_{r.var}_i" if r.index else None, ind)
+
+    def _scan(self, pid: str) -> None:
+        """Scans along the row: one block (persistent), or a loop over the row's blocks in scan order
+        carrying each scan's running total (``carry_*``) from block to block."""
+        body, ind = self.lines, "    "
+        body += [f"    xindex = ({pid} * XBLOCK + tl.arange(0, XBLOCK))[:, None]", "    xmask = xindex < xnumel"]
+        (phase,) = self.k.phases
+        if self.k.schedule.persistent:
+            body += ["    rindex = tl.arange(0, RBLOCK)[None, :]", "    rmask = rindex < rnumel"]
+            for s in phase.outer + phase.inner:
+                self.emit(s, ind)
+            return
+        for s in phase.outer:
+            self.emit(s, ind)
+        scans = [s for s in phase.inner if isinstance(s, Scan)]
+        for s in scans:
+            dt = s.value_dtype
+            body.append(f"{ind}carry_{s.var} = tl.full([XBLOCK, 1], {plain_literal(scan_identity(s.fn, dt), dt)}, "
+                        f"{TL_DTYPE[dt]})")
+            if s.index:
+                body.append(f"{ind}carry_{s.var}_i = tl.full([XBLOCK, 1], 0, tl.int64)")
+        reverse = any(s.reverse for s in scans)  # fusion keeps one direction per kernel
+        steps = -(-self.k.numels["r"] // self.k.schedule.blocks["RBLOCK"])
+        offset = f"({steps - 1} - rstep) * RBLOCK" if reverse else "rstep * RBLOCK"
+        body += [f"{ind}rlane = tl.arange(0, RBLOCK)[None, :]", f"{ind}for rstep in range({steps}):",
+                 f"{ind * 2}rindex = {offset} + rlane", f"{ind * 2}rmask = rindex < rnumel"]
+        for s in phase.inner:
+            self.emit(s, ind * 2)
+
+    def scan(self, s: Scan, indent: str) -> None:
+        out = self.lines.append
+        dt = s.value_dtype
+        value = f"tl.broadcast_to({s.value}.to({TL_DTYPE[dt]}), [XBLOCK, RBLOCK])"
+        if self.needs_mask("rindex"):  # lanes past the row's end scan as the identity (a reversed scan starts there)
+            value = f"tl.where(rmask, {value}, {self.lit(scan_identity(s.fn, dt), dt)})"
+        rev = ", reverse=True" if s.reverse else ""
+        looped = not self.k.schedule.persistent
+        if s.index:
+            helper = f"_{s.fn}_scan"
+            self.use_helper(helper)
+            index = f"tl.broadcast_to({s.index}, [XBLOCK, RBLOCK]).to(tl.int64)"
+            out(f"{indent}{s.var}_v, {s.var} = tl.associative_scan(({value}, {index}), 1, {helper}{rev})")
+            if looped:
+                out(f"{indent}{s.var}_v, {s.var} = {helper}(carry_{s.var}, carry_{s.var}_i, {s.var}_v, {s.var})")
+                out(f"{indent}carry_{s.var} = {self.end_of_block(f'{s.var}_v', dt, s.reverse)}")
+                out(f"{indent}carry_{s.var}_i = {self.end_of_block(s.var, torch.int64, s.reverse)}")
+        else:
+            helper = "_logaddexp" if s.fn == "logsumexp" else self.combine_fn(s)
+            self.use_helper(helper)
+            out(f"{indent}{s.var} = tl.associative_scan({value}, 1, {helper}{rev})")
+            if looped:
+                out(f"{indent}{s.var} = {helper}(carry_{s.var}, {s.var})")
+                out(f"{indent}carry_{s.var} = {self.end_of_block(s.var, dt, s.reverse)}")
+        self.dtypes[s.var] = s.dtype
+
+    def end_of_block(self, var: str, dt: torch.dtype, reverse: bool) -> str:
+        """The [XBLOCK, 1] column of ``var`` that the next block's scan continues from, exactly: its bits
+        summed with zeros (no float rounding, no -0.0 turned to 0.0)."""
+        self.use_helper("_sum")
+        bits = {torch.float16: "tl.int16", torch.bfloat16: "tl.int16", torch.float32: "tl.int32",
+                torch.float64: "tl.int64"}.get(dt)
+        lane = "rlane == 0" if reverse else "rlane == RBLOCK - 1"
+        value = f"{var}.to({bits}, bitcast=True)" if bits else var
+        picked = f"tl.reduce(tl.where({lane}, {value}, 0), 1, _sum)[:, None]"
+        # the cast keeps the loop-carried type fixed (a narrow int would be widened by where's literal 0)
+        return f"{picked}.to({TL_DTYPE[dt]}{', bitcast=True' if bits else ''})"
 
     def _gemm(self, pid: str) -> None:
         """A persistent grid of programs loops over the output tiles, in grouped order (GROUP_M

@@ -374,4 +374,4 @@ def _sym_query(target, x: Node, dim=None):
     raise Unsupported(name)
 
 
-from . import rules, rules_index  # noqa: E402,F401  (register the rules in RULES)
+from . import rules, rules_index, rules_scan  # noqa: E402,F401  (register the rules in RULES)

@@ -7,6 +7,8 @@ Node kinds (``Node.op``):
 * ``pointwise`` ``fn(args...)`` elementwise over the node's shape; args are nodes of that same shape
                 or ``Scalar`` literals (attrs: ``fn``, ``args``, and ``params`` for fn options)
 * ``reduce``    ``fn`` over ``axes`` of its one input; the result keeps reduced axes as size 1
+* ``scan``      inclusive prefix ``fn`` (``SCANS``) along ``axis`` of its one input (from the end if
+                ``reverse``); the result has the input's shape
 * ``matmul``    ``a @ b`` with equal batch dims, accumulated in the node's dtype (attrs: ``precision``)
 * ``view``      no data: an index map from the node's index space into its input's, a validity mask
                 and the value where the mask is false (attrs: ``index``, ``mask``, ``fill``, ``kind``)
@@ -97,6 +99,12 @@ class Graph:
         axes = tuple(sorted(a % max(x.type.ndim, 1) for a in axes)) if x.type.ndim else ()
         shape = tuple(1 if d in axes else s for d, s in enumerate(x.shape))
         return self.add("reduce", [x], x.type.with_(shape=shape, dtype=dtype), origin, fn=fn, axes=axes)
+
+    def scan(self, fn: str, x: Node, axis: int, dtype: torch.dtype, reverse: bool = False, origin=()) -> Node:
+        """The inclusive prefix ``fn`` of ``x`` along ``axis`` (cumsum, cumprod, ...), computed in
+        ``dtype``; ``reverse``: from the end of the axis (a suffix scan)."""
+        return self.add("scan", [x], x.type.with_(dtype=dtype), origin, fn=fn, axis=axis % x.type.ndim,
+                        reverse=reverse)
 
     def matmul(self, a: Node, b: Node, dtype: torch.dtype, precision: str, origin=()) -> Node:
         """``a @ b`` over equal batch dims (``[..., M, K] @ [..., K, N]``), accumulated in ``dtype``."""
@@ -206,6 +214,8 @@ def format_node(n: Node) -> str:
         body = f"{a['fn']}({args}{params})"
     elif n.op == "reduce":
         body = f"{a['fn']}({n.inputs[0].name}) axes={a['axes']}"
+    elif n.op == "scan":
+        body = f"{a['fn']}({n.inputs[0].name}) axis={a['axis']}" + (" reversed" if a["reverse"] else "")
     elif n.op == "matmul":
         body = f"{n.inputs[0].name} @ {n.inputs[1].name}  precision={a['precision']}"
     elif n.op == "view":

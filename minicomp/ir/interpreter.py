@@ -7,7 +7,7 @@ import torch
 
 from .expr import evaluate, index_vars
 from .graph import Graph, Node, Scalar, indirect_vars
-from .ops import POINTWISE, reduce_ref
+from .ops import POINTWISE, reduce_ref, scan_ref
 
 
 def _pointwise(node: Node, env) -> torch.Tensor:
@@ -75,6 +75,12 @@ def run(graph: Graph, args: list) -> list:
             env[node] = _pointwise(node, env)
         elif op == "reduce":
             env[node] = reduce_ref(node.attrs["fn"], env[node.inputs[0]], node.attrs["axes"])
+        elif op == "scan":
+            x, axis = env[node.inputs[0]], node.attrs["axis"]
+            if node.attrs["reverse"]:
+                env[node] = scan_ref(node.attrs["fn"], x.flip(axis), axis).flip(axis)
+            else:
+                env[node] = scan_ref(node.attrs["fn"], x, axis)
         elif op == "matmul":
             a, b = (env[i].to(node.dtype) for i in node.inputs)
             env[node] = torch.matmul(a, b)

@@ -75,6 +75,20 @@ class Reduce:
 
 
 @dataclass
+class Scan:
+    """The inclusive prefix ``fn`` of ``value`` along the row (``ir.ops.SCANS``), an inner statement;
+    ``reverse`` runs from the row's end. A looped kernel carries each scan's running total between
+    blocks. ``index``: for argmax/argmin, the coordinate along the row."""
+    var: str
+    fn: str
+    value: str
+    index: str | None
+    dtype: torch.dtype
+    value_dtype: torch.dtype
+    reverse: bool = False
+
+
+@dataclass
 class Dot:
     """``acc += a @ b`` for one K block of a GEMM (``a``: [BLOCK_M, BLOCK_K], ``b``: [BLOCK_K, BLOCK_N])."""
     var: str
@@ -107,7 +121,7 @@ class Store:
     inner: bool  # True: one value per element of the iteration space; False: one per row
 
 
-Stmt = Union[Load, TileLoad, Compute, IndexValue, Indirect, Masked, Reduce, Dot, Store]
+Stmt = Union[Load, TileLoad, Compute, IndexValue, Indirect, Masked, Reduce, Scan, Dot, Store]
 
 
 @dataclass
@@ -126,7 +140,7 @@ class KernelArg:
 
 @dataclass
 class Schedule:
-    template: str          # "pointwise", "tiled", "reduction" or "gemm"
+    template: str          # "pointwise", "tiled", "reduction", "scan" or "gemm"
     blocks: dict           # e.g. {"XBLOCK": 1024} or {"XBLOCK": 1, "RBLOCK": 4096}
     num_warps: int = 4
     num_stages: int = 1
@@ -138,8 +152,8 @@ class Schedule:
     @property
     def kind(self) -> str:
         """The template, and for reductions whether the row stays in registers."""
-        return self.template if self.template != "reduction" else \
-            f"reduction {'persistent' if self.persistent else 'looped'}"
+        return self.template if self.template not in ("reduction", "scan") else \
+            f"{self.template} {'persistent' if self.persistent else 'looped'}"
 
     def __str__(self) -> str:
         blocks = " ".join(f"{k}={v}" for k, v in self.blocks.items())
@@ -281,6 +295,9 @@ def format_stmt(s: Stmt) -> str:
         return f"{s.var} = {s.value} if {' & '.join(map(str, s.mask))} else {s.fill}"
     if isinstance(s, Reduce):
         return f"{s.var} = reduce.{s.fn}({s.value}{', ' + s.index if s.index else ''})"
+    if isinstance(s, Scan):
+        return (f"{s.var} = scan.{s.fn}({s.value}{', ' + s.index if s.index else ''})"
+                + (" reversed" if s.reverse else ""))
     if isinstance(s, TileLoad):
         return (f"{s.var} = tma_load {s.buffer}[{s.offset} + rows*{s.row_stride} + cols] {s.shape} "
                 f"block {s.block} at {s.coords}" + (" .T" if s.transposed else ""))

@@ -52,6 +52,7 @@ def reduce_ref(fn: str, x: torch.Tensor, axes: tuple[int, ...]) -> torch.Tensor:
         squeeze = False
     if fn in ("argmax", "argmin"):
         (axis,) = axes
+        x = x.to(torch.int8) if x.dtype == torch.bool else x  # torch.argmax takes no bool
         out = getattr(torch, fn)(x, axis, keepdim=True)
     elif fn in ("max", "min"):
         out = (torch.amax if fn == "max" else torch.amin)(x, axes, keepdim=True)
@@ -84,3 +85,27 @@ def reduce_identity(fn: str, dtype: torch.dtype):
         return float("inf") if largest else float("-inf")
     info = torch.iinfo(dtype)
     return info.max if largest else info.min
+
+
+# Scans: inclusive prefix ``fn`` along one axis. "argmax"/"argmin" give the index of the running
+# max/min (ties and NaNs: the later index, as torch.cummax/cummin).
+SCANS = ("sum", "prod", "logsumexp", "max", "min", "argmax", "argmin")
+
+
+def scan_ref(fn: str, x: torch.Tensor, axis: int) -> torch.Tensor:
+    if fn == "sum":
+        return torch.cumsum(x, axis)
+    if fn == "prod":
+        return torch.cumprod(x, axis)
+    if fn == "logsumexp":
+        return torch.logcumsumexp(x, axis)
+    running = torch.cummax if fn in ("max", "argmax") else torch.cummin
+    values, indices = running(x, axis)
+    return indices if fn.startswith("arg") else values
+
+
+def scan_identity(fn: str, dtype: torch.dtype):
+    """The value that leaves scan ``fn`` unchanged (the carry before the first chunk, padded lanes)."""
+    if fn == "logsumexp":
+        return float("-inf")
+    return reduce_identity(fn, dtype)

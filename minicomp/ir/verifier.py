@@ -5,7 +5,7 @@ import torch
 
 from .expr import Affine, index_vars
 from .graph import Graph, Node
-from .ops import POINTWISE, REDUCTIONS
+from .ops import POINTWISE, REDUCTIONS, SCANS
 from .types import FLOAT_DTYPES, TensorType
 
 
@@ -48,6 +48,13 @@ class _RULES:
         _check(node.attrs["fn"] in REDUCTIONS, f"{node.name}: unknown reduction")
         expect = tuple(1 if d in node.attrs["axes"] else s for d, s in enumerate(x.shape))
         _check(node.shape == expect, f"{node.name}: reduce shape {node.shape} != {expect}")
+
+    @staticmethod
+    def scan(node: Node) -> None:
+        (x,) = node.inputs
+        _check(node.attrs["fn"] in SCANS, f"{node.name}: unknown scan {node.attrs['fn']}")
+        _check(node.shape == x.shape, f"{node.name}: scan shape {node.shape} != {x.shape}")
+        _check(0 <= node.attrs["axis"] < max(x.type.ndim, 1), f"{node.name}: scan axis out of range")
 
     @staticmethod
     def matmul(node: Node) -> None:

@@ -39,6 +39,8 @@ RULES = (
     ("gemm-epilogue", "bias, activation, residual and casts after a matrix product run on its tile"),
     ("gemm-prologue", "a cheap pointwise op on an operand (cast, scale) runs on the loaded tile"),
     ("store-narrow", "a widening cast read by other kernels is recomputed there: the narrow value is stored"),
+    ("scan-prologue", "pointwise ops feeding a scan (cumsum, ...) are computed on the row it scans"),
+    ("scan-epilogue", "pointwise ops on a scan's result, at the same positions, run on the scanned row"),
 )
 
 # pointwise fns cheap enough to recompute on every tile of a GEMM operand
@@ -63,7 +65,11 @@ class Group:
 
     @property
     def kind(self) -> str:
-        return "gemm" if self.matmul is not None else "reduction" if self.axes else "pointwise"
+        if self.matmul is not None:
+            return "gemm"
+        if any(n.op == "scan" for n in self.nodes):  # axes: the scanned axis; its results keep it
+            return "scan"
+        return "reduction" if self.axes else "pointwise"
 
     @property
     def matmul(self) -> Node | None:
@@ -77,7 +83,7 @@ class Group:
 
 
 def is_compute(node: Node) -> bool:
-    return node.op in ("pointwise", "reduce", "matmul", "gather")
+    return node.op in ("pointwise", "reduce", "scan", "matmul", "gather")
 
 
 def operand_indices(node: Node, idx) -> tuple[tuple, tuple]:
@@ -101,6 +107,8 @@ def _space(node: Node) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return node.shape, ()
     if node.op == "reduce":
         return node.inputs[0].shape, node.attrs["axes"]
+    if node.op == "scan":
+        return node.shape, (node.attrs["axis"],)
     return node.shape, ()
 
 
@@ -140,6 +148,13 @@ def check_group(members: list[Node], shape, axes, stored: list[Node]) -> dict[No
             if (m.inputs[0].shape, m.attrs["axes"]) != (tuple(shape), tuple(axes)):
                 raise NotFusable("reduction-space", f"{m.name} reduces a different space than {shape} axes={axes}")
             work.append((m, reduced))
+        if m.op == "scan" and (m.shape, (m.attrs["axis"],)) != (tuple(shape), tuple(axes)):
+            raise NotFusable("scan-space", f"{m.name} scans another space than {shape} axis={axes}")
+    scans = [m for m in members if m.op == "scan"]
+    if scans and any(m.op == "reduce" for m in members):
+        raise NotFusable("scan-reduction", "a scan and a reduction do not share a kernel")
+    if len({m.attrs["reverse"] for m in scans}) > 1:  # a looped kernel walks the row one way
+        raise NotFusable("scan-direction", "forward and reversed scans do not share a kernel")
     for m in stored:
         idx = canonical_index(m, shape, axes)
         if idx is None:
@@ -158,6 +173,11 @@ def check_group(members: list[Node], shape, axes, stored: list[Node]) -> dict[No
             if idx != reduced:
                 raise NotFusable("indexing", f"reduction {m.name} is read at [{', '.join(map(str, idx))}], "
                                              f"not at its own rows")
+            feeds = [(m.inputs[0], full)]
+        elif m.op == "scan":  # computed along the rows in registers: readable only where it was computed
+            if idx != full:
+                raise NotFusable("indexing", f"scan {m.name} is read at [{', '.join(map(str, idx))}], "
+                                             f"not at its own positions")
             feeds = [(m.inputs[0], full)]
         else:
             if len(placements[m]) > MAX_PLACEMENTS:
@@ -308,6 +328,8 @@ def fusion(graph: Graph) -> Graph:
                 mine, theirs = part.group_of[node], part.group_of[producer]
                 rule = ("gemm-prologue" if node.op == "matmul" else
                         "gemm-epilogue" if theirs.matmul is not None else
+                        "scan-prologue" if node.op == "scan" and not theirs.axes else
+                        "scan-epilogue" if theirs.kind == "scan" else
                         "reduction-prologue" if node.op == "reduce" and not theirs.axes else
                         "reduction-epilogue" if theirs.axes else "vertical")
                 part.try_merge(theirs, mine, rule)

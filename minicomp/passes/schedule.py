@@ -29,7 +29,7 @@ def plan_layouts(graph: Graph) -> dict[Node, tuple[int, ...]]:
     """Graph results take the strides eager would give them; everything else is contiguous."""
     out = {}
     for node, strides in zip(graph.output.inputs, graph.output.attrs.get("strides") or ()):
-        if strides is not None and node.op in ("pointwise", "reduce", "gather") and len(strides) == len(node.shape):
+        if strides is not None and node.op in ("pointwise", "reduce", "scan", "gather") and len(strides) == len(node.shape):
             out.setdefault(node, tuple(strides))
     return out
 
@@ -420,6 +420,9 @@ def build_kernel(group: Group, layouts: dict, gemm_configs: dict | None = None,
     """The kernel of one fusion group, with the heuristic's schedule or ``override`` (autotuning)."""
     if group.matmul is not None:
         return build_gemm_kernel(group, layouts, (gemm_configs or {}).get(group.matmul.id))
+    if group.kind == "scan":
+        from .schedule_scan import build_scan_kernel  # it builds on this module's emitter
+        return build_scan_kernel(group, layouts, override)
     device = group.nodes[0].type.device
     on_gpu = device.type == "cuda"
     tiled = _transposed(group, layouts)

@@ -37,7 +37,7 @@ def cse(graph: Graph) -> Graph:
     """Merge nodes that compute the same thing from the same inputs."""
     seen: dict = {}
     for node in list(graph.nodes):
-        if node.op not in ("pointwise", "reduce", "view", "gather"):
+        if node.op not in ("pointwise", "reduce", "scan", "view", "gather"):
             continue
         key = (node.op, str(node.type), tuple(i.id for i in node.inputs), _freeze(node.attrs))
         if key in seen:
