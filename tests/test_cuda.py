@@ -219,3 +219,40 @@ def test_cumsum_gradient_on_cuda():
     (minicomp.compile(lambda x: torch.cumsum(x, -1))(xc) * g).sum().backward()
     assert len(minicomp.report().kernels) == 1, minicomp.report().summary()  # a reversed scan
     torch.testing.assert_close(xc.grad, x.grad, atol=1e-2, rtol=1e-4)
+
+
+def test_cpu_scalar_tensors_in_a_cuda_graph():
+    # eager lets a CPU 0-d tensor join GPU ops; a kernel cannot read it: it is copied once, and work on
+    # CPU tensors stays in PyTorch (the report says both)
+    x, s = torch.randn(64, 33, device="cuda"), torch.tensor(1.5)
+
+    def fn(x, s):
+        t = torch.tensor(-2.0) * s  # CPU work
+        return torch.relu(x) * s + t, t
+    report = compile_and_compare(fn, x, s, fallbacks=None)
+    reasons = {f.reason for f in report.fallbacks}
+    assert reasons <= {"a CPU scalar tensor moves to the GPU", "computes a CPU tensor in a CUDA graph (as eager does)"}, reasons
+
+
+def test_factory_ops_and_masks_on_cuda():
+    # arange / triu / a causal mask were created on the CPU once (a CPU pointer reached a kernel)
+    a, b = torch.randn(40, 24, device="cuda"), torch.randn(24, 40, device="cuda")
+    compile_and_compare(lambda a, b: torch.triu(a @ b), a, b, fallbacks=None)
+
+    def causal(x):
+        n = x.shape[-1]
+        mask = torch.arange(n, device=x.device)[None, :] > torch.arange(n, device=x.device)[:, None]
+        return torch.softmax(x.masked_fill(mask, float("-inf")), -1) + torch.arange(n, device=x.device)
+    compile_and_compare(causal, torch.randn(3, 17, 17, device="cuda"), fallbacks=None)
+
+
+def test_first_run_error_falls_back_on_cuda(monkeypatch):
+    from minicomp.runtime import support
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("simulated launch failure")
+    monkeypatch.setattr(support, "empty", fail)
+    x = torch.randn(8, 8, device="cuda")
+    with pytest.warns(UserWarning, match="runs in PyTorch"):
+        torch.testing.assert_close(minicomp.compile(lambda x: x.exp() * 2)(x), x.exp() * 2)
+    assert minicomp.report().whole_graph_fallback.startswith("first run:")
