@@ -372,11 +372,8 @@ class TritonPrinter:
             return self.lit(s.args[0].value, dt, block=True)
         elif fn == "identity":
             expr = a[0]
-        elif fn == "cat":
-            *pieces, pos = a
-            expr = pieces[-1]
-            for piece, (_, hi) in reversed(list(zip(pieces[:-1], s.params["bounds"][:-1]))):
-                expr = f"tl.where({pos} < {hi}, {piece}, {expr})"
+        elif fn == "iota":
+            expr = a[-1]
         else:
             raise NotImplementedError(f"no Triton spelling for pointwise {fn}")
         return f"({expr}).to({TL_DTYPE[dt]})"
