@@ -13,10 +13,10 @@ import math
 
 import torch
 
-from ..ir.expr import Affine, Range, index_vars
+from ..ir.expr import Affine, Range, index_vars, linear_index, unravel
 from ..ir.graph import Node, Scalar
 from ..ir.ops import BOOL_RESULT
-from ..ir.types import is_float
+from ..ir.types import contiguous_strides, is_float
 from .lowering import Unsupported, _coerce, _opmath, aten, rule
 from .rules import _clamp, _moments
 
@@ -117,7 +117,7 @@ def _hardswish(f, x):
 @_pointwise_rule(aten.hardswish_backward.default)
 def _hardswish_backward(f, g, x):
     inner = f("mul", g, f("add", f("truediv", x, 3.0), 0.5))
-    return f.where(f("lt", x, -3.0), 0.0, f.where(f("le", x, 3.0), inner, g))
+    return f.where(f("le", x, -3.0), 0.0, f.where(f("lt", x, 3.0), inner, g))  # eager's kinks
 
 
 @_pointwise_rule(aten.hardsigmoid.default)
@@ -188,14 +188,14 @@ def _elu_backward(f, g, alpha, scale, input_scale, is_result, y):
 
 @rule(aten.threshold.default)
 def _threshold(L, x, threshold, value):
-    f = _Math(L, x.dtype)
-    return f.where(f("le", x, threshold), value, x)
+    f = _Math(L, _opmath(x.dtype))  # bf16 compares in fp32, as eager (and not on bits in the interpreter)
+    return L.cast(f.where(f("le", x, threshold), value, x), L.out_dtype)
 
 
 @rule(aten.threshold_backward.default)
 def _threshold_backward(L, g, x, threshold):
-    f = _Math(L, L.out_dtype)
-    return f.where(_Math(L, x.dtype)("le", x, threshold), 0, g)
+    f = _Math(L, _opmath(L.out_dtype))
+    return L.cast(f.where(_Math(L, _opmath(x.dtype))("le", x, threshold), 0, g), L.out_dtype)
 
 
 @_pointwise_rule(aten.gelu_backward.default)
@@ -602,3 +602,52 @@ def _adaptive_avg_pool2d_backward(L, grad, x):
             index = (*(Affine.of(u) for u in v[:len(lead)]), oh, ow)
             terms.append(L.graph.view(scaled, x.shape, index, mask, fill=0.0, kind="window_grad"))
     return L.cast(_sum_nodes(L, terms, acc, x.shape, x.type.device), x.dtype)
+
+
+# --- as_strided on contiguous tensors (functionalized reductions' backward on channels_last) ------
+
+def _contiguous_base(L) -> None:
+    """``as_strided`` addresses its input's storage: a view of the IR's (layout-free) node only where
+    eager's input is contiguous and starts its storage."""
+    val = L.node.args[0].meta.get("val") if hasattr(L.node.args[0], "meta") else None
+    if not isinstance(val, torch.Tensor) or not val.is_contiguous() or val.storage_offset() != 0:
+        raise Unsupported("as_strided of a tensor that is not contiguous from its storage's start")
+
+
+@rule(aten.as_strided.default)
+def _as_strided(L, x, size, stride, storage_offset=None):
+    _contiguous_base(L)
+    offset = storage_offset or 0
+    out = index_vars(size)
+    flat = Affine.of(offset)
+    for v, st in zip(out, stride):
+        flat = flat + Affine.of(v) * st
+    lo, hi = flat.bounds()
+    if math.prod(size) and (lo < 0 or hi >= x.type.numel):
+        raise Unsupported("as_strided outside its input")
+    index = [Affine.of(0)] * x.type.ndim
+    if x.type.ndim:
+        index = unravel(flat, x.shape)
+    return L.graph.view(x, tuple(size), index, kind="as_strided")
+
+
+@rule(aten.as_strided_scatter.default)
+def _as_strided_scatter(L, base, src, size, stride, storage_offset=None):
+    """``base`` with ``src`` written over a contiguous run of its elements (the only case lowered)."""
+    _contiguous_base(L)
+    offset, n = storage_offset or 0, math.prod(size)
+    if any(st != c for st, c, sz in zip(stride, contiguous_strides(size), size) if sz > 1) or offset + n > base.type.numel:
+        raise Unsupported("as_strided_scatter over a strided region")
+    v = index_vars(base.shape)
+    rel = linear_index([Affine.of(u) for u in v], contiguous_strides(base.shape)) - offset
+    mask = tuple(r for r in (Range(rel, 0, n).simplified(),) if r is not True)
+    if not n or any(r is False for r in mask):
+        return L.graph.pointwise("identity", [base], base.dtype)
+    index = unravel(rel, size) if len(size) else ()
+    placed = L.graph.view(L.cast(src, base.dtype), base.shape, index, mask, fill=_coerce(0, base.dtype),
+                          kind="as_strided_scatter")
+    if not mask:
+        return L.graph.pointwise("identity", [placed], base.dtype)
+    inside = L.graph.view(L.full(src.shape, True, torch.bool, src.type.device), base.shape, index, mask,
+                          fill=False, kind="as_strided_scatter")
+    return L.graph.pointwise("where", [inside, placed, base], base.dtype)
