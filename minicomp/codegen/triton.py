@@ -398,11 +398,8 @@ class TritonPrinter:
             return self.lit(s.args[0].value, dt, block=True)
         elif fn == "identity":
             expr = a[0]
-        elif fn == "cat":
-            *pieces, pos = a
-            expr = pieces[-1]
-            for piece, (_, hi) in reversed(list(zip(pieces[:-1], s.params["bounds"][:-1]))):
-                expr = f"tl.where({pos} < {hi}, {piece}, {expr})"
+        elif fn == "iota":
+            expr = a[-1]
         else:
             raise NotImplementedError(f"no Triton spelling for pointwise {fn}")
         return f"({expr}).to({TL_DTYPE[dt]})"
@@ -448,6 +445,15 @@ class TritonPrinter:
             policy = self.eviction(s.buffer)
             policy = f', eviction_policy="{policy}"' if policy else ""
             out(f"{indent}{s.var} = tl.load({s.buffer} + ({index}){mask}{policy})")
+            self.dtypes[s.var] = s.dtype
+        elif isinstance(s, Compute) and s.fn == "cat":
+            # one statement per piece, not one nested tl.where: a cat of many inputs would otherwise
+            # exceed Python's 200 levels of nested parentheses
+            *pieces, pos = [self.arg(x, block=True) for x in s.args]
+            out(f"{indent}{s.var} = {pieces[-1]}")
+            for piece, (_, hi) in reversed(list(zip(pieces[:-1], s.params["bounds"][:-1]))):
+                out(f"{indent}{s.var} = tl.where({pos} < {hi}, {piece}, {s.var})")
+            out(f"{indent}{s.var} = {s.var}.to({TL_DTYPE[s.dtype]})")
             self.dtypes[s.var] = s.dtype
         elif isinstance(s, Compute):
             out(f"{indent}{s.var} = {self.compute(s)}")

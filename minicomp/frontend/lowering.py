@@ -233,6 +233,23 @@ class Lowering:
         index, _ = views.reshape(x.shape, shape)
         return self.graph.view(x, shape, index, kind="reshape")
 
+    def factory_device(self, device=None) -> torch.device:
+        """Where a factory op's result lives: the device the traced graph recorded for it, else its
+        ``device=`` argument, else the device of the graph's inputs (never CPU by default: a CPU
+        tensor handed to a GPU kernel crashes it)."""
+        val = self.node.meta.get("val")
+        val = val[0] if isinstance(val, (tuple, list)) and val else val
+        if isinstance(val, torch.Tensor):
+            return val.device
+        if device is not None:
+            return torch.device(device)
+        return next((n.type.device for n in self.graph.inputs), torch.device("cpu"))
+
+    def iota(self, shape, dim: int, dtype: torch.dtype, device) -> Node:
+        """The coordinate along ``dim`` at every element of ``shape`` (arange, window positions)."""
+        return self.graph.add("pointwise", [], TensorType(tuple(shape), dtype, device), fn="iota", args=(),
+                              params={"dim": dim % max(len(shape), 1)})
+
     def full(self, shape, value, dtype, device) -> Node:
         return self.graph.add("pointwise", [], TensorType(tuple(shape), dtype, device),
                               fn="identity", args=(Scalar(_coerce(value, dtype), dtype),), params={})
@@ -374,4 +391,4 @@ def _sym_query(target, x: Node, dim=None):
     raise Unsupported(name)
 
 
-from . import rules, rules_index, rules_scan  # noqa: E402,F401  (register the rules in RULES)
+from . import rules, rules_index, rules_nn, rules_scan  # noqa: E402,F401  (register the rules in RULES)

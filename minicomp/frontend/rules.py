@@ -223,12 +223,12 @@ def _copy(L, dst, src, non_blocking=False):
 
 @rule(aten.scalar_tensor.default)
 def _scalar_tensor(L, value, dtype=None, layout=None, device=None, pin_memory=None):
-    return L.full((), value, L.out_dtype, torch.device(device or "cpu"))
+    return L.full((), value, L.out_dtype, L.factory_device(device))
 
 
 @rule(aten.full.default)
 def _full(L, size, value, dtype=None, layout=None, device=None, pin_memory=None):
-    return L.full(size, value, L.out_dtype, torch.device(device or "cpu"))
+    return L.full(size, value, L.out_dtype, L.factory_device(device))
 
 
 @rule(aten.full_like.default)

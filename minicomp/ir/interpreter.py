@@ -16,6 +16,10 @@ def _pointwise(node: Node, env) -> torch.Tensor:
     if fn == "cat":
         dim, bounds = params["dim"], params["bounds"]
         return torch.cat([a.narrow(dim, lo, hi - lo) for a, (lo, hi) in zip(args, bounds)], dim)
+    if fn == "iota":
+        dim, shape = params["dim"], node.shape
+        coords = torch.arange(shape[dim]).reshape([-1 if d == dim else 1 for d in range(len(shape))])
+        return coords.expand(shape).to(node.dtype)
     if fn == "where":
         c, a, b = args
         a = a if isinstance(a, torch.Tensor) else torch.tensor(a, dtype=node.dtype)

@@ -38,6 +38,8 @@ POINTWISE: dict[str, callable] = {
     "identity": lambda x: x,
     # position-dependent: pieces of a concatenation, selected by the coordinate along ``dim``
     "cat": None,
+    # position-dependent: the coordinate along ``dim`` (no inputs; arange and index arithmetic)
+    "iota": None,
 }
 
 BOOL_RESULT = {"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf",

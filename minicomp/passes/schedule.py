@@ -174,8 +174,11 @@ class _Emitter:
             else:
                 args.append(a)
         params = dict(node.attrs["params"])
-        if node.attrs["fn"] == "cat":
-            pos = idx[params["dim"]]
+        if node.attrs["fn"] in ("cat", "iota"):
+            pos = Affine.of(idx[params["dim"]])
+            if node.attrs["fn"] == "iota" and pos.is_const:  # a constant coordinate is a fill
+                return self._put(key, Compute(self._var(), "identity", (Scalar(pos.const, node.dtype),), {},
+                                              node.dtype), False)
             stmt = IndexValue(self._var("i"), pos)
             name, dep = self._put(("index", pos), stmt, self._inner(pos))
             args.append(name)
