@@ -313,7 +313,8 @@ def generate(graph, kernels: list[Kernel], graph_name: str, dump: Path | None = 
     """Write the kernels' and the wrapper's source to the cache (and the dump folder)."""
     interpreted = {k.schedule.interpreted for k in kernels}
     if len(interpreted) > 1:  # kernels on CUDA and on the CPU in one graph: one load mode would be wrong
-        raise MinicompError("the graph computes on CUDA and CPU tensors: kernels run on one device per graph")
+        on_cpu = [f"{k.name} ({', '.join(k.origins)})" for k in kernels if k.schedule.interpreted]
+        raise MinicompError(f"kernels on CUDA and on the CPU in one graph; on the CPU: {'; '.join(on_cpu)}")
     interpret = interpreted != {False}
     pipelines = graph.meta.get("pipelines", [])
     staged = launch_of_stage(graph)
