@@ -162,7 +162,9 @@ class Lowering:
     def _extern(self, target, args, kwargs, reason: str, out=None):
         inputs = [v for v in _flatten((args, kwargs)) if isinstance(v, Node)]
         out = self._extern_result(target, args, kwargs) if out is None else out
-        types = map_tree(out, lambda t: TensorType(tuple(t.shape), t.dtype, t.device)
+        # a result learnt on meta tensors lives where the op's inputs do
+        home = next((i.type.device for i in inputs if isinstance(i.type, TensorType)), self.device)
+        types = map_tree(out, lambda t: TensorType(tuple(t.shape), t.dtype, home if t.device.type == "meta" else t.device)
                           if isinstance(t, torch.Tensor) else t)
         strides = map_tree(out, lambda t: tuple(t.stride()) if isinstance(t, torch.Tensor) else None)
         tree = (args, kwargs)
@@ -180,7 +182,8 @@ class Lowering:
         on random tensors of its inputs' types."""
         val = self.node.meta.get("val")
         leaves = list(_flatten(val if isinstance(val, (list, tuple)) else [val]))
-        if val is not None and all(isinstance(t, torch.Tensor) and _concrete(t) for t in leaves):
+        tensors = [t for t in leaves if t is not None]  # optional results may be None
+        if tensors and all(isinstance(t, torch.Tensor) and _concrete(t) for t in tensors):
             return val
         to_meta = lambda v: self.meta(v) if isinstance(v, Node) else v  # noqa: E731
         try:
