@@ -37,7 +37,7 @@ class Size:
 
 
 TINY = Size(hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, vocab=96, seq=8, image=16, channels=16)
-SUITE = Size(hidden=768, layers=6, heads=12, kv_heads=4, ffn=3072, vocab=None, seq=128, image=224, channels=64)
+SUITE = Size(hidden=768, layers=4, heads=12, kv_heads=4, ffn=3072, vocab=None, seq=128, image=224, channels=64)
 # the dry run of benchmarks/models.py: TINY, but images large enough for ViT's and Swin's patch grids
 DRY = Size(hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, vocab=96, seq=16, image=32, channels=16)
 

@@ -331,8 +331,9 @@ COLUMNS = ("model", "batch", "dtype", "correct", "error", "eager_ms", "inductor_
 
 def table(rows: list[dict]) -> str:
     lines = ["| model | batch | dtype | mode | eager ms | Inductor ms | minicomp ms | minicomp ÷ Inductor | "
-             "rel. error minicomp / Inductor | graphs | kernels | fallback ops | cold compile s Inductor / minicomp |",
-             "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "rel. error minicomp / Inductor | graphs | kernels | fallback ops | whole-graph fallbacks | "
+             "cold compile s Inductor / minicomp |",
+             "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         wrong_m = "" if r.get("correct") else " ✗"
         wrong_i = "" if r.get("inductor_correct", True) else " ✗"
@@ -342,7 +343,7 @@ def table(rows: list[dict]) -> str:
             f"{fmt(r.get('inductor_ms'))}{wrong_i} | {fmt(r.get('minicomp_ms'))}{wrong_m} | {fmt(speed, '.2f')} | "
             f"{fmt(r.get('minicomp_rel_error'), '.2g')} / {fmt(r.get('inductor_rel_error'), '.2g')} | "
             f"{fmt(r.get('graphs'), 'd')} | {fmt(r.get('kernels'), 'd')} | {len(r.get('fallback_ops') or [])} | "
-            f"{fmt(r.get('inductor_compile_cold_s'), '.2f')} / {fmt(r.get('minicomp_compile_cold_s'), '.2f')} |")
+            f"{len(r.get('whole_graph_fallbacks') or [])} | {fmt(r.get('inductor_compile_cold_s'), '.2f')} / {fmt(r.get('minicomp_compile_cold_s'), '.2f')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -376,14 +377,13 @@ def write_results(meta: dict, rows: list[dict], args: argparse.Namespace) -> Non
     (out / f"{stem}.md").write_text(markdown(meta, rows, args))
     (out / f"{stem}.json").write_text(json.dumps(dict(meta, rows=rows), indent=1))
     print(f"\nwrote {out / stem}.md and .json\n")
-    short = ["model", "batch", "mode", "ok", "eager ms", "inductor ms", "minicomp ms", "kernels", "fallbacks",
-             "cold s ind/mc"]
-    print(f"{short[0]:<22}{short[1]:>6} {short[2]:<10}{short[3]:<4}{short[4]:>10}{short[5]:>12}{short[6]:>12}"
-          f"{short[7]:>8}{short[8]:>10}  {short[9]}")
+    print(f"{'model':<22}{'batch':>6} {'mode':<10}{'ok':<4}{'eager ms':>10}{'inductor ms':>12}{'minicomp ms':>12}"
+          f"{'kernels':>8}{'fallback ops':>13}{'whole-graph':>12}  cold s ind/mc")
     for r in rows:
         print(f"{r['model']:<22}{str(r.get('batch')):>6} {r.get('mode', ''):<10}{'yes' if r.get('correct') else 'NO':<4}"
               f"{fmt(r.get('eager_ms')):>10}{fmt(r.get('inductor_ms')):>12}{fmt(r.get('minicomp_ms')):>12}"
-              f"{fmt(r.get('kernels'), 'd'):>8}{len(r.get('fallback_ops') or []):>10}  "
+              f"{fmt(r.get('kernels'), 'd'):>8}{len(r.get('fallback_ops') or []):>13}"
+              f"{len(r.get('whole_graph_fallbacks') or []):>12}  "
               f"{fmt(r.get('inductor_compile_cold_s'), '.1f')} / {fmt(r.get('minicomp_compile_cold_s'), '.1f')}")
 
 
