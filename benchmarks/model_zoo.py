@@ -79,18 +79,19 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 def gradient_mismatches(reference: nn.Module, model: nn.Module, rtol: float = 1e-3) -> list[str]:
     """After the same training step on two copies of a model: the parameters whose gradients differ and
     the floating buffers (BatchNorm running statistics) whose values differ, each with its relative
-    error. A gradient passes if ‖a − b‖ ≤ rtol·(‖b‖ + rms·√n), rms the root mean square of all eager
-    gradients: a gradient that is zero in exact arithmetic (a key bias under softmax) is judged at the
-    scale of the others, not at its rounding noise."""
+    error. A gradient passes if ‖a − b‖ ≤ rtol·(‖b‖ + 0.01·rms·√n), rms the root mean square of all
+    eager gradients: a gradient that is zero in exact arithmetic (a key bias under softmax) is judged
+    against a hundredth of the others' scale, not against its own rounding noise."""
     grads = [p.grad for p in reference.parameters() if p.grad is not None]
-    rms = (sum(g.double().pow(2).sum() for g in grads) / max(sum(g.numel() for g in grads), 1)).sqrt().item()
+    squares = sum(float(g.double().pow(2).sum()) for g in grads)
+    rms = math.sqrt(squares / max(sum(g.numel() for g in grads), 1))
     wrong = []
     for (name, p), (_, q) in zip(reference.named_parameters(), model.named_parameters()):
         if (p.grad is None) != (q.grad is None):
             wrong.append(f"{name}: gradient is None in {'eager' if p.grad is None else 'the compiled model'} only")
         elif p.grad is not None:
             diff = (q.grad.double() - p.grad.double()).norm().item()
-            if not diff <= rtol * (p.grad.double().norm().item() + rms * p.numel() ** 0.5):
+            if not diff <= rtol * (p.grad.double().norm().item() + 0.01 * rms * p.numel() ** 0.5):
                 wrong.append(f"{name}: relative error {relative_error(q.grad, p.grad):.3g}")
     for (name, b), (_, c) in zip(reference.named_buffers(), model.named_buffers()):
         if b.is_floating_point() and not torch.allclose(c, b, rtol=1e-4, atol=1e-5):
@@ -431,8 +432,8 @@ class GRUCellLanguageModel(nn.Module):
 
 def rnns(size: Size, dtype: torch.dtype = torch.float32) -> list[ModelSpec]:
     vocab = size.vocab or 10000
-    # the suite's RNNs: hidden 512 over 32 steps (an unrolled cell is one graph of seq steps)
-    hidden, seq = (size.hidden, size.seq) if size.vocab else (512, 32)
+    # the suite's RNNs: hidden 512 over 32 steps (an unrolled cell, and Dynamo's LSTM, trace one step each)
+    hidden, seq = (512, 32) if size is SUITE else (size.hidden, size.seq)
 
     def spec(name: str, make: Callable[[], nn.Module]) -> ModelSpec:
         def build() -> nn.Module:
