@@ -256,3 +256,27 @@ def test_first_run_error_falls_back_on_cuda(monkeypatch):
     with pytest.warns(UserWarning, match="runs in PyTorch"):
         torch.testing.assert_close(minicomp.compile(lambda x: x.exp() * 2)(x), x.exp() * 2)
     assert minicomp.report().whole_graph_fallback.startswith("first run:")
+
+
+# ------------------------------------------------------------------------------- models (model suite)
+
+def _cuda_model_cases():
+    from benchmarks import model_zoo as zoo
+    tiny = zoo.TINY
+    specs = [zoo.gpt2(tiny, "sdpa"), zoo.gpt2(tiny, "eager"), zoo.bert(tiny), zoo.llama(tiny), zoo.t5(tiny),
+             zoo.bart(tiny), zoo.vit(tiny), zoo.swin(tiny), *zoo.cnn_blocks(tiny), *zoo.rnns(tiny)]
+    cases = [pytest.param(s, torch.float32, id=f"{s.name}-fp32") for s in specs]
+    # the suite's low-precision dtypes: Llama bf16, ViT fp16, cuDNN convolutions in half precision
+    low = {"llama-gqa": torch.bfloat16, "vit": torch.float16, "resnet-bottleneck": torch.float16,
+           "convnext-block": torch.bfloat16}
+    cases += [pytest.param(s, low[s.name], id=f"{s.name}-{str(low[s.name])[6:]}") for s in specs if s.name in low]
+    return cases
+
+
+@pytest.mark.parametrize("spec,dtype", _cuda_model_cases())
+def test_model_forward_on_cuda(spec, dtype):
+    # a fallback op that makes its tensor on the CPU (arange, full, an index) only shows with CUDA inputs
+    if spec.family == "transformer":
+        pytest.importorskip("transformers")
+    from tests.model_checks import check_forward
+    check_forward(spec, 2, device="cuda", dtype=dtype)
