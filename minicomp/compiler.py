@@ -112,6 +112,7 @@ class CompiledGraph:
         self.name = graph_name(kind)
         self._specializations: dict[tuple, object] = {}
 
+    @torch._dynamo.disable  # called inside a compiled frame (a backward): Dynamo must not trace minicomp
     def __call__(self, args):
         key = signature(args)
         fn = self._specializations.get(key)

@@ -123,6 +123,7 @@ class CachedGraph:
         self.signature, self.fn, self.rebuild = sig, fn, rebuild
         self._traced: Callable | None = None
 
+    @torch._dynamo.disable  # called inside a compiled frame (a backward): Dynamo must not trace minicomp
     def __call__(self, *args):
         if signature(args) == self.signature:
             return self.fn(list(args))

@@ -135,11 +135,6 @@ def test_gradient_check_catches_a_wrong_gradient():
     assert len(gradient_mismatches(reference, model)) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="torch.compile(train_step) with loss.backward() inside: the backward graph is "
-                   "compiled lazily inside the compiled frame and Dynamo traces minicomp's own compiler and runtime "
-                   "(frontend/lowering.py _call hits the recompile limit; the Triton interpreter fails with "
-                   "InterpreterError ... KeyError(torch.uint64)): CompiledGraph's compile and run need "
-                   "torch._dynamo.disable")
 def test_training_step_compiled_as_one_function():
     # the other common way to compile training: the whole step, backward included, is one compiled function
     spec = next(s for s in SPECS if s.name == "convnext-block")

@@ -56,6 +56,17 @@ def value_expr(node: Node, layouts) -> str:
     return f"torch.as_strided({base}, {tuple(node.shape)}, {strides}, {base}.storage_offset() + {offset})"
 
 
+def _extern_input(node: Node, strides, layouts) -> str:
+    """A fallback op's input, copied to the strides eager hands the op where minicomp's differ."""
+    expr = value_expr(node, layouts)
+    if strides is None or len(strides) != len(node.shape):
+        return expr
+    have = buffer_strides(node, layouts) if node.op != "view" else (view_as_strided(node, layouts) or [strides])[0]
+    if all(a == b for a, b, n in zip(have, strides, node.shape) if n > 1):
+        return expr
+    return f"ensure_strides({expr}, {tuple(strides)})"
+
+
 def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
     layouts = graph.meta.get("layouts", {})
     lines = [f"# minicomp wrapper for {graph_name}", "import torch",
@@ -94,7 +105,8 @@ def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
         else:
             node: Node = obj
             if node.op == "extern":
-                args = ", ".join(value_expr(i, layouts) for i in node.inputs)
+                args = ", ".join(_extern_input(i, s, layouts) for i, s in
+                                 zip(node.inputs, node.attrs.get("input_strides") or [None] * len(node.inputs)))
                 lines.append(f"{ind}{buffer_name(node)} = externs[{node.id}]({args})  # {node.attrs['target']}")
                 if not isinstance(node.type, (tuple, list)):
                     lines.append(f"{ind}{buffer_name(node)} = ensure_strides({buffer_name(node)}, "

@@ -161,7 +161,8 @@ class Lowering:
 
     def _extern(self, target, args, kwargs, reason: str, out=None):
         inputs = [v for v in _flatten((args, kwargs)) if isinstance(v, Node)]
-        out = self._extern_result(target, args, kwargs) if out is None else out
+        own_node = out is None  # the op of the FX node being lowered (not a copy minicomp adds)
+        out = self._extern_result(target, args, kwargs) if own_node else out
         # a result learnt on meta tensors lives where the op's inputs do
         home = next((i.type.device for i in inputs if isinstance(i.type, TensorType)), self.device)
         types = map_tree(out, lambda t: TensorType(tuple(t.shape), t.dtype, home if t.device.type == "meta" else t.device)
@@ -169,12 +170,26 @@ class Lowering:
         strides = map_tree(out, lambda t: tuple(t.stride()) if isinstance(t, torch.Tensor) else None)
         tree = (args, kwargs)
         node = self.graph.add("extern", inputs, types, (_short(target),), target=target,
-                              arg_tree=tree, reason=reason, strides=strides)
+                              arg_tree=tree, reason=reason, strides=strides,
+                              input_strides=self._traced_input_strides(args, kwargs) if own_node else None)
         node.attrs["call"] = _make_call(target, tree, inputs)
         self.fallbacks.append((_short(target), reason))
         if isinstance(types, (tuple, list)):
             return tuple(self._getitem(node, k) for k in range(len(types)))
         return node
+
+    def _traced_input_strides(self, args, kwargs) -> list:
+        """For each tensor input of a fallback op, the strides eager hands it (None where unknown): a
+        fallback op may read its input's memory as it was laid out in eager (``mkldnn_rnn_layer`` reads
+        a permuted clone as contiguous), while minicomp may have folded that clone into a view."""
+        fx_leaves = list(_flatten((self.node.args, self.node.kwargs)))
+        leaves = list(_flatten((args, kwargs)))
+        out = []
+        for v, f in zip(leaves, fx_leaves):
+            if isinstance(v, Node):
+                val = f.meta.get("val") if isinstance(f, fx.Node) else None
+                out.append(_dense_strides(val))
+        return out if len(leaves) == len(fx_leaves) else None
 
     def _extern_result(self, target, args, kwargs):
         """What a fallback op returns (shapes, dtypes, devices, strides): the value traced for its FX
