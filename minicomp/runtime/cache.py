@@ -22,6 +22,7 @@ from types import ModuleType
 stats = {"written": 0, "reused": 0, "repaired": 0, "graphs_reused": 0}
 _modules: dict[tuple[str, bool], ModuleType] = {}
 _fallback_dir: Path | None = None
+_writable: set[Path] = set()
 
 
 def digest(text: str) -> str:
@@ -29,14 +30,18 @@ def digest(text: str) -> str:
 
 
 def cache_dir() -> Path:
-    """``$MINICOMP_CACHE_DIR``, default ``~/.cache/minicomp``; a temporary folder if unwritable."""
+    """``$MINICOMP_CACHE_DIR``, default ``~/.cache/minicomp``; a temporary folder if unwritable. A
+    folder found writable is not probed again (a graph asks once per kernel)."""
     global _fallback_dir
     root = Path(os.environ.get("MINICOMP_CACHE_DIR") or Path.home() / ".cache" / "minicomp")
+    if root in _writable:
+        return root
     try:
         root.mkdir(parents=True, exist_ok=True)
         probe = root / f".probe-{os.getpid()}"
         probe.write_text("")
         probe.unlink()
+        _writable.add(root)
         return root
     except OSError as e:
         if _fallback_dir is None:
