@@ -284,7 +284,8 @@ class Artifacts:
 
 def generate(graph, kernels: list[Kernel], graph_name: str, dump: Path | None = None,
              rep: reporting.Report | None = None) -> Artifacts:
-    """Write the kernels' and the wrapper's source to the cache (and the dump folder)."""
+    """Write the kernels' and the wrapper's source to the cache (and the dump folder). Kernels are
+    named by content (``codegen/naming.py``): launches of the same code share one file."""
     interpret = not any(n.type.device.type == "cuda" for n in graph.inputs)
     pipelines = graph.meta.get("pipelines", [])
     staged = launch_of_stage(graph)
