@@ -15,7 +15,7 @@ import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 import torch.fx as fx
@@ -23,7 +23,7 @@ import triton
 
 from . import report as reporting
 from . import validation
-from .codegen.triton import kernel_source
+from .codegen.naming import content_named_source
 from .codegen.wrapper import launch_options, wrapper_source
 from .frontend.lowering import Lowering, map_tree
 from .ir.graph import Node
@@ -299,19 +299,31 @@ class CompiledGraph:
                 "persistent": best.persistent}
 
 
+class StoredKernel(NamedTuple):
+    """One launched kernel of a graph: its readable name (the wrapper's key), the Triton function's
+    content name, its module (relative to the cache), argument dtypes and launch options. Identical
+    kernels share ``function`` and ``path``."""
+    name: str
+    function: str
+    path: str
+    dtypes: list
+    options: dict
+
+
 @dataclass
 class Artifacts:
     """What codegen produced for one graph: enough to run it again, in this process or (through the
     graph cache) in another one, without tracing or compiling. Paths are relative to the cache."""
     interpret: bool                         # CPU inputs: kernels run in Triton's interpreter
-    kernels: list[tuple[str, str, list, dict]]  # launched kernels: name, source, argument dtypes, launch options
+    kernels: list[StoredKernel]             # launched kernels, in order
     wrapper: str
     externs: dict[int, tuple]               # node id -> ("op", op or its name, arg tree) | ("value", constant)
 
 
 def generate(graph, kernels: list[Kernel], graph_name: str, dump: Path | None = None,
              rep: reporting.Report | None = None) -> Artifacts:
-    """Write the kernels' and the wrapper's source to the cache (and the dump folder)."""
+    """Write the kernels' and the wrapper's source to the cache (and the dump folder). Kernels are
+    named by content (``codegen/naming.py``): launches of the same code share one file."""
     interpreted = {k.schedule.interpreted for k in kernels}
     if len(interpreted) > 1:  # kernels on CUDA and on the CPU in one graph: one load mode would be wrong
         on_cpu = [f"{k.name} ({', '.join(k.origins)})" for k in kernels if k.schedule.interpreted]
@@ -319,16 +331,18 @@ def generate(graph, kernels: list[Kernel], graph_name: str, dump: Path | None = 
     interpret = interpreted != {False}
     pipelines = graph.meta.get("pipelines", [])
     staged = launch_of_stage(graph)
-    stored = []
+    stored, files = [], {}
     for k in [k for k in kernels if k.name not in staged] + pipelines:
-        source = kernel_source(k)
-        path = cache.store("kernels", k.name, source)
-        stored.append((k.name, _relative(path), _arg_dtypes(k), launch_options(k)))
+        function, source = content_named_source(k)
+        if source not in files:  # the same code (an unrolled loop's steps): one file, one import
+            files[source] = cache.store("kernels", function, source)
+        path = files[source]
+        stored.append(StoredKernel(k.name, function, _relative(path), _arg_dtypes(k), launch_options(k)))
         if rep is not None:
-            rep.kernels.append(_kernel_info(k, str(path)))
+            rep.kernels.append(_kernel_info(k, str(path), function))
         if dump:
             (dump / f"{k.name}.py").write_text(source)
-    wrapper = wrapper_source(graph, kernels, graph_name)
+    wrapper = wrapper_source(graph, kernels, graph_name, {k.name: k.function for k in stored})
     if dump:
         (dump / "wrapper.py").write_text(wrapper)
         (dump / "kernels.txt").write_text("\n\n".join(str(k) for k in kernels + pipelines) + "\n")
@@ -342,13 +356,15 @@ def load(art: Artifacts, stored: bool = False):
     kernels were compiled when it was stored, so they load from Triton's cache at their first launch
     (a thread pool would only add its start-up: 5-10 ms measured on the H200 host)."""
     paths = {rel: cache.intact(rel) if stored else cache.cache_dir() / rel
-             for rel in [art.wrapper] + [k[1] for k in art.kernels]}
+             for rel in [art.wrapper] + [k.path for k in art.kernels]}
     if not all(paths.values()):
         return None
-    loaded = {name: getattr(cache.load(paths[rel], art.interpret), name) for name, rel, _, _ in art.kernels}
+    loaded = {k.name: getattr(cache.load(paths[k.path], art.interpret), k.function) for k in art.kernels}
     if not art.interpret and not stored and art.kernels and \
             os.environ.get("MINICOMP_PARALLEL_COMPILE", "1") != "0":
-        cache.precompile([(loaded[name], dtypes, options) for name, _, dtypes, options in art.kernels])
+        jobs = {(k.path, tuple(k.dtypes), tuple(k.options.items())): (loaded[k.name], k.dtypes, k.options)
+                for k in art.kernels}  # identical kernels compile once
+        cache.precompile(list(jobs.values()))
     externs = {i: extern_call(ref[1], ref[2]) if ref[0] == "op" else ref[1] for i, ref in art.externs.items()}
     call = cache.load(paths[art.wrapper]).call
     if art.interpret:
@@ -374,12 +390,12 @@ def _extern_ref(node) -> tuple:
     return ("op", str(target) if isinstance(target, torch._ops.OpOverload) else target, tree)
 
 
-def _kernel_info(k: Kernel | StagedLaunch, path: str) -> reporting.KernelInfo:
+def _kernel_info(k: Kernel | StagedLaunch, path: str, function: str) -> reporting.KernelInfo:
     if isinstance(k, StagedLaunch):
         origins = tuple(dict.fromkeys(o for s in k.stages for o in s.origins))
         return reporting.KernelInfo(k.name, k.kind, origins, path,
-                                    sum(s.bytes_moved for s in k.stages))
-    return reporting.KernelInfo(k.name, k.schedule.kind, k.origins, path, k.bytes_moved)
+                                    sum(s.bytes_moved for s in k.stages), function)
+    return reporting.KernelInfo(k.name, k.schedule.kind, k.origins, path, k.bytes_moved, function)
 
 
 def _arg_dtypes(k: Kernel | StagedLaunch) -> list[torch.dtype]:

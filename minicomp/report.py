@@ -12,9 +12,11 @@ class KernelInfo:
     ops: tuple[str, ...]   # the aten ops it covers
     source_path: str
     bytes_moved: int
+    function: str = ""     # the Triton function (named by content: identical kernels share it)
 
     def __str__(self) -> str:
-        return f"{self.name:<48} {self.template:<22} {', '.join(self.ops)}"
+        function = f"  [{self.function}]" if self.function else ""
+        return f"{self.name:<48} {self.template:<22} {', '.join(self.ops)}{function}"
 
 
 @dataclass

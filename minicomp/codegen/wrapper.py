@@ -67,7 +67,11 @@ def _extern_input(node: Node, strides, layouts) -> str:
     return f"ensure_strides({expr}, {tuple(strides)})"
 
 
-def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
+def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str,
+                   functions: dict[str, str] | None = None) -> str:
+    """The wrapper's module. ``functions``: launch name -> its Triton function's (content) name, noted
+    after each launch, as profiler traces show it."""
+    functions = functions or {}
     layouts = graph.meta.get("layouts", {})
     lines = [f"# minicomp wrapper for {graph_name}", "import torch",
              "from minicomp.runtime.support import counters, empty, ensure_strides, tma_allocator", "",
@@ -101,7 +105,8 @@ def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str) -> str:
                              f"'{stages[0].args[0].node.type.device}')")
                 launch += ", sync"
             opts = ", ".join(f"{b}={v}" for b, v in launch_options(launched).items())
-            lines.append(f"{ind}kernels[{launched.name!r}][{grid(launched)}]({launch}, {opts})")
+            note = f"  # {functions[launched.name]}" if launched.name in functions else ""
+            lines.append(f"{ind}kernels[{launched.name!r}][{grid(launched)}]({launch}, {opts}){note}")
         else:
             node: Node = obj
             if node.op == "extern":

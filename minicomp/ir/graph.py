@@ -140,7 +140,7 @@ class Graph:
                     i.users.append(n)
 
     def replace_all_uses(self, old: Node, new: Node) -> None:
-        for n in self.nodes:
+        for n in [n for n in self.nodes if old in n.inputs]:  # the scan is the cost: keep it tight
             self.replace_all_uses_in(n, old, new)
 
     @staticmethod

@@ -203,6 +203,12 @@ class _Partition:
         self.decisions: list[str] = []
         self._ids = itertools.count()  # group ids stay unique as groups merge away
         self._dag: nx.DiGraph | None = None  # unit_graph, kept current
+        self._label: dict[tuple, int] = {}  # unit -> its place in a topological order of _dag, kept current
+        self._ancestors: dict[tuple, int] | None = None  # unit -> bitmask of its ancestors, until a merge
+        self._descendants: dict[tuple, int] = {}  # and of its descendants
+        self.track_ancestors = False  # answer cycle queries from those masks (many queries, few merges)
+        self._node_bits = len(graph.nodes)  # a node's bit comes after every group's (fewer groups than nodes)
+        self.position = {n: k for k, n in enumerate(graph.nodes)}  # members are kept in graph order
         self.consumers: dict[Node, list[Node]] = defaultdict(list)  # through views
         for n in graph.nodes:
             if n.op != "view":
@@ -228,7 +234,7 @@ class _Partition:
     def unit_graph(self) -> nx.DiGraph:
         """Groups and the other non-view nodes as one DAG (views are looked through). Built once, then
         contracted as groups form and merge instead of rebuilt per merge attempt (O(nodes) each; the
-        MLP block's fusion pass 7.0 -> 5.0 ms)."""
+        MLP block's fusion pass 7.0 -> 5.0 ms). A topological order of it (``_label``) is kept too."""
         if self._dag is None:
             self._dag = nx.DiGraph()
             for n in self.graph.nodes:
@@ -238,15 +244,97 @@ class _Partition:
                 for i in n.inputs:
                     if self.unit(terminal(i)) != self.unit(n):
                         self._dag.add_edge(self.unit(terminal(i)), self.unit(n))
+            self._label = {u: k for k, u in enumerate(nx.topological_sort(self._dag))}
+            self._ancestors = None
         return self._dag
 
     def _contract(self, keep: tuple, gone: tuple) -> None:
-        """The DAG after ``gone``'s members joined ``keep``."""
+        """The DAG after ``gone``'s members joined ``keep`` (``keep`` takes ``gone``'s place in the order
+        if it has none: a node becoming a group)."""
         dag = self._dag
         dag.add_node(keep)
         dag.add_edges_from((p, keep) for p in dag.predecessors(gone) if p != keep)
         dag.add_edges_from((keep, c) for c in dag.successors(gone) if c != keep)
         dag.remove_node(gone)
+        label = self._label.pop(gone)
+        self._label.setdefault(keep, label)
+        self._ancestors = None
+
+    def _reorder(self, ua: tuple, ub: tuple) -> tuple[list, list] | None:
+        """None if a path of two or more edges joins units ``ua`` and ``ub`` (merging them would close a
+        cycle). Else, with ``first``/``last`` the two in topological order, the units to move for the
+        merged one (Pearce & Kelly's dynamic topological order): ``last`` and its ancestors placed after
+        ``first``, and ``first`` and its descendants placed before ``last``. Both searches stay between
+        the two units in the order, so a merge of neighbours costs little however large the graph."""
+        dag, label = self._dag, self._label
+        first, last = (ua, ub) if label[ua] < label[ub] else (ub, ua)
+        lo, hi = label[first], label[last]
+        after, stack = {first}, [first]
+        while stack:
+            u = stack.pop()
+            for s in dag.successors(u):
+                if s == last:
+                    if u != first:
+                        return None
+                elif label[s] < hi and s not in after:
+                    after.add(s)
+                    stack.append(s)
+        before, stack = {last}, [last]
+        while stack:
+            u = stack.pop()
+            for p in dag.predecessors(u):
+                if label[p] > lo and p not in before:
+                    before.add(p)
+                    stack.append(p)
+        return sorted(before, key=label.get), sorted(after, key=label.get)
+
+    def _joined(self, ua: tuple, ub: tuple) -> bool:
+        """Whether a path of two or more edges joins the units (then they cannot merge)."""
+        if not self.track_ancestors:
+            return self._reorder(ua, ub) is None
+        return bool(self.joined_mask(ua) & self.unit_bit(ub))
+
+    def unit_bit(self, u: tuple) -> int:
+        """A unit's bit in the reachability masks: a group's id, or past every id, a node's id."""
+        return 1 << (u[1] if u[0] == "g" else self._node_bits + u[1])
+
+    def joined_mask(self, u: tuple) -> int:
+        """The units joined to ``u`` by a path of two or more edges, as a bitmask. Every unit's
+        ancestors and descendants are computed once (O(edges) big-int ORs) and kept until a merge."""
+        if self._ancestors is None:
+            order = sorted(self._label, key=self._label.get)
+            self._ancestors, self._descendants = {}, {}
+            for v in order:
+                mask = 0
+                for p in self._dag.predecessors(v):
+                    mask |= self._ancestors[p] | self.unit_bit(p)
+                self._ancestors[v] = mask
+            for v in reversed(order):
+                mask = 0
+                for c in self._dag.successors(v):
+                    mask |= self._descendants[c] | self.unit_bit(c)
+                self._descendants[v] = mask
+        mask = 0
+        for p in self._dag.predecessors(u):
+            mask |= self._ancestors[p]
+        for c in self._dag.successors(u):
+            mask |= self._descendants[c]
+        return mask
+
+    def _merge_units(self, ua: tuple, ub: tuple) -> None:
+        """Contract ``ub`` into ``ua`` and keep the order topological: the moved units take the same
+        labels in their new order, where ``last`` and ``first`` end up next to each other."""
+        before, after = self._reorder(ua, ub)
+        moved = before + after
+        for u, k in zip(moved, sorted(self._label[u] for u in moved)):
+            self._label[u] = k
+        self._label[ua] = min(self._label[ua], self._label[ub])
+        self._contract(ua, ub)
+
+    def joined(self, a: Group, b: Group) -> bool:
+        """Whether a path through other kernels or fallback ops joins the two groups."""
+        self.unit_graph()
+        return self._joined(("g", a.id), ("g", b.id))
 
     def try_merge(self, a: Group, b: Group, rule: str) -> bool:
         if a is b:
@@ -264,13 +352,12 @@ class _Partition:
             shape = b.shape if rule != "horizontal" else a.shape
         if a.matmul is not None or b.matmul is not None:  # a GEMM iterates over its product's tiles
             shape = (a.matmul or b.matmul).shape
-        members = sorted(a.nodes + b.nodes, key=self.graph.nodes.index)
-        dag = self.unit_graph()
+        self.unit_graph()
         ua, ub = ("g", a.id), ("g", b.id)
-        between = (nx.descendants(dag, ua) & nx.ancestors(dag, ub)) | (nx.descendants(dag, ub) & nx.ancestors(dag, ua))
-        if between:
+        if self._joined(ua, ub):
             self._refuse(a, b, "cycle", "another kernel or fallback op sits between them")
             return False
+        members = sorted(a.nodes + b.nodes, key=self.position.__getitem__)
         try:
             check_group(members, shape, axes, self.stored(members))
         except NotFusable as e:
@@ -280,8 +367,7 @@ class _Partition:
         for n in b.nodes:
             self.group_of[n] = a
         self.groups.remove(b)
-        if self._dag is not None:
-            self._contract(ua, ub)
+        self._merge_units(ua, ub)
         return True
 
     def _refuse(self, a: Group, b: Group, rule: str, reason: str) -> None:
@@ -396,18 +482,82 @@ def _rewire(graph: Graph, user: Node, old: Node, new: Node) -> None:
             _rewire(graph, copy, old, new)
 
 
+def _reads(group: Group) -> set[Node]:
+    """The nodes whose buffers a group reads (through views)."""
+    return {terminal(i) for n in group.nodes for i in n.inputs} - set(group.nodes)
+
+
 def _horizontal(part: _Partition) -> None:
-    """Merge groups over the same space that read a common input, when neither depends on the other."""
-    changed = True
-    while changed:
-        changed = False
-        reads = {g.id: {terminal(i) for n in g.nodes for i in n.inputs} - set(g.nodes) for g in part.groups}
-        for a in part.groups:
-            for b in part.groups:
-                if a.id < b.id and (a.shape, a.axes) == (b.shape, b.axes) and reads[a.id] & reads[b.id] \
-                        and a.matmul is None and b.matmul is None:
-                    if part.try_merge(a, b, "horizontal"):
-                        changed = True
-                        break
-            if changed:
+    """Merge groups over the same space that read a common input, when neither depends on the other.
+
+    Pairs ``(a, b)`` are tried in the order of the groups (``a`` before ``b``), and after a merge the
+    scan starts again (a merge can make the merged group fit where its parts did not). A refused pair
+    stays refused while neither group changes, so after merging into ``a`` only pairs with ``a`` are
+    tried again: ``(x, a)`` for each ``x`` before it (the first success is the merge a full rescan
+    would find first), then ``a``'s own pairs. Same merges, in the same order, without the rescans.
+
+    Candidates are found with bitmasks over group ids (a group's bit is ``1 << id``, and the list is
+    in id order): the readers of each node, the groups of each space, and the groups a path of
+    other kernels joins to ``a`` (those are not independent: not tried, nor logged). In an unrolled
+    loop every step reads the same weights, so testing pair by pair was quadratic in the steps."""
+    part.unit_graph()
+    part.track_ancestors = True
+    groups = part.groups
+    by_id = {g.id: g for g in groups}
+    reads = {g.id: _reads(g) for g in groups}
+    readers: dict[Node, int] = defaultdict(int)
+    space: dict[tuple, int] = defaultdict(int)  # (shape, axes) -> the groups without a matmul there
+    for g in groups:
+        for n in reads[g.id]:
+            readers[n] |= 1 << g.id
+        if g.matmul is None:
+            space[(g.shape, g.axes)] |= 1 << g.id
+    version: dict[int, int] = defaultdict(int)  # bumped when a group grows: its refusals are void
+    refused: set[tuple] = set()
+
+    def partners(a: Group, earlier: bool) -> list[Group]:
+        """The groups before or after ``a`` that it may merge with, in order."""
+        mask = space[(a.shape, a.axes)] & ~part.joined_mask(("g", a.id))
+        mask &= (1 << a.id) - 1 if earlier else ~((2 << a.id) - 1)
+        shared = 0
+        for n in reads[a.id]:
+            shared |= readers[n]
+        mask &= shared
+        out = []
+        while mask:
+            low = mask & -mask
+            out.append(by_id[low.bit_length() - 1])
+            mask ^= low
+        return out
+
+    def attempt(a: Group, b: Group) -> bool:
+        key = (a.id, version[a.id], b.id, version[b.id])
+        if key in refused:
+            return False
+        if not part.try_merge(a, b, "horizontal"):
+            refused.add(key)
+            return False
+        for n in reads.pop(b.id):
+            readers[n] &= ~(1 << b.id)
+        for n in reads[a.id]:
+            readers[n] &= ~(1 << a.id)
+        reads[a.id] = _reads(a)
+        for n in reads[a.id]:
+            readers[n] |= 1 << a.id
+        space[(a.shape, a.axes)] &= ~(1 << b.id)
+        del by_id[b.id]
+        version[a.id] += 1
+        return True
+
+    k = 0
+    while k < len(groups):
+        a = groups[k]
+        if a.matmul is not None or not any(attempt(a, b) for b in partners(a, earlier=False)):
+            k += 1
+            continue
+        while True:  # ``a`` grew: the first earlier group that now merges with it, if any, takes it
+            x = next((x for x in partners(a, earlier=True) if attempt(x, a)), None)
+            if x is None:
                 break
+            a = x
+        k = groups.index(a)  # then its own pairs again

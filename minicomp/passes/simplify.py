@@ -34,14 +34,19 @@ def _freeze(v):
 
 
 def cse(graph: Graph) -> Graph:
-    """Merge nodes that compute the same thing from the same inputs."""
+    """Merge nodes that compute the same thing from the same inputs. One pass in graph order: each
+    node's inputs are rewritten to their survivors as it is reached (replacing every use at once
+    scanned the whole graph per duplicate: quadratic in an unrolled loop)."""
     seen: dict = {}
-    for node in list(graph.nodes):
+    survivor: dict[Node, Node] = {}
+    for node in graph.nodes:
+        for old in [i for i in dict.fromkeys(node.inputs) if i in survivor]:
+            Graph.replace_all_uses_in(node, old, survivor[old])
         if node.op not in ("pointwise", "reduce", "scan", "view", "gather"):
             continue
         key = (node.op, str(node.type), tuple(i.id for i in node.inputs), _freeze(node.attrs))
         if key in seen:
-            graph.replace_all_uses(node, seen[key])
+            survivor[node] = seen[key]
         else:
             seen[key] = node
     return dce(graph)

@@ -22,6 +22,7 @@ from types import ModuleType
 stats = {"written": 0, "reused": 0, "repaired": 0, "graphs_reused": 0}
 _modules: dict[tuple[str, bool], ModuleType] = {}
 _fallback_dir: Path | None = None
+_writable: set[Path] = set()
 
 
 def digest(text: str) -> str:
@@ -29,14 +30,18 @@ def digest(text: str) -> str:
 
 
 def cache_dir() -> Path:
-    """``$MINICOMP_CACHE_DIR``, default ``~/.cache/minicomp``; a temporary folder if unwritable."""
+    """``$MINICOMP_CACHE_DIR``, default ``~/.cache/minicomp``; a temporary folder if unwritable. A
+    folder found writable is not probed again (a graph asks once per kernel)."""
     global _fallback_dir
     root = Path(os.environ.get("MINICOMP_CACHE_DIR") or Path.home() / ".cache" / "minicomp")
+    if root in _writable:
+        return root
     try:
         root.mkdir(parents=True, exist_ok=True)
         probe = root / f".probe-{os.getpid()}"
         probe.write_text("")
         probe.unlink()
+        _writable.add(root)
         return root
     except OSError as e:
         if _fallback_dir is None:
@@ -157,18 +162,23 @@ def precompile(jobs: list[tuple]) -> None:
     (jit function, argument dtypes, launch keywords). Threads, not processes: Triton releases the GIL
     in its MLIR passes and ptxas (about 2x on the H200 host with 16 cores), while a process pool costs
     3-4 s to start (measured), longer than a graph's whole compile. A kernel that fails here is
-    compiled at its launch as usual."""
+    compiled at its launch as usual. The variants of one function (kernels are named by content, so
+    launches with other dtypes or options can share it) compile one after another in one thread:
+    ``_launcher_alongside`` swaps the function's ``compile`` while it runs."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def compile_one(job) -> None:
-        fn, dtypes, options = job
-        try:
-            with _launcher_alongside(fn):
-                fn.warmup(*dtypes, grid=(1,), **options)
-        except Exception:  # noqa: BLE001 - the launch compiles it again and reports any error
-            pass
-    with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
-        list(pool.map(compile_one, jobs))
+    def compile_variants(variants: list[tuple]) -> None:
+        for fn, dtypes, options in variants:
+            try:
+                with _launcher_alongside(fn):
+                    fn.warmup(*dtypes, grid=(1,), **options)
+            except Exception:  # noqa: BLE001 - the launch compiles it again and reports any error
+                pass
+    by_function: dict[int, list[tuple]] = {}
+    for job in jobs:
+        by_function.setdefault(id(job[0]), []).append(job)
+    with ThreadPoolExecutor(max_workers=min(len(by_function), os.cpu_count() or 1)) as pool:
+        list(pool.map(compile_variants, by_function.values()))
 
 
 class _LaunchTimeMetadata:
