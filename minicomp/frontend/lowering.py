@@ -18,6 +18,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO, elemen
 from ..ir import views
 from ..ir.graph import Graph, Node, Scalar
 from ..ir.ops import BOOL_RESULT
+from ..ir.layout import is_dense
 from ..ir.types import SUPPORTED_DTYPES, TensorType, contiguous_strides, is_float
 
 aten = torch.ops.aten
@@ -188,7 +189,7 @@ class Lowering:
         for v, f in zip(leaves, fx_leaves):
             if isinstance(v, Node):
                 val = f.meta.get("val") if isinstance(f, fx.Node) else None
-                out.append(_dense_strides(val))
+                out.append(_traced_strides(val))
         return out if len(leaves) == len(fx_leaves) else None
 
     def _extern_result(self, target, args, kwargs):
@@ -332,17 +333,16 @@ def _concrete(t: torch.Tensor) -> bool:
 
 
 def _dense_strides(val) -> tuple[int, ...] | None:
-    """The strides of a traced result when a kernel can write them: a permutation of contiguous
-    strides (no overlap, no gaps); else None (the result is then written contiguous)."""
+    """The strides of a traced result when a kernel can write them (``is_dense``); else None (the
+    result is then written contiguous)."""
+    strides = _traced_strides(val)
+    return strides if strides is not None and is_dense(val.shape, strides) else None
+
+
+def _traced_strides(val) -> tuple[int, ...] | None:
     if not isinstance(val, torch.Tensor) or val.layout != torch.strided or not _concrete(val):
         return None  # symbolic sizes (a dynamic-shape trace) say nothing about these inputs' strides
-    strides, shape = tuple(val.stride()), tuple(val.shape)
-    expected = 1
-    for stride, size in sorted((st, sz) for st, sz in zip(strides, shape) if sz > 1):
-        if stride != expected:
-            return None
-        expected *= size
-    return strides
+    return tuple(val.stride())
 
 
 def _opmath(dtype: torch.dtype) -> torch.dtype:

@@ -6,6 +6,16 @@ from .graph import Node, view_vars
 from .types import contiguous_strides
 
 
+def is_dense(shape, strides) -> bool:
+    """Strides a buffer of its own can have: a permutation of contiguous strides (no overlap, no gaps)."""
+    expected = 1
+    for stride, size in sorted((st, sz) for st, sz in zip(strides, shape) if sz > 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def buffer_strides(node: Node, layouts: dict) -> tuple[int, ...]:
     """Strides of a node that lives in memory: graph inputs and fallback results as PyTorch gives
     them, planned layouts (``layouts``) for graph results, contiguous for everything else."""

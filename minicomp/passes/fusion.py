@@ -439,7 +439,11 @@ def _store_narrow(part: _Partition) -> None:
     than needed: those kernels get their own copy of the cast and read ``x`` instead."""
     part._dag = None  # group membership changes here without merges
     for group in list(part.groups):
-        for cast in [m for m in part.stored(group.nodes) if _is_widening_cast(m)]:
+        stored = part.stored(group.nodes)
+        for cast in [m for m in stored if _is_widening_cast(m)]:
+            src = terminal(cast.inputs[0])
+            if src in group.nodes and src not in stored:
+                continue  # the group would have to store the cast's input instead, maybe outside its space
             outside = [c for c in part.consumers[cast] if part.group_of.get(c) not in (group, None)]
             for other in dict.fromkeys(part.group_of[c] for c in outside):
                 users = [c for c in outside if part.group_of[c] is other]
