@@ -37,11 +37,9 @@ def decompositions(training: bool = False) -> dict:
     ``training``: without ``INFERENCE_ONLY``, so those ops stay whole and run as fallbacks, their
     saved outputs what their backward expects. An inference graph decomposes them into plain math
     that minicomp fuses."""
-    table = dict(core_aten_decompositions())
     if training:
-        for op in INFERENCE_ONLY:
-            table.pop(op, None)
-    return table
+        return {op: fn for op, fn in decompositions().items() if op not in INFERENCE_ONLY}
+    return dict(core_aten_decompositions())
 
 
 def needs_autograd(gm: fx.GraphModule, example_inputs) -> bool:

@@ -98,9 +98,10 @@ SAVED_OUTPUT_OPS = {
     "weight_norm": (lambda v, g: torch._weight_norm(v, g, 0), [(4, 3), (4, 1)]),
     "embedding": (lambda w: F.embedding(torch.tensor([[0, 2, 2], [4, 1, 0]]), w), [(5, 3)]),
     "nll_loss": (lambda x: F.nll_loss(F.log_softmax(x, 1), torch.tensor([0, 3, 1, 3])), [(4, 5)]),
-    "nll_loss2d": (lambda x: F.nll_loss(x, torch.tensor([[[0, 1], [2, 0]]]), weight=torch.rand(3)), [(1, 3, 2, 2)]),
+    "nll_loss2d": (lambda x: F.nll_loss(x, torch.tensor([[[0, 1], [2, 0]]]), weight=torch.arange(1.0, 4.0)),
+                   [(1, 3, 2, 2)]),
     "cross_entropy": (lambda x: F.cross_entropy(x, torch.tensor([1, 0, 2, 2]), label_smoothing=0.1), [(4, 3)]),
-    "multilabel_margin_loss": (lambda x: F.multilabel_margin_loss(x, torch.tensor([[3, 0, -1, 1], [1, 2, 3, -1]])),
+    "multilabel_margin_loss": (lambda x: F.multilabel_margin_loss(x, torch.tensor([[3, 0, 3, 0], [1, 1, 2, 1]])),
                                [(2, 4)]),
 }
 
@@ -109,6 +110,14 @@ SAVED_OUTPUT_OPS = {
 def test_saved_output_ops(name):
     fn, shapes = SAVED_OUTPUT_OPS[name]
     compare_gradients(fn, *[torch.randn(s) for s in shapes])
+
+
+@pytest.mark.xfail(strict=True, reason="torch's decomposition (registered at the Autograd key, so every "
+                   "torch.compile backend traces it) counts padded targets: pytorch/pytorch#189552")
+def test_multilabel_margin_loss_padded_targets():
+    """Targets after the first -1 are ignored; the decomposition gathers input[0] for them."""
+    compare_gradients(lambda x: F.multilabel_margin_loss(x, torch.tensor([[3, 0, -1, 1], [1, 2, 3, -1]])),
+                      torch.randn(2, 4))
 
 
 # --- tiny transformers: one training step, loss and every parameter's gradient ------------------------
