@@ -7,8 +7,10 @@ Registered as the ``minicomp`` entry point of ``torch_dynamo_backends``, so
 from __future__ import annotations
 
 import functools
+import itertools
 import warnings
 
+import torch
 import torch.fx as fx
 from torch._decomp import core_aten_decompositions
 from torch._functorch.aot_autograd import aot_module_simplified
@@ -17,11 +19,35 @@ from . import graph_cache
 from .compiler import CompiledGraph, Options
 
 
+# Decompositions that are right only where no backward reads the op's outputs. AOTAutograd applies the
+# table below autograd: the op's own derivative formula still runs and is fed whatever the
+# decomposition returned, so an output it fills with something else gives wrong gradients.
+INFERENCE_ONLY = (
+    # Returns the attention weights where _scaled_dot_product_flash_attention_for_cpu_backward reads
+    # the log-sum-exp (issue 14: gradients off by up to ~100; a crash in bf16). Inductor drops it too.
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+)
+
+
 @functools.cache
-def decompositions() -> dict:
+def decompositions(training: bool = False) -> dict:
     """Core-ATen decompositions as a plain dict, built once per process: the table PyTorch returns is
-    lazy and collecting its ops took about half of a small graph's compile (0.17 s, profiled)."""
+    lazy and collecting its ops took about half of a small graph's compile (0.17 s, profiled).
+
+    ``training``: without ``INFERENCE_ONLY``, so those ops stay whole and run as fallbacks, their
+    saved outputs what their backward expects. An inference graph decomposes them into plain math
+    that minicomp fuses."""
+    if training:
+        return {op: fn for op, fn in decompositions().items() if op not in INFERENCE_ONLY}
     return dict(core_aten_decompositions())
+
+
+def needs_autograd(gm: fx.GraphModule, example_inputs) -> bool:
+    """Whether AOTAutograd may trace a backward for this graph: grad mode is on and an input or a
+    parameter requires grad. (AOTAutograd still compiles an inference graph when no output turns out
+    to require grad; that graph then keeps the ``INFERENCE_ONLY`` ops whole, which is only slower.)"""
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in itertools.chain(example_inputs, gm.parameters()))
 
 
 class Backend:
@@ -52,7 +78,7 @@ class Backend:
             fw_compiler=lambda g, _: CompiledGraph(g, opts, "forward"),
             bw_compiler=lambda g, _: CompiledGraph(g, opts, "backward"),
             inference_compiler=inference,
-            decompositions=decompositions(),
+            decompositions=decompositions(training=needs_autograd(gm, example_inputs)),
         )
 
 

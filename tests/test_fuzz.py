@@ -1,6 +1,8 @@
 """Random programs of pointwise, comparison, cast, reduction, view and matmul ops on inputs of random
 dtypes (float32, float16, bfloat16, int32, bool) and layouts (contiguous, transposed, sliced with a
-step, expanded, with a storage offset), compiled and compared with eager.
+step, expanded, with a storage offset), compiled and compared with eager; a second property runs the
+programs with a backward (float inputs require grad, the outputs are weighted by random numbers and
+summed) and compares every input's gradient with eager's.
 
 A program is a list of steps, each appending one tensor to a pool; ``Program.source`` prints it as a
 self-contained Python module (``f`` and ``make_inputs``), so a failure reads as a reproducer. CI runs
@@ -8,6 +10,7 @@ a bounded, derandomized sample; a longer run:
 
     MINICOMP_FUZZ_EXAMPLES=500 python -m pytest -q tests/test_fuzz.py
     MINICOMP_FUZZ_EXAMPLES=500 MINICOMP_FUZZ_SEED=1 python -m pytest -q tests/test_fuzz.py  # other programs
+    MINICOMP_FUZZ_GRAD_EXAMPLES=200 python -m pytest -q tests/test_fuzz.py -k gradients
 
 When the property fails, the minimal (shrunk) program is written to
 ``tests/regressions/fuzz_<hash>.py`` (``MINICOMP_FUZZ_SAVE=0`` turns that off), where
@@ -59,11 +62,19 @@ KINDS = ("unary", "cast", "binary", "compare", "where", "reduce", "view", "matmu
 # Known, unfixed minicomp bugs the generator steers around, so that the CI sample stays green and long
 # runs find new bugs; each has a strictly-xfailed case in tests/regressions/. Set
 # MINICOMP_FUZZ_KNOWN_BUGS=1 to generate them anyway (e.g. to check a fix).
-KNOWN_BUGS: dict = {}  # none open: the three the fuzzer found are fixed (tests/regressions/)
+KNOWN_BUGS: dict = {}  # none open of this kind: the three the fuzzer found are fixed (tests/regressions/)
+# A step that repeats an earlier one exactly: when both are outputs, minicomp returns one tensor for the
+# two (CSE merges them, the wrapper returns the buffer twice), so a backward adds their gradients in
+# the outputs' dtype where eager adds them in the input's (tests/regressions/fuzz_584a723a2b78.py).
+REPEATED_STEP_BUG = "equal outputs merged by CSE come back as one tensor"
+
+
+def _steering() -> bool:
+    return os.environ.get("MINICOMP_FUZZ_KNOWN_BUGS", "0") in ("", "0")
 
 
 def _known_bug(op: str, operands: list, out: torch.Tensor) -> str | None:
-    if os.environ.get("MINICOMP_FUZZ_KNOWN_BUGS", "0") not in ("", "0"):
+    if not _steering():
         return None
     return next((name for name, hit in KNOWN_BUGS.items() if hit(op, operands, out)), None)
 
@@ -244,6 +255,8 @@ def programs(draw) -> Program:
             chosen = _choose(draw, VIEW, lambda t: t.format(x, ", ".join(map(str, shape))), pool, [k]) or \
                 ("view", f"{x}.clone()", pool[k].like.clone())
         name, expr, out = chosen
+        if expr in steps and _steering():  # REPEATED_STEP_BUG
+            continue
         operands_exact = exact if name in BINARY or name in COMPARE or name == "where" else pool[k].exact
         steps.append(expr)
         used = [pool[int(m)] for m in re.findall(r"\bv(\d+)\b", expr)]
@@ -326,6 +339,58 @@ def check_program(program: Program) -> None:
     check_against_eager(scope["f"], scope["make_inputs"])
 
 
+def _backward(fn, inputs: list, upcast: bool = False) -> tuple[list, list]:
+    """Float ``inputs`` become leaves that require grad (``detach`` keeps their layout: strides,
+    offset, broadcast dims); every output that requires grad is weighted by random numbers (seeded:
+    the same for eager, minicomp and the float64 run) and the sum backpropagated. Returns the outputs
+    and each float input's ``.grad`` (None where no gradient reached it). ``upcast``: float inputs
+    in float64."""
+    leaves = [(_upcast(x) if upcast else x).detach().requires_grad_() if x.is_floating_point() else x
+              for x in inputs]
+    outputs = pytree.tree_leaves(fn(*leaves))
+    outs = [o for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad]
+    gen = torch.Generator().manual_seed(0)
+    weights = [torch.randn(o.shape, generator=gen) for o in outs]
+    if outs:
+        sum((o.double() * w).sum() for o, w in zip(outs, weights)).backward()
+    return [o.detach() for o in outputs], [x.grad for x in leaves if x.is_floating_point()]
+
+
+def check_gradients_against_eager(fn, make_inputs) -> None:
+    """``fn`` with a backward (see ``_backward``), compiled with minicomp: its outputs and every float
+    input's gradient must match eager's (see ``assert_matches``; a float64 run decides differences
+    beyond the tolerance), with no graph falling back to PyTorch as a whole."""
+    torch._dynamo.reset()
+    expected, expected_grads = _backward(fn, make_inputs())
+    earlier = minicomp.reports()  # kept alive, so that their ids are not reused
+    before = {id(r) for r in earlier}
+    actual, actual_grads = _backward(minicomp.compile(fn), make_inputs())
+    for r in minicomp.reports():
+        assert id(r) in before or r.whole_graph_fallback is None, f"whole graph fell back: {r.whole_graph_fallback}"
+    assert len(actual) == len(expected), (len(actual), len(expected))
+    references = None
+
+    def reference(i: int):
+        nonlocal references
+        if references is None:
+            outs, grads = _backward(fn, make_inputs(), upcast=True)
+            references = outs + grads
+        return references[i]
+    labels = [f"output {i}" for i in range(len(expected))] + [f"gradient of input {i}" for i in range(len(expected_grads))]
+    for i, (a, e, label) in enumerate(zip(actual + actual_grads, expected + expected_grads, labels)):
+        try:
+            assert (a is None) == (e is None), f"{'no' if a is None else 'a'} gradient, eager {'none' if e is None else 'one'}"
+            if e is not None:
+                assert_matches(a, e, lambda i=i: reference(i))
+        except AssertionError as error:
+            raise AssertionError(f"{label}: {error}") from None
+
+
+def check_program_gradients(program: Program) -> None:
+    scope = program.namespace()
+    check_gradients_against_eager(scope["f"], scope["make_inputs"])
+
+
 # --- saving shrunk failures -------------------------------------------------------------------------
 
 def _is_final_example() -> bool:
@@ -334,7 +399,7 @@ def _is_final_example() -> bool:
     return bool(getattr(current_build_context(), "is_final", False))
 
 
-def regression_source(program: Program, error: BaseException) -> str:
+def regression_source(program: Program, error: BaseException, gradients: bool = False) -> str:
     message = f"{type(error).__name__}: {error}".strip()
     if len(message) > 2000:
         message = message[:2000] + " ..."
@@ -347,16 +412,24 @@ def regression_source(program: Program, error: BaseException) -> str:
             '    args = make_inputs()\n'
             '    torch.testing.assert_close(minicomp.compile(f)(*args), f(*args), equal_nan=True)\n'
             '    print("minicomp matches eager")\n')
+    if gradients:  # the replay checks the backward too; a standalone run needs the fuzzer's checker
+        header += "GRADIENTS = True  # a failure of the backward: replayed with check_gradients_against_eager\n"
+        main = ('\n\nif __name__ == "__main__":\n'
+                '    from tests.test_fuzz import check_gradients_against_eager\n'
+                '    check_gradients_against_eager(f, make_inputs)\n'
+                '    print("minicomp\'s outputs and gradients match eager\'s")\n')
     return header + program.source() + main
 
 
-def save_regression(program: Program, error: BaseException, folder: Path = REGRESSIONS) -> Path:
-    """Write ``program`` with its failure as ``folder/fuzz_<hash>.py`` (named by the program)."""
-    digest = hashlib.sha256(program.source().encode()).hexdigest()[:12]
+def save_regression(program: Program, error: BaseException, folder: Path = REGRESSIONS,
+                    gradients: bool = False) -> Path:
+    """Write ``program`` with its failure as ``folder/fuzz_<hash>.py`` (named by the program and
+    whether its backward failed)."""
+    digest = hashlib.sha256((program.source() + ("grad" if gradients else "")).encode()).hexdigest()[:12]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"fuzz_{digest}.py"
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(regression_source(program, error))
+    tmp.write_text(regression_source(program, error, gradients))
     os.replace(tmp, path)
     return path
 
@@ -398,7 +471,7 @@ def run_property(program: Program, check=check_program, folder: Path = REGRESSIO
         error = GeneratedCodeError(f"{type(error).__name__} in generated code: {error}\n"
                                    f"  {Path(frame.filename).parent.name}/...: {frame.line}")
     if saving_enabled() and _is_final_example():
-        path = save_regression(program, error, folder)
+        path = save_regression(program, error, folder, gradients=check is check_program_gradients)
         if hasattr(error, "add_note"):  # Python 3.11+
             error.add_note(f"saved as {path}")
     raise error
@@ -415,6 +488,14 @@ _SEED = os.environ.get("MINICOMP_FUZZ_SEED")  # another fixed sample than CI's (
 @given(programs())
 def test_random_programs_match_eager(program: Program):
     run_property(program)
+
+
+@settings(max_examples=int(os.environ.get("MINICOMP_FUZZ_GRAD_EXAMPLES", "12")), derandomize=_SEED is None,
+          deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@(seed(int(_SEED)) if _SEED else lambda test: test)
+@given(programs())
+def test_random_programs_gradients_match_eager(program: Program):
+    run_property(program, check_program_gradients)
 
 
 def load_module(path: Path):
@@ -528,3 +609,26 @@ def test_errors_in_generated_code_raise_from_one_place(cache_dir, monkeypatch):
     assert info.value.__context__ is None and "wrappers/...: return buf25" in str(info.value)
     with pytest.raises(ZeroDivisionError):  # other errors pass through as they are
         run_property(program, lambda p: 1 / 0)
+
+
+def test_gradient_check_finds_a_wrong_gradient():
+    # Same outputs, but compiled the gradient is 3 where eager's is 2 (Dynamo takes the is_compiling branch).
+    def f(v0):
+        return v0 * 3 - v0.detach() if torch.compiler.is_compiling() else v0 * 2
+
+    def make_inputs():
+        torch.manual_seed(0)
+        return [torch.randn(3, 2).t()]
+
+    with pytest.raises(AssertionError, match="gradient of input 0"):
+        check_gradients_against_eager(f, make_inputs)
+    check_gradients_against_eager(lambda v0: v0 * 2, make_inputs)
+
+
+def test_gradient_regressions_replay_with_gradients(tmp_path):
+    program = Program([Input((2,), torch.float32)], ["torch.exp(v0)"])
+    path = save_regression(program, AssertionError("gradient of input 0: ..."), tmp_path, gradients=True)
+    assert path.name != save_regression(program, AssertionError("..."), tmp_path).name
+    module = load_module(path)
+    assert module.GRADIENTS is True
+    check_gradients_against_eager(module.f, module.make_inputs)

@@ -1,7 +1,9 @@
 """CI sample of the OpInfo sweep (tests/opinfo.py): a fixed list of common ops, a few float32
-samples each, compiled with minicomp and compared with eager. The full sweep is
+samples each, compiled with minicomp and compared with eager; for ``GRAD_OPS`` the first sample's
+gradients too (a training graph: every input's ``.grad`` against eager's). The full sweep is
 ``python -m tests.opinfo`` (writes tests/coverage/opinfo.md)."""
 import pytest
+import torch
 
 from tests.opinfo import check_op, op_by_name
 
@@ -21,9 +23,46 @@ CI_OPS = [
     "matmul", "mm", "bmm", "addmm",
 ]
 
+# Ops whose backward is checked in CI (one sample each): broadcasting binaries, reductions whose
+# backward expands, backward ops fed saved outputs (softmax, log_softmax, layer_norm, amax), views and
+# matmuls. The full sweep checks every op that supports autograd.
+GRAD_OPS = {"add", "mul", "div.no_rounding_mode", "tanh", "sigmoid", "where", "clamp", "pow", "maximum",
+            "sum", "mean", "amax", "prod", "var", "softmax", "log_softmax", "nn.functional.layer_norm",
+            "permute", "cat", "select", "expand", "matmul", "addmm"}
+
 
 @pytest.mark.parametrize("name", CI_OPS)
 def test_opinfo(name):
-    status, detail = check_op(op_by_name(name), max_samples=3)
-    print(f"{name}: {status}: {detail}")
-    assert status in ("native", "fallback"), f"{name}: {status}: {detail}"
+    result = check_op(op_by_name(name), max_samples=3, grad_samples=1 if name in GRAD_OPS else 0)
+    print(f"{name}: {result}")
+    assert result.status in ("native", "fallback"), f"{name}: {result.status}: {result.detail}"
+    if name in GRAD_OPS:
+        assert result.grad == "correct", f"{name}: gradients {result.grad}: {result.grad_detail}"
+
+
+def test_grad_ops_are_in_the_sample():
+    assert GRAD_OPS <= set(CI_OPS), GRAD_OPS - set(CI_OPS)
+
+
+def wrong_gradient(x):
+    """2x both ways, but compiled its gradient is 3 (Dynamo traces the is_compiling branch)."""
+    if torch.compiler.is_compiling():
+        return x * 3 - x.detach()
+    return x * 2
+
+
+def test_check_op_finds_a_wrong_gradient():
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    class Fake:  # the parts of an OpInfo that check_op reads
+        name, variant_test_name, supports_autograd, op = "wrong_gradient", "", True, staticmethod(wrong_gradient)
+
+        def supported_dtypes(self, device):
+            return {torch.float32}
+
+        def sample_inputs(self, device, dtype, requires_grad):
+            return [SampleInput(torch.randn(3, 4, requires_grad=requires_grad))]
+
+    result = check_op(Fake(), max_samples=1)
+    assert (result.status, result.grad) == ("native", "wrong"), result
+    assert "grad of input 0" in result.grad_detail, result

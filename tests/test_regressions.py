@@ -1,6 +1,6 @@
 """Replay every saved fuzz failure (``tests/regressions/*.py``, written by ``tests/test_fuzz.py`` when
 its property fails): each file defines ``f`` and ``make_inputs()``; minicomp's results must match
-eager's with the fuzzer's tolerances. A file that sets ``XFAIL = "<reason>"`` is a known, unfixed
+eager's with the fuzzer's tolerances (and, in a file that sets ``GRADIENTS = True``, its gradients too). A file that sets ``XFAIL = "<reason>"`` is a known, unfixed
 bug: it is expected to fail (strictly, so a fix shows up as XPASS and the marker must go)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_fuzz import REGRESSIONS, check_against_eager, load_module
+from tests.test_fuzz import REGRESSIONS, check_against_eager, check_gradients_against_eager, load_module
 
 
 def xfail_reason(path: Path) -> str | None:
@@ -35,7 +35,8 @@ def cases(folder: Path = REGRESSIONS) -> list:
 @pytest.mark.parametrize("path", cases())
 def test_saved_fuzz_failure_matches_eager(path: Path):
     module = load_module(path)
-    check_against_eager(module.f, module.make_inputs)
+    check = check_gradients_against_eager if getattr(module, "GRADIENTS", False) else check_against_eager
+    check(module.f, module.make_inputs)
 
 
 def test_discovery_reads_xfail_without_importing(tmp_path):

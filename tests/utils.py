@@ -61,3 +61,47 @@ def float64_reference(fn, outputs: tuple[int, ...]):
             eager[k] = exact[k].to(eager[k].dtype)
         return tuple(eager)
     return reference
+
+
+def grad_tolerances(dtype: torch.dtype) -> dict:
+    """Gradients sum what the forward broadcast, in another order than eager: a little looser."""
+    return dict(atol=2e-2, rtol=2e-2) if dtype in LOW_PRECISION else dict(atol=1e-4, rtol=1e-4)
+
+
+def compare_gradients(fn, *args, requires_grad: list[bool] | None = None, seed: int = 0, **tol) -> list:
+    """Run ``fn`` eagerly and through ``minicomp.compile`` on fresh leaf copies of ``args`` (float
+    tensors require grad, or as ``requires_grad`` says per argument), backpropagate the sum of every
+    output that requires grad times random weights (the same for both), and compare the outputs and
+    every input's ``.grad`` with eager's. No graph may fall back to PyTorch as a whole. Returns the
+    reports of the graphs compiled (forward and backward)."""
+    flags = requires_grad or [isinstance(a, torch.Tensor) and a.is_floating_point() for a in args]
+
+    def run(f):
+        inputs = [a.detach().clone().requires_grad_(g) if isinstance(a, torch.Tensor) else a
+                  for a, g in zip(args, flags)]
+        out = f(*inputs)
+        outs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+        assert outs, "no output requires grad"
+        gen = torch.Generator().manual_seed(seed)
+        sum((o.float() * torch.randn(o.shape, generator=gen)).sum() for o in outs).backward()
+        return out, [x.grad for x, g in zip(inputs, flags) if g]
+
+    expected, expected_grads = run(fn)
+    before = minicomp.report()
+    actual, actual_grads = run(minicomp.compile(fn))
+    reports = minicomp.reports()
+    reports = reports[next((i + 1 for i in range(len(reports) - 1, -1, -1) if reports[i] is before), 0):]
+    assert reports, "no graph reached minicomp"
+    for r in reports:
+        assert r.whole_graph_fallback is None, f"{r.graph}: {r.whole_graph_fallback}"
+    for e, a in zip(pytree.tree_leaves(expected), pytree.tree_leaves(actual)):
+        if isinstance(e, torch.Tensor):
+            assert (a.dtype, a.shape) == (e.dtype, e.shape), ((a.dtype, a.shape), (e.dtype, e.shape))
+            torch.testing.assert_close(a, e, equal_nan=True, **(tol or tolerances(e.dtype)))
+    for i, (e, a) in enumerate(zip(expected_grads, actual_grads)):
+        assert (e is None) == (a is None), f"input {i}: grad {a is not None}, eager's {e is not None}"
+        if e is not None:
+            assert (a.dtype, a.shape) == (e.dtype, e.shape), f"input {i}: grad {a.dtype} {a.shape}, eager's {e.dtype} {e.shape}"
+            torch.testing.assert_close(a, e, equal_nan=True, msg=lambda m, i=i: f"grad of input {i}: {m}",
+                                       **(tol or grad_tolerances(e.dtype)))
+    return reports
