@@ -103,7 +103,7 @@ def _compile_cpu_seconds(steps: int, check: bool = False) -> float:
     gc.disable()
     try:
         start = time.process_time()
-        fn = compiled._compile(list(args))
+        fn, _, _ = compiled._compile(list(args))
         seconds = time.process_time() - start
     finally:
         gc.enable()

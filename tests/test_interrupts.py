@@ -55,7 +55,7 @@ def test_interrupted_staged_launch_leaves_later_calls_right(kind, monkeypatch):
     report = minicomp.report()
     assert any(d.startswith(decision) for d in report.decisions), report.summary()
     (staged,) = [k for k in report.kernels if k.template.startswith(("pipeline", "split"))]
-    trace, seen = _interrupt_inside(staged.name, after_programs=3)
+    trace, seen = _interrupt_inside(staged.function or staged.name, after_programs=3)
     sys.settrace(trace)
     try:
         with pytest.raises(Interrupt):

@@ -76,8 +76,7 @@ def test_argmax_argmin_feeding_gather():
         i = x.argmax(1)
         j = x.argmin(0, keepdim=True)
         return i, j, x.gather(1, i.unsqueeze(1)).squeeze(1) - x.amax(1), x.gather(0, j) - x.amin(0), x.argmax()
-    report = compile_and_compare(fn, torch.randn(9, 13), fallbacks=2)  # gather is not lowered natively
-    assert {f.op for f in report.fallbacks} == {"gather.default"}, report.summary()
+    compile_and_compare(fn, torch.randn(9, 13))  # gather is an indirect load (frontend/rules_index.py)
 
 
 def test_prod():

@@ -700,3 +700,14 @@ def test_outputs_mixing_views_and_computed_values():
     assert_same(actual, expected)
     for a, e in zip(actual, expected):
         assert a.stride() == e.stride(), (a.stride(), e.stride())
+
+
+def test_equal_results_merged_by_cse_are_two_tensors():
+    # cse makes the two casts one node; eager returns two tensors, so an update of one leaves the other
+    fn = lambda x: (x.bfloat16(), x.bfloat16(), x * 2)  # noqa: E731
+    x = torch.randn(5)
+    a, b, c = minicomp.compile(fn)(x)
+    assert a.data_ptr() != b.data_ptr()
+    a.add_(1)
+    torch.testing.assert_close(b, x.bfloat16())
+    torch.testing.assert_close(c, x * 2)

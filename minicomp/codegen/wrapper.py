@@ -124,11 +124,17 @@ def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str,
                 src = buffer_name(node.inputs[0])
                 lines.append(f"{ind}{buffer_name(node)} = ensure_strides({src}[{node.attrs['index']}], "
                              f"{tuple(node.attrs['strides'])})")
-    results = []
+    results, returned = [], {}  # node -> the FX value it was returned for first
+    sources = graph.output.attrs.get("sources") or [None] * len(graph.output.inputs)
     for kind, value in graph.output.attrs["spec"]:
         if kind == "value":
             results.append(repr(value))
             continue
-        results.append(value_expr(graph.output.inputs[value], layouts))
+        node = graph.output.inputs[value]
+        expr = value_expr(node, layouts)
+        first = returned.setdefault(node, sources[value])
+        # one tensor for two FX results that cse merged: eager returns two (a backward sums their
+        # gradients in the input's dtype, an in-place update of one must not change the other)
+        results.append(expr if first == sources[value] else f"{expr}.clone()")
     lines.append(f"{ind}return ({', '.join(results)}{',' if len(results) == 1 else ''})")
     return "\n".join(lines) + "\n"

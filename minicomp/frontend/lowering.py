@@ -84,16 +84,18 @@ class Lowering:
         value's), so a channels-last or transposed result comes back as eager's does."""
         flat = values if isinstance(values, (list, tuple)) else [values]
         fx_flat = fx_values if isinstance(fx_values, (list, tuple)) else [fx_values]
-        spec, nodes, strides = [], [], []
+        spec, nodes, strides, sources = [], [], [], []
         for v, fx_v in zip(flat, fx_flat):
             if isinstance(v, Node):
                 spec.append(("node", len(nodes)))
                 nodes.append(v)
                 val = fx_v.meta.get("val") if isinstance(fx_v, fx.Node) else None
                 strides.append(_dense_strides(val))
+                sources.append(fx_v.name if isinstance(fx_v, fx.Node) else None)
             else:
                 spec.append(("value", v))
-        self.graph.add("output", nodes, None, spec=spec, strides=strides)
+        # sources: the FX value of each result; two results that passes merge (cse) stay two tensors
+        self.graph.add("output", nodes, None, spec=spec, strides=strides, sources=sources)
 
     def _call(self, fx_node: fx.Node, args, kwargs):
         target = fx_node.target
@@ -166,6 +168,7 @@ class Lowering:
         out = self._extern_result(target, args, kwargs) if own_node else out
         # a result learnt on meta tensors lives where the op's inputs do
         home = next((i.type.device for i in inputs if isinstance(i.type, TensorType)), self.device)
+        out = tuple(out) if isinstance(out, list) else out  # a list of results is typed as a tuple
         types = map_tree(out, lambda t: TensorType(tuple(t.shape), t.dtype, home if t.device.type == "meta" else t.device)
                           if isinstance(t, torch.Tensor) else t)
         strides = map_tree(out, lambda t: tuple(t.stride()) if isinstance(t, torch.Tensor) else None)

@@ -21,7 +21,7 @@ import torch
 # and an in-place update of one output changes the other, also without a backward. The fix: the
 # wrapper copies an output whose buffer an earlier output already returns, unless the aten graph's
 # outputs alias there too (their fake tensors share storage).
-XFAIL = "equal outputs merged by CSE come back as one tensor"
+# Fixed: the wrapper returns a copy for the second of two results that cse merged.
 
 
 def f(v0):
