@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import minicomp
 from minicomp.compiler import MinicompError
@@ -98,3 +99,30 @@ def test_results_keep_eager_strides(fn, make):
     out, expected = minicomp.compile(fn)(x), fn(x)
     torch.testing.assert_close(out, expected)
     assert out.stride() == expected.stride()
+
+
+@torch.library.custom_op("minicomp_test::strides_of", mutates_args=())
+def strides_of(x: torch.Tensor) -> torch.Tensor:
+    """A fallback op that sees its input's memory layout (as SDPA's kernels, which need aligned rows)."""
+    return torch.tensor(x.stride(), dtype=torch.int64)
+
+
+@strides_of.register_fake
+def _(x):
+    return torch.empty(x.dim(), dtype=torch.int64)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: strides_of(F.pad(x * 2, (0, 3))[..., :5]),        # padded rows (gaps): kept
+    lambda x: strides_of((x + 1).permute(1, 0).clone()),        # a clone eager makes contiguous
+    lambda x: strides_of((x * 3).permute(1, 0)),                # a transposed result
+    lambda x: strides_of((x - 1)[:, None, :].expand(4, 3, 5)),  # an expanded view (overlapping)
+])
+def test_fallback_ops_get_eager_strides(fn):
+    x = torch.randn(4, 5)
+    expected, actual = fn(x), minicomp.compile(fn)(x)
+    assert minicomp.report().fallbacks, minicomp.report().summary()
+    if expected.tolist()[-1] == 0:  # overlapping in eager: minicomp hands a contiguous copy
+        assert actual.tolist()[-1] == 1
+    else:
+        assert actual.tolist() == expected.tolist()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..ir.graph import Graph, Node
 from ..ir.kernel import Kernel, StagedLaunch, TileLoad
 from ..passes.pipelines import launch_of_stage, launch_order
-from ..ir.layout import buffer_strides, is_dense, view_as_strided
+from ..ir.layout import buffer_strides, is_non_overlapping, view_as_strided
 
 
 def buffer_name(node: Node) -> str:
@@ -58,15 +58,15 @@ def value_expr(node: Node, layouts) -> str:
 
 def _extern_input(node: Node, strides, layouts) -> str:
     """A fallback op's input with the strides eager hands the op, where minicomp's differ: copied to
-    them, or, where they overlap (an expanded view), made contiguous (ops such as SDPA's want their
-    last dimension contiguous)."""
+    them (gaps included: SDPA's bias is padded to aligned rows), or, where they overlap (an expanded
+    view), made contiguous (ops such as SDPA's want their last dimension contiguous)."""
     expr = value_expr(node, layouts)
     if strides is None or len(strides) != len(node.shape):
         return expr
     have = buffer_strides(node, layouts) if node.op != "view" else (view_as_strided(node, layouts) or [strides])[0]
     if all(a == b for a, b, n in zip(have, strides, node.shape) if n > 1):
         return expr
-    if not is_dense(node.shape, strides):
+    if not is_non_overlapping(node.shape, strides):
         return f"{expr}.contiguous()"
     return f"ensure_strides({expr}, {tuple(strides)})"
 
