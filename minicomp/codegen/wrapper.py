@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..ir.graph import Graph, Node
 from ..ir.kernel import Kernel, StagedLaunch, TileLoad
 from ..passes.pipelines import launch_of_stage, launch_order
-from ..ir.layout import buffer_strides, is_non_overlapping, view_as_strided
+from ..ir.layout import buffer_strides, view_as_strided
 
 
 def buffer_name(node: Node) -> str:
@@ -57,18 +57,15 @@ def value_expr(node: Node, layouts) -> str:
 
 
 def _extern_input(node: Node, strides, layouts) -> str:
-    """A fallback op's input with the strides eager hands the op, where minicomp's differ: copied to
-    them (gaps included: SDPA's bias is padded to aligned rows), or, where they overlap (an expanded
-    view), made contiguous (ops such as SDPA's want their last dimension contiguous)."""
+    """A fallback op's input, laid out as eager hands it to the op where minicomp's strides differ
+    (``runtime.support.eager_strided``)."""
     expr = value_expr(node, layouts)
     if strides is None or len(strides) != len(node.shape):
         return expr
     have = buffer_strides(node, layouts) if node.op != "view" else (view_as_strided(node, layouts) or [strides])[0]
     if all(a == b for a, b, n in zip(have, strides, node.shape) if n > 1):
         return expr
-    if not is_non_overlapping(node.shape, strides):
-        return f"{expr}.contiguous()"
-    return f"ensure_strides({expr}, {tuple(strides)})"
+    return f"eager_strided({expr}, {tuple(strides)})"
 
 
 def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str,
@@ -78,7 +75,7 @@ def wrapper_source(graph: Graph, kernels: list[Kernel], graph_name: str,
     functions = functions or {}
     layouts = graph.meta.get("layouts", {})
     lines = [f"# minicomp wrapper for {graph_name}", "import torch",
-             "from minicomp.runtime.support import counters, empty, ensure_strides, tma_allocator", "",
+             "from minicomp.runtime.support import counters, eager_strided, empty, ensure_strides, tma_allocator", "",
              "tma_allocator()  # scratch memory for TMA descriptors made inside kernels" if _uses_tma(kernels) else "",
              "",
              "def call(args, kernels, externs):"]

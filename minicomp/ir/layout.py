@@ -16,16 +16,6 @@ def is_dense(shape, strides) -> bool:
     return True
 
 
-def is_non_overlapping(shape, strides) -> bool:
-    """No two elements share memory (gaps allowed: a padded row, an aligned slice)."""
-    extent = 1
-    for stride, size in sorted((st, sz) for st, sz in zip(strides, shape) if sz > 1):
-        if stride < extent:
-            return False
-        extent = stride * size
-    return True
-
-
 def buffer_strides(node: Node, layouts: dict) -> tuple[int, ...]:
     """Strides of a node that lives in memory: graph inputs and fallback results as PyTorch gives
     them, planned layouts (``layouts``) for graph results, contiguous for everything else."""

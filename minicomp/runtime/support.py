@@ -32,6 +32,22 @@ def ensure_strides(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
     return out
 
 
+def eager_strided(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
+    """``t`` laid out with the strides eager hands a fallback op: copied to them, gaps included (SDPA
+    wants its bias in aligned rows); dims eager broadcasts (stride 0) stay broadcast, over a copy of
+    one slice; where the rest would overlap, contiguous."""
+    if t.numel() <= 1 or all(a == b for a, b, n in zip(t.stride(), strides, t.shape) if n > 1):
+        return t
+    one = tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for st, n in zip(strides, t.shape))
+    base, rest = t[one], tuple(st if st else 1 for st in strides)
+    extent = 1
+    for stride, size in sorted((st, n) for st, n in zip(rest, base.shape) if n > 1):
+        if stride < extent:  # overlapping: no buffer has these strides
+            return t.contiguous()
+        extent = stride * size
+    return ensure_strides(base, rest).expand(t.shape)
+
+
 _COUNTERS: dict = {}
 _COUNTERS_LOCK = threading.Lock()
 
