@@ -346,17 +346,19 @@ COLUMNS = ("model", "batch", "dtype", "correct", "error", "eager_ms", "inductor_
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | batch | dtype | mode | eager ms | Inductor ms | minicomp ms | minicomp ÷ Inductor | "
+    lines = ["| model | batch | dtype | mode | eager ms | Inductor ms | minicomp ms | minicomp ÷ eager | minicomp ÷ Inductor | "
              "rel. error minicomp / Inductor | graphs | kernels | fallback ops | whole-graph fallbacks | "
              "cold compile s Inductor / minicomp |",
-             "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         wrong_m = "" if r.get("correct") else " ✗"
         wrong_i = "" if r.get("inductor_correct", True) else " ✗"
         speed = (r["minicomp_ms"] / r["inductor_ms"] if r.get("minicomp_ms") and r.get("inductor_ms") else None)
+        vs_eager = (r["minicomp_ms"] / r["eager_ms"] if r.get("minicomp_ms") and r.get("eager_ms") else None)
         lines.append(
             f"| {r['model']} | {r.get('batch')} | {r.get('dtype', '')} | {r.get('mode', '')} | {fmt(r.get('eager_ms'))} | "
-            f"{fmt(r.get('inductor_ms'))}{wrong_i} | {fmt(r.get('minicomp_ms'))}{wrong_m} | {fmt(speed, '.2f')} | "
+            f"{fmt(r.get('inductor_ms'))}{wrong_i} | {fmt(r.get('minicomp_ms'))}{wrong_m} | {fmt(vs_eager, '.2f')} | "
+            f"{fmt(speed, '.2f')} | "
             f"{fmt(r.get('minicomp_rel_error'), '.2g')} / {fmt(r.get('inductor_rel_error'), '.2g')} | "
             f"{fmt(r.get('graphs'), 'd')} | {fmt(r.get('kernels'), 'd')} | {len(r.get('fallback_ops') or [])} | "
             f"{len(r.get('whole_graph_fallbacks') or [])} | {fmt(r.get('inductor_compile_cold_s'), '.2f')} / {fmt(r.get('minicomp_compile_cold_s'), '.2f')} |")
