@@ -186,16 +186,9 @@ def run_inference(job: Job, device: str, bench, args: argparse.Namespace) -> dic
                 error = None if ok else f"mismatch: relative error {err:.3g} > {tol:g}"
                 variants[backend] = lambda c=compiled: c(**inputs)
             except Exception as e:  # noqa: BLE001 - a crashing model is a result, not the end of the run
-                traceback.print_exc(limit=-4)
-                ok, error = False, "crash: " + first_lines(e)
+                ok, error = crashed(e, device)
                 variants[backend] = None
-                if device_lost(device):
-                    raise DeviceLost(error) from e
-            if backend == "minicomp":
-                row["correct"], row["error"] = ok, error
-                row.update(graph_facts(graphs_since(before)))
-            else:
-                row["inductor_correct"], row["inductor_error"] = ok, error
+            record(row, backend, ok, error, before)
         row.update(times(variants, bench, args.rounds))
     return row
 
@@ -209,16 +202,26 @@ def float64_logits(spec, model, inputs: dict) -> torch.Tensor:
         return spec.logits(exact(**up)).double()
 
 
+def crashed(e: BaseException, device: str) -> tuple[bool, str]:
+    """A backend's crash as a row's result; one that lost the CUDA context ends this process's rows."""
+    traceback.print_exc(limit=-4)
+    error = "crash: " + first_lines(e)
+    if device_lost(device):
+        raise DeviceLost(error) from e
+    return False, error
+
+
+def record(row: dict, backend: str, ok: bool, error: str | None, before: minicomp.Report | None) -> None:
+    """A backend's verdict in the row; minicomp's with the facts of the graphs it compiled."""
+    if backend == "minicomp":
+        row["correct"], row["error"] = ok, error
+        row.update(graph_facts(minicomp.reports_since(before)))
+    else:
+        row["inductor_correct"], row["inductor_error"] = ok, error
+
+
 class DeviceLost(RuntimeError):
     """A crash left the CUDA context unusable: the rest of the run needs a new process."""
-
-
-def graphs_since(before: minicomp.Report | None) -> list[minicomp.Report]:
-    reports = minicomp.reports()
-    for i, r in enumerate(reports):
-        if r is before:
-            return reports[i + 1:]
-    return reports
 
 
 def graph_facts(reports: list[minicomp.Report]) -> dict:
@@ -272,17 +275,10 @@ def run_training(job: Job, device: str, bench, args: argparse.Namespace) -> dict
             ok = not wrong
             error = None if ok else f"{len(wrong)} wrong: " + "; ".join(wrong[:5]) + (" ..." if len(wrong) > 5 else "")
             variants[backend] = lambda c=compiled: step(c)
-        except Exception as e:  # noqa: BLE001
-            traceback.print_exc(limit=-4)
-            ok, error = False, "crash: " + first_lines(e)
+        except Exception as e:  # noqa: BLE001 - a crashing model is a result, not the end of the run
+            ok, error = crashed(e, device)
             variants[backend] = None
-            if device_lost(device):
-                raise DeviceLost(error) from e
-        if backend == "minicomp":
-            row["correct"], row["error"] = ok, error
-            row.update(graph_facts(graphs_since(before)))
-        else:
-            row["inductor_correct"], row["inductor_error"] = ok, error
+        record(row, backend, ok, error, before)
     row.update(times(variants, bench, args.rounds))
     return row
 

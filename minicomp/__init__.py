@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 
 from .compiler import MODES, PIPELINE, Options
-from .report import Report, report, reports
+from .report import Report, report, reports, reports_since
 
 __version__ = "0.1.0"
 
@@ -43,4 +43,4 @@ def _register_backend() -> None:
 
 _register_backend()
 
-__all__ = ["compile", "report", "reports", "Report", "Options", "PIPELINE", "MODES"]
+__all__ = ["compile", "report", "reports", "reports_since", "Report", "Options", "PIPELINE", "MODES"]

@@ -76,3 +76,11 @@ def report() -> Report | None:
 def reports() -> list[Report]:
     """Reports of the recently compiled graphs, oldest first."""
     return list(_reports)
+
+
+def reports_since(before: Report | None) -> list[Report]:
+    """The reports of the graphs compiled after ``before`` (``report()`` as it was then; None: all)."""
+    for i in range(len(_reports) - 1, -1, -1):
+        if _reports[i] is before:
+            return _reports[i + 1:]
+    return list(_reports)  # before is None (nothing compiled yet) or older than the kept 100

@@ -14,15 +14,6 @@ from benchmarks.model_zoo import ModelSpec, gradient_mismatches, relative_error
 FORWARD_RTOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 3e-2}
 
 
-def graphs_since(before: minicomp.Report | None) -> list[minicomp.Report]:
-    """The reports of the graphs compiled after ``before`` (the report that was latest then)."""
-    reports = minicomp.reports()
-    for i, r in enumerate(reports):
-        if r is before:
-            return reports[i + 1:]
-    return reports
-
-
 def assert_compiled_whole(reports: list[minicomp.Report], backward: bool = False) -> None:
     """minicomp compiled at least one graph (a backward graph too if asked) and none of them fell back
     to PyTorch whole."""
@@ -48,7 +39,7 @@ def check_forward(spec: ModelSpec, batch: int, device: str = "cpu", dtype: torch
     with torch.no_grad(), _dynamo_options(spec):
         expected = spec.logits(model(**inputs))
         actual = spec.logits(torch.compile(model, backend="minicomp")(**inputs))
-    reports = graphs_since(before)
+    reports = minicomp.reports_since(before)
     assert actual.shape == expected.shape and actual.dtype == expected.dtype, (actual.shape, expected.shape)
     assert actual.device == expected.device, (actual.device, expected.device)
     assert expected.isfinite().all()
@@ -72,7 +63,7 @@ def check_training_step(spec: ModelSpec, batch: int, device: str = "cpu") -> Non
         before = minicomp.report()
         actual = spec.training_loss(torch.compile(model, backend="minicomp"), inputs)
         actual.backward()
-    reports = graphs_since(before)
+    reports = minicomp.reports_since(before)
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
     mismatches = gradient_mismatches(reference, model)  # rtol 1e-3: twice the ops of the forward
     assert not mismatches, f"{spec.name}: {len(mismatches)} wrong gradient(s) or buffer(s):\n" + "\n".join(mismatches)

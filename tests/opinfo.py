@@ -119,16 +119,6 @@ def _compare(expected, actual, tol: dict = TOL) -> None:
             raise AssertionError(f"output {i}: {a!r}, eager {e!r}")
 
 
-def _reports_since(last) -> list:
-    """Reports recorded after ``last`` (``minicomp.report()`` taken earlier). ``reports()`` keeps
-    only the latest 100, so counting them does not work; find ``last`` by identity instead."""
-    reports = minicomp.reports()
-    for i in range(len(reports) - 1, -1, -1):
-        if reports[i] is last:
-            return reports[i + 1:]
-    return reports  # ``last`` is None (nothing compiled yet) or rotated out
-
-
 class _DynamoFallbacks(logging.Handler):
     """Collects Dynamo's graph-break warnings (e.g. "Backend compiler `minicomp` failed with
     <data-dependent op>. Adding a graph break."): the code then runs eagerly, unseen by minicomp."""
@@ -234,7 +224,7 @@ def _check_grad(op, sample, where: str) -> tuple[str, str] | None:
                     raise AssertionError(f"grad of input {i}: {_mismatch(err)}") from None
     except Exception as e:  # noqa: BLE001
         return "wrong", f"{_first_line(e)} [{where}]"
-    new = _reports_since(before)
+    new = minicomp.reports_since(before)
     notes = [f"dynamo: {r}" for r in dynamo.reasons] + [f"whole graph: {r.whole_graph_fallback}"
                                                         for r in new if r.whole_graph_fallback]
     if not new and not dynamo.reasons:
@@ -285,7 +275,7 @@ def check_op(opinfo, max_samples: int = 3, grad_samples: int | None = None) -> R
                         actual = minicomp.compile(fn)(*_clone(args))
                 except Exception as e:  # noqa: BLE001
                     return Result("crash", f"{_first_line(e)} [{where}]")
-                new = _reports_since(before)
+                new = minicomp.reports_since(before)
             try:
                 _compare(expected, actual)
             except Exception as e:  # noqa: BLE001

@@ -7,7 +7,6 @@ import time
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -16,23 +15,12 @@ from minicomp.backend import decompositions
 from minicomp.compiler import CompiledGraph, Options
 from minicomp.passes import gemm_choice
 
-
-class UnrolledCell(nn.Module):
-    """``h = tanh(W h + b)``, ``steps`` times: Dynamo unrolls the loop into one graph of equal steps."""
-
-    def __init__(self, steps: int, d: int = 8):
-        super().__init__()
-        self.steps, self.cell = steps, nn.Linear(d, d)
-
-    def forward(self, h):
-        for _ in range(self.steps):
-            h = torch.tanh(self.cell(h))
-        return h
+from benchmarks.compile_time import UnrolledCell
 
 
 def test_unrolled_cell_compiles_one_kernel_for_its_equal_steps(cache_dir):
     steps = 20
-    model = UnrolledCell(steps)
+    model = UnrolledCell(steps, d=8)
     h = torch.randn(2, 8, requires_grad=True)
     expected = model(h)
     expected.sum().backward()
@@ -67,7 +55,7 @@ def test_unrolled_cell_compiles_one_kernel_for_its_equal_steps(cache_dir):
 
 
 def test_shared_kernel_dump_and_wrapper_name_every_launch(tmp_path):
-    model = UnrolledCell(3)
+    model = UnrolledCell(3, d=8)
     with torch.no_grad():
         expected = model(h := torch.randn(2, 8))
         actual = minicomp.compile(model, dump_dir=str(tmp_path))(h)

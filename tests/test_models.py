@@ -22,7 +22,7 @@ import torch.nn.functional as F
 import minicomp
 from benchmarks import model_zoo as zoo
 from benchmarks.model_zoo import gradient_mismatches
-from tests.model_checks import assert_compiled_whole, check_forward, check_training_step, graphs_since
+from tests.model_checks import assert_compiled_whole, check_forward, check_training_step
 from tests.utils import compile_and_compare
 
 BATCH = 2
@@ -107,7 +107,7 @@ def test_attention_idiom_forward_and_gradients(fn, shapes):
     actual = torch.autograd.grad(minicomp.compile(fn)(*twins), twins, cotangent)
     for a, e in zip(actual, expected):
         torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-5)
-    assert_compiled_whole(graphs_since(before), backward=True)
+    assert_compiled_whole(minicomp.reports_since(before), backward=True)
 
 
 def test_bf16_mask_cast_feeding_two_kernels():
@@ -150,4 +150,4 @@ def test_training_step_compiled_as_one_function():
     actual = torch.compile(step, backend="minicomp")(model)
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
     assert gradient_mismatches(reference, model) == []
-    assert_compiled_whole(graphs_since(before), backward=True)
+    assert_compiled_whole(minicomp.reports_since(before), backward=True)

@@ -89,8 +89,7 @@ def compare_gradients(fn, *args, requires_grad: list[bool] | None = None, seed: 
     expected, expected_grads = run(fn)
     before = minicomp.report()
     actual, actual_grads = run(minicomp.compile(fn))
-    reports = minicomp.reports()
-    reports = reports[next((i + 1 for i in range(len(reports) - 1, -1, -1) if reports[i] is before), 0):]
+    reports = minicomp.reports_since(before)
     assert reports, "no graph reached minicomp"
     for r in reports:
         assert r.whole_graph_fallback is None, f"{r.graph}: {r.whole_graph_fallback}"
