@@ -6,6 +6,8 @@ graphs work without symbolic kernels.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import itertools
 import os
 import re
@@ -59,6 +61,19 @@ _graph_ids = itertools.count()
 class MinicompError(RuntimeError):
     """minicomp could not compile a graph (raised only under ``MINICOMP_STRICT=1``; otherwise the
     graph runs in PyTorch and the report says why)."""
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Compiling allocates many small objects that live until it ends: the collector's full passes
+    over them were ~28% of compiling a 1,000-step unrolled cell (CPU profile)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _unsupported_devices(args) -> str | None:
@@ -118,7 +133,8 @@ class CompiledGraph:
         fn = self._specializations.get(key)
         if fn is not None:
             return fn(args)
-        fn, art, rep = self._compile(list(args))
+        with _gc_paused():
+            fn, art, rep = self._compile(list(args))
         self._specializations[key] = fn
         if rep.whole_graph_fallback is not None:
             return fn(args)
