@@ -152,6 +152,8 @@ class CompiledGraph:
         warning (``MINICOMP_STRICT=1``: raise a ``MinicompError`` instead)."""
         reason = f"{stage}: {type(error).__name__}: {error}"
         if self.options.strict:
+            if isinstance(error, MinicompError):  # already says what failed
+                raise error
             raise MinicompError(f"MINICOMP_STRICT: {self.name} failed at {reason}") from error
         rep.whole_graph_fallback = reason
         warnings.warn(f"minicomp: {self.name} runs in PyTorch ({reason.splitlines()[0][:300]})")
@@ -186,10 +188,6 @@ class CompiledGraph:
             fn, art = self._build(args, dump, rep, self._gemm_choices(args))
         except validation.ValidationError:
             raise
-        except MinicompError as e:
-            if self.options.strict:
-                raise
-            fn = self._fall_back(rep, "compile", e)
         except Exception as e:  # noqa: BLE001 - never fail the user's model: run this graph in PyTorch
             fn = self._fall_back(rep, "compile", e)
         rep.compile_seconds = time.perf_counter() - start

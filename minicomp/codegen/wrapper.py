@@ -62,7 +62,7 @@ def _extern_input(node: Node, strides, layouts) -> str:
     expr = value_expr(node, layouts)
     if strides is None or len(strides) != len(node.shape):
         return expr
-    have = buffer_strides(node, layouts) if node.op != "view" else (view_as_strided(node, layouts) or [strides])[0]
+    have = view_as_strided(node, layouts)[0] if node.op == "view" else buffer_strides(node, layouts)
     if all(a == b for a, b, n in zip(have, strides, node.shape) if n > 1):
         return expr
     return f"eager_strided({expr}, {tuple(strides)})"

@@ -112,7 +112,7 @@ class Lowering:
         reason = self._unsupported_inputs(args, kwargs) or self._cpu_result()
         if reason is None and self.device.type == "cuda":  # a CPU scalar tensor feeding GPU work
             args, kwargs = map_tree((args, kwargs), self._on_gpu)
-            start = len(self.graph.nodes)
+            start = len(self.graph.nodes)  # the copies stay if the rule declines
         fn = RULES.get(target) or RULES.get(getattr(target, "overloadpacket", None))
         if reason is None and fn is None:
             reason = "no lowering rule"
@@ -257,15 +257,13 @@ class Lowering:
 
     def factory_device(self, device=None) -> torch.device:
         """Where a factory op's result lives: the device the traced graph recorded for it, else its
-        ``device=`` argument, else the device of the graph's inputs (never CPU by default: a CPU
-        tensor handed to a GPU kernel crashes it)."""
+        ``device=`` argument, else the graph's device (never CPU by default: a CPU tensor handed to a
+        GPU kernel crashes it)."""
         val = self.node.meta.get("val")
         val = val[0] if isinstance(val, (tuple, list)) and val else val
         if isinstance(val, torch.Tensor):
             return val.device
-        if device is not None:
-            return torch.device(device)
-        return next((n.type.device for n in self.graph.inputs), torch.device("cpu"))
+        return torch.device(device) if device is not None else self.device
 
     def iota(self, shape, dim: int, dtype: torch.dtype, device) -> Node:
         """The coordinate along ``dim`` at every element of ``shape`` (arange, window positions)."""
