@@ -18,8 +18,8 @@ error is recorded alongside as a yardstick); in float32, a larger difference is 
 in float64 (no TF32): correct when no more than twice eager's own error from it (cuDNN's LSTM runs
 TF32 in eager; both compilers trace it into plain ops). Times: median of ``--rounds`` interleaved rounds of
 ``triton.testing.do_bench`` (median mode) over plain calls, no CUDA graphs. Cold compile: the first
-call's wall time (Dynamo + AOTAutograd + compile + first run) in this process, after
-``torch._dynamo.reset()`` and with fresh, empty ``MINICOMP_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR`` and
+call's wall time (Dynamo + AOTAutograd + compile + first run; median of ``--compile-runs``, default 1)
+in this process, after ``torch._dynamo.reset()`` and with fresh, empty ``MINICOMP_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR`` and
 ``TRITON_CACHE_DIR`` folders for the row; one-time start-up (imports, Inductor's compile workers) is paid
 by a warm-up compile before the first row. Inductor's compile workers, started then, keep their own
 Triton cache for the whole run: a kernel identical to one of an earlier row (the same model at another
@@ -141,6 +141,28 @@ def timed_first_call(fn: Callable[[], object], device: str) -> tuple[object, flo
     return out, time.perf_counter() - t0
 
 
+def cold_compiles(compile_: Callable[[], Callable], call: Callable[[Callable], object], device: str,
+                  runs: int) -> tuple[Callable, object, list[float], minicomp.Report | None]:
+    """``runs`` cold first calls of a freshly compiled model: before each one after the first, Dynamo is
+    reset and the cache folders are new (empty). Returns the last compiled model, its first output,
+    every run's seconds (the row reports their median) and minicomp's last report before the last run
+    (the row's graph facts come from that run alone)."""
+    seconds = []
+    for run in range(runs):
+        if run:
+            torch._dynamo.reset()
+            os.environ.update({var: f"{os.environ[var]}-{run}" for var in CACHE_ENV})
+        before = minicomp.report()
+        compiled = compile_()
+        out, s = timed_first_call(lambda: call(compiled), device)
+        seconds.append(round(s, 3))
+    return compiled, out, seconds, before
+
+
+def median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
 def device_lost(device: str) -> bool:
     """After a crash: is the CUDA context still usable (an illegal address poisons it for good)?"""
     if device != "cuda":
@@ -170,12 +192,13 @@ def run_inference(job: Job, device: str, bench, args: argparse.Namespace) -> dic
         variants: dict[str, Callable[[], object] | None] = {"eager": lambda: model(**inputs)}
         backends = ([] if args.no_inductor else ["inductor"]) + ["minicomp"]
         for backend in backends:
-            compiled = torch.compile(model) if backend == "inductor" else torch.compile(model, backend="minicomp")
             before = minicomp.report()
             try:
-                out, seconds = timed_first_call(lambda: compiled(**inputs), device)
+                compiled, out, seconds, before = cold_compiles(
+                    lambda: torch.compile(model) if backend == "inductor" else torch.compile(model, backend="minicomp"),
+                    lambda c: c(**inputs), device, args.compile_runs)
                 err = zoo.relative_error(spec.logits(out).float(), expected.float())
-                row[f"{backend}_compile_cold_s"] = round(seconds, 3)
+                row[f"{backend}_compile_cold_s"], row[f"{backend}_compile_cold_runs_s"] = median(seconds), seconds
                 row[f"{backend}_rel_error"] = float(f"{err:.3g}")
                 ok = err <= tol
                 if not ok and dtype == torch.float32:  # eager itself may be the inexact one (cuDNN's TF32)
@@ -263,11 +286,12 @@ def run_training(job: Job, device: str, bench, args: argparse.Namespace) -> dict
     backends = ([] if args.no_inductor else ["inductor"]) + ["minicomp"]
     for backend in backends:
         model = copy.deepcopy(reference)
-        compiled = torch.compile(model) if backend == "inductor" else torch.compile(model, backend="minicomp")
         before = minicomp.report()
         try:
-            loss, seconds = timed_first_call(lambda: step(compiled), device)
-            row[f"{backend}_compile_cold_s"] = round(seconds, 3)
+            compiled, loss, seconds, before = cold_compiles(
+                lambda: torch.compile(model) if backend == "inductor" else torch.compile(model, backend="minicomp"),
+                step, device, args.compile_runs)
+            row[f"{backend}_compile_cold_s"], row[f"{backend}_compile_cold_runs_s"] = median(seconds), seconds
             row[f"{backend}_rel_error"] = float(f"{zoo.relative_error(loss, expected):.3g}")
             wrong = zoo.gradient_mismatches(reference, model)
             if row[f"{backend}_rel_error"] > 1e-4:
@@ -371,7 +395,8 @@ def markdown(meta: dict, rows: list[dict], args: argparse.Namespace) -> str:
             f"Times: {timer}, under `torch.no_grad()` (training rows: forward + backward). ✗: minicomp's (or "
             f"Inductor's) logits differ from eager's by more than the relative error ‖a − b‖/‖b‖ allowed for the "
             f"dtype ({tol}), or a training step's gradients differ, or it crashed (notes). Cold compile: the "
-            "first call's seconds with fresh cache folders and a reset Dynamo, in this process.", ""]
+            f"first call's seconds with fresh cache folders and a reset Dynamo, in this process (median of "
+            f"{args.compile_runs} per backend).", ""]
     notes = ["", "Notes: minicomp's fallback ops (with counts), whole-graph fallbacks and errors."]
     for r in rows:
         label = f"`{r['model']}` b{r.get('batch')} {r.get('mode', '')}"
@@ -415,6 +440,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default=str(RESULTS), help="folder for the results (default benchmarks/results)")
     p.add_argument("--tag", default=None, help="appended to the file names: <date>-models-TAG.md")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny configs, perf_counter timing")
+    p.add_argument("--compile-runs", type=int, default=1,
+                   help="cold compiles per backend and row (fresh caches, Dynamo reset); the median is reported")
     p.add_argument("--skip", type=int, default=0, help=argparse.SUPPRESS)  # a child: rows already measured
     p.add_argument("--rows-to", default=None, help=argparse.SUPPRESS)      # a child: write the rows there
     args = p.parse_args(argv)
