@@ -153,7 +153,8 @@ SPELLINGS: dict[str, Spelling] = {
     "exp": _call("tl.exp"), "exp2": _call("tl.exp2"), "expm1": _helper("_expm1"), "log": _call("tl.log"),
     "log2": _call("tl.log2"), "log1p": _helper("_log1p"), "rsqrt": _call("tl.rsqrt"),
     "sqrt": lambda o: f"tl.sqrt_rn({o.a[0]})" if o.in_dtype == torch.float32 else f"tl.sqrt({o.a[0]})",
-    "sin": _call("tl.sin"), "cos": _call("tl.cos"), "tanh": _helper("_tanh"), "erf": _call("tl.erf"),
+    "sin": _call("tl.sin"), "cos": _call("tl.cos"), "tan": lambda o: f"tl.sin({o.a[0]}) / tl.cos({o.a[0]})",
+    "tanh": _helper("_tanh"), "erf": _call("tl.erf"),
     "sigmoid": lambda o: (o.helper("_sigmoid", [o.a[0], "INTERPRETED"]) if o.in_dtype == torch.float32
                           else f"1.0 / (1.0 + tl.exp(-{o.a[0]}))"),
     "relu": lambda o: f"tl.where({o.a[0]} < 0, 0, {o.a[0]})", "gelu": _gelu,

@@ -81,6 +81,7 @@ OPS: dict[str, OpDef] = _ops(
     _unary("log2", torch.log2), _unary("log1p", torch.log1p, transcendental=True),
     _unary("sqrt", torch.sqrt), _unary("rsqrt", torch.rsqrt),
     _unary("sin", torch.sin, transcendental=True), _unary("cos", torch.cos, transcendental=True),
+    _unary("tan", torch.tan, transcendental=True),
     _unary("tanh", torch.tanh, transcendental=True), _unary("sigmoid", torch.sigmoid, transcendental=True),
     _unary("erf", torch.erf, transcendental=True), _unary("relu", torch.relu, NUMBER),
     _unary("gelu", _gelu, transcendental=True),
