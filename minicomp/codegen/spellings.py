@@ -2,7 +2,7 @@
 
 A spelling returns an expression, which the printer casts to the result's dtype
 (``v = (expr).to(tl.float32)``); a ``Typed`` expression, already of that dtype, printed as it is; or
-a list of statements that assign ``operands.var`` themselves (``cat``). Variants by dtype (an integer
+a list of statements that assign the statement's variable themselves (``cat``). Variants by dtype (an integer
 floor division, an fp32-only fast path) live inside an op's spelling; math that ``tl`` lacks calls
 a helper of ``codegen/helpers.py`` through ``operands.helper``, which prints it with the kernel.
 """
@@ -37,7 +37,7 @@ class Operands:
         return self.stmt.dtype
 
     @property
-    def float(self) -> bool:
+    def floating(self) -> bool:
         return is_float(self.in_dtype)
 
     def helper(self, name: str, args) -> str:
@@ -72,7 +72,7 @@ def _infix(symbol: str) -> Spelling:
 
 
 def _call(name: str) -> Spelling:
-    """``name(x)``: a ``tl`` function or a helper of one argument."""
+    """``name(x)``: a ``tl`` function of one argument."""
     return lambda o: f"{name}({o.a[0]})"
 
 
@@ -81,7 +81,7 @@ def _helper(name: str) -> Spelling:
 
 
 def _float_or_int(on_float: Spelling, on_int: Spelling) -> Spelling:
-    return lambda o: on_float(o) if o.float else on_int(o)
+    return lambda o: on_float(o) if o.floating else on_int(o)
 
 
 def _gelu(o: Operands) -> str:
@@ -141,7 +141,7 @@ SPELLINGS: dict[str, Spelling] = {
     "floordiv": _float_or_int(lambda o: f"tl.math.floor({o.a[0]} / {o.a[1]})",
                               lambda o: o.helper("_floordiv_int", o.blocks)),
     "truncdiv": _float_or_int(lambda o: o.helper("_trunc", [f"{o.a[0]} / {o.a[1]}"]), _infix("//")),
-    "remainder": lambda o: o.helper("_remainder_float" if o.float else "_remainder_int", o.blocks),
+    "remainder": lambda o: o.helper("_remainder_float" if o.floating else "_remainder_int", o.blocks),
     "fmod": _float_or_int(lambda o: o.helper("_fmod_float", o.blocks), _infix("%")),
     "pow": lambda o: o.helper("_pow", o.blocks),
     "maximum": _float_or_int(lambda o: o.helper("_max_nan", o.blocks), lambda o: f"tl.maximum({o.a[0]}, {o.a[1]})"),
