@@ -31,7 +31,8 @@ class OpDef:
     ref: Callable | None
     result: str = "same"
     accepts: frozenset = NUMBER
-    transcendental: bool = False            # MUFU work per element: a heavy GEMM epilogue
+    transcendental: bool = False            # MUFU work per element: a heavy GEMM epilogue (log2, sqrt,
+                                            # rsqrt not counted, as when the heuristic was measured)
     cheap: bool = False                     # cheap enough to recompute on every tile of a GEMM operand
     positional: bool = False                # its value depends on the element's coordinate (cat, iota)
     internal: bool = False                  # made by lowering helpers for many aten ops, none its own
