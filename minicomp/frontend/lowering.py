@@ -15,9 +15,8 @@ import torch
 import torch.fx as fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO, elementwise_dtypes
 
-from ..ir import views
+from ..ir import ops, views
 from ..ir.graph import Graph, Node, Scalar
-from ..ir.ops import BOOL_RESULT
 from ..ir.layout import is_dense
 from ..ir.types import SUPPORTED_DTYPES, TensorType, contiguous_strides, is_float
 
@@ -281,7 +280,7 @@ class Lowering:
             raise Unsupported("elementwise op on scalars only")
         metas = [self.meta(a) if isinstance(a, Node) else a for a in args]
         compute, result = elementwise_dtypes(*metas, type_promotion_kind=kind)
-        if fn in BOOL_RESULT or kind == PROMO.ALWAYS_BOOL:
+        if ops.OPS[fn].result == "bool" or kind == PROMO.ALWAYS_BOOL:
             compute = torch.promote_types(compute, compute) if kind != PROMO.ALWAYS_BOOL else \
                 elementwise_dtypes(*metas, type_promotion_kind=PROMO.DEFAULT)[0]
         shape = torch.broadcast_shapes(*[n.shape for n in nodes])
@@ -290,7 +289,7 @@ class Lowering:
         if compute == torch.bool:  # on bools, + and max are "or", * and min are "and"
             fn = {"add": "logical_or", "maximum": "logical_or", "mul": "logical_and",
                   "minimum": "logical_and"}.get(fn, fn)
-        out_dtype = torch.bool if fn in BOOL_RESULT else compute
+        out_dtype = ops.result_dtype(fn, compute, params)
         out = self.graph.pointwise(fn, ir_args, out_dtype, **params)
         return self.cast(out, result)
 

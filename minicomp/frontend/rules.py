@@ -54,7 +54,7 @@ for _fn, _ops in {
 
 for _fn, _op in {
     "exp": aten.exp, "exp2": aten.exp2, "expm1": aten.expm1, "log": aten.log, "log2": aten.log2,
-    "log1p": aten.log1p, "sqrt": aten.sqrt, "rsqrt": aten.rsqrt, "sin": aten.sin, "cos": aten.cos,
+    "log1p": aten.log1p, "sqrt": aten.sqrt, "rsqrt": aten.rsqrt, "sin": aten.sin, "cos": aten.cos, "tan": aten.tan,
     "tanh": aten.tanh, "sigmoid": aten.sigmoid, "erf": aten.erf, "reciprocal": aten.reciprocal,
 }.items():
     rule(_op.default)(_unary(_fn, PROMO.INT_TO_FLOAT))

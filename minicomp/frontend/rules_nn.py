@@ -15,7 +15,7 @@ import torch
 
 from ..ir.expr import Affine, Range, index_vars, linear_index, unravel
 from ..ir.graph import Node, Scalar
-from ..ir.ops import BOOL_RESULT
+from ..ir import ops
 from ..ir.types import contiguous_strides, is_float
 from .lowering import Unsupported, _coerce, _opmath, aten, rule
 from .rules import _clamp, _moments
@@ -39,7 +39,7 @@ class _Math:
                 ir_args.append(a if keep else self.L.cast(a, dtype))
             else:
                 ir_args.append(Scalar(_coerce(a, dtype), dtype))
-        return self.L.graph.pointwise(fn, ir_args, torch.bool if fn in BOOL_RESULT else dtype)
+        return self.L.graph.pointwise(fn, ir_args, ops.result_dtype(fn, dtype))
 
     def where(self, cond: Node, a, b) -> Node:
         return self("where", cond, a, b)

@@ -7,28 +7,25 @@ import torch
 
 from .expr import evaluate, index_vars
 from .graph import Graph, Node, Scalar, indirect_vars
-from .ops import POINTWISE, reduce_ref, scan_ref
+from .ops import OPS, reduce_ref, scan_ref
 
 
-def _pointwise(node: Node, env) -> torch.Tensor:
+def eval_pointwise(node: Node, env) -> torch.Tensor:
+    """The value of pointwise ``node`` by its op's reference (``ops.OPS``), its input nodes' values
+    read from ``env``; computed in the dtypes of its inputs, then cast to the node's dtype."""
     fn, params = node.attrs["fn"], node.attrs["params"]
     args = [env[a] if isinstance(a, Node) else a.value for a in node.attrs["args"]]
-    if fn == "cat":
-        dim, bounds = params["dim"], params["bounds"]
-        return torch.cat([a.narrow(dim, lo, hi - lo) for a, (lo, hi) in zip(args, bounds)], dim)
-    if fn == "iota":
+    if fn == "iota":  # no inputs: the coordinate along ``dim``
         dim, shape = params["dim"], node.shape
         coords = torch.arange(shape[dim]).reshape([-1 if d == dim else 1 for d in range(len(shape))])
         return coords.expand(shape).to(node.dtype)
-    if fn == "where":
-        c, a, b = args
-        a = a if isinstance(a, torch.Tensor) else torch.tensor(a, dtype=node.dtype)
-        b = b if isinstance(b, torch.Tensor) else torch.tensor(b, dtype=node.dtype)
-        return torch.where(c, a, b).to(node.dtype)
     tensors = [a if isinstance(a, torch.Tensor) else
                torch.tensor(a, dtype=s.dtype) for a, s in zip(args, node.attrs["args"])]
-    out = POINTWISE[fn](*tensors, **params)
+    out = OPS[fn].ref(*tensors, **params)
     return out.to(node.dtype).expand(node.shape)
+
+
+_pointwise = eval_pointwise  # the old name, still imported by passes/simplify.py
 
 
 def _view(node: Node, x: torch.Tensor) -> torch.Tensor:
@@ -76,7 +73,7 @@ def run(graph: Graph, args: list) -> list:
         elif op == "constant":
             env[node] = node.attrs["value"]
         elif op == "pointwise":
-            env[node] = _pointwise(node, env)
+            env[node] = eval_pointwise(node, env)
         elif op == "reduce":
             env[node] = reduce_ref(node.attrs["fn"], env[node.inputs[0]], node.attrs["axes"])
         elif op == "scan":
@@ -101,4 +98,4 @@ def run(graph: Graph, args: list) -> list:
     raise ValueError("graph has no output node")
 
 
-__all__ = ["run", "Scalar"]
+__all__ = ["run", "eval_pointwise", "Scalar"]

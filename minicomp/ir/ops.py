@@ -1,49 +1,125 @@
 """The op vocabulary of the IR, with reference semantics in torch (used by the interpreter).
 
-Pointwise fns compute in the dtype of their inputs: lowering has already inserted the casts
-PyTorch's type promotion implies, so every fn here is dtype-preserving except the ones that
-produce bool (comparisons, logical ops, isnan) and ``cast``.
+Every pointwise op is one ``OpDef`` in ``OPS``: its arity, its reference function, the dtype of its
+result and the traits passes ask about. Pointwise fns compute in the dtype of their inputs: lowering
+has already inserted the casts PyTorch's type promotion implies, so every fn is dtype-preserving
+except the ones that produce bool (comparisons, logical ops, isnan) and ``cast``.
+
+Reductions and scans keep their small reference functions below (``reduce_ref``, ``scan_ref``).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
+
+FLOAT, INT, BOOL = frozenset({"float"}), frozenset({"int"}), frozenset({"bool"})
+NUMBER, ANY = FLOAT | INT, FLOAT | INT | BOOL
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One pointwise op of the IR.
+
+    ``ref(*inputs, **params)`` computes it on torch tensors (None: the interpreter computes it from
+    the node's position, as for ``iota``). ``result`` is the dtype rule: ``"same"`` (the dtype it
+    computes in: its inputs', or the values' for ``where``), ``"bool"``, or ``"to"`` (the ``to``
+    param). ``accepts``: the input dtype kinds it is defined on (``"float"``, ``"int"``, ``"bool"``)."""
+    name: str
+    arity: int | None                       # inputs (nodes or scalars); None: any number (cat)
+    ref: Callable | None
+    result: str = "same"
+    accepts: frozenset = NUMBER
+    transcendental: bool = False            # MUFU work per element: a heavy GEMM epilogue (log2, sqrt,
+                                            # rsqrt not counted, as when the heuristic was measured)
+    cheap: bool = False                     # cheap enough to recompute on every tile of a GEMM operand
+    positional: bool = False                # its value depends on the element's coordinate (cat, iota)
+    internal: bool = False                  # made by lowering helpers for many aten ops, none its own
+
 
 def _gelu(x, approximate="none"):
     return torch.nn.functional.gelu(x, approximate=approximate)
 
 
-POINTWISE: dict[str, callable] = {
-    # arithmetic
-    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.div,
-    "floordiv": lambda a, b: torch.div(a, b, rounding_mode="floor"),
-    "truncdiv": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
-    "remainder": torch.remainder, "fmod": torch.fmod, "pow": torch.pow,
-    "maximum": torch.maximum, "minimum": torch.minimum,
-    "neg": torch.neg, "abs": torch.abs, "reciprocal": torch.reciprocal, "sign": torch.sign,
-    "floor": torch.floor, "ceil": torch.ceil, "trunc": torch.trunc, "round": torch.round,
-    # transcendental
-    "exp": torch.exp, "exp2": torch.exp2, "expm1": torch.expm1, "log": torch.log, "log2": torch.log2,
-    "log1p": torch.log1p, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "sin": torch.sin, "cos": torch.cos,
-    "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf, "relu": torch.relu, "gelu": _gelu,
-    # comparisons and logic (results are bool)
-    "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
-    "isnan": torch.isnan, "isinf": torch.isinf,
-    "logical_and": torch.logical_and, "logical_or": torch.logical_or,
-    "logical_xor": torch.logical_xor, "logical_not": torch.logical_not,
-    "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or,
-    "bitwise_xor": torch.bitwise_xor, "bitwise_not": torch.bitwise_not,
-    # selection and conversion
-    "where": torch.where,
-    "cast": lambda x, to: x.to(to),
-    "identity": lambda x: x,
-    # position-dependent: pieces of a concatenation, selected by the coordinate along ``dim``
-    "cat": None,
-    # position-dependent: the coordinate along ``dim`` (no inputs; arange and index arithmetic)
-    "iota": None,
-}
+def _cat(*pieces, dim, bounds):
+    """Piece k holds the result's elements at ``bounds[k][0] <= coordinate < bounds[k][1]`` along ``dim``."""
+    return torch.cat([p.narrow(dim, lo, hi - lo) for p, (lo, hi) in zip(pieces, bounds)], dim)
 
-BOOL_RESULT = {"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf",
-               "logical_and", "logical_or", "logical_xor", "logical_not"}
+
+def _ops(*defs: OpDef) -> dict[str, OpDef]:
+    return {d.name: d for d in defs}
+
+
+def _unary(name, ref, accepts=FLOAT, **traits) -> OpDef:
+    return OpDef(name, 1, ref, accepts=accepts, **traits)
+
+
+def _binary(name, ref, accepts=NUMBER, **traits) -> OpDef:
+    return OpDef(name, 2, ref, accepts=accepts, **traits)
+
+
+def _compare(name, ref) -> OpDef:
+    return OpDef(name, 2, ref, result="bool", accepts=ANY)
+
+
+OPS: dict[str, OpDef] = _ops(
+    # arithmetic
+    _binary("add", torch.add, cheap=True), _binary("sub", torch.sub, cheap=True),
+    _binary("mul", torch.mul, cheap=True), _binary("truediv", torch.div, FLOAT, cheap=True),
+    _binary("floordiv", lambda a, b: torch.div(a, b, rounding_mode="floor")),
+    _binary("truncdiv", lambda a, b: torch.div(a, b, rounding_mode="trunc")),
+    _binary("remainder", torch.remainder), _binary("fmod", torch.fmod),
+    _binary("pow", torch.pow, FLOAT, transcendental=True),
+    _binary("maximum", torch.maximum), _binary("minimum", torch.minimum),
+    _unary("neg", torch.neg, NUMBER, cheap=True), _unary("abs", torch.abs, NUMBER),
+    _unary("reciprocal", torch.reciprocal), _unary("sign", torch.sign, NUMBER),
+    _unary("floor", torch.floor), _unary("ceil", torch.ceil), _unary("trunc", torch.trunc),
+    _unary("round", torch.round),
+    # transcendental
+    _unary("exp", torch.exp, transcendental=True), _unary("exp2", torch.exp2, transcendental=True),
+    _unary("expm1", torch.expm1, transcendental=True), _unary("log", torch.log, transcendental=True),
+    _unary("log2", torch.log2), _unary("log1p", torch.log1p, transcendental=True),
+    _unary("sqrt", torch.sqrt), _unary("rsqrt", torch.rsqrt),
+    _unary("sin", torch.sin, transcendental=True), _unary("cos", torch.cos, transcendental=True),
+    _unary("tan", torch.tan, transcendental=True),
+    _unary("tanh", torch.tanh, transcendental=True), _unary("sigmoid", torch.sigmoid, transcendental=True),
+    _unary("erf", torch.erf, transcendental=True), _unary("relu", torch.relu, NUMBER),
+    _unary("gelu", _gelu, transcendental=True),
+    # comparisons and logic (results are bool)
+    _compare("eq", torch.eq), _compare("ne", torch.ne), _compare("lt", torch.lt),
+    _compare("le", torch.le), _compare("gt", torch.gt), _compare("ge", torch.ge),
+    OpDef("isnan", 1, torch.isnan, result="bool", accepts=FLOAT),
+    OpDef("isinf", 1, torch.isinf, result="bool", accepts=FLOAT),
+    _compare("logical_and", torch.logical_and), _compare("logical_or", torch.logical_or),
+    _compare("logical_xor", torch.logical_xor),
+    OpDef("logical_not", 1, torch.logical_not, result="bool", accepts=ANY),
+    _binary("bitwise_and", torch.bitwise_and, INT | BOOL), _binary("bitwise_or", torch.bitwise_or, INT | BOOL),
+    _binary("bitwise_xor", torch.bitwise_xor, INT | BOOL), _unary("bitwise_not", torch.bitwise_not, INT | BOOL),
+    # selection and conversion
+    OpDef("where", 3, torch.where, accepts=ANY),
+    OpDef("cast", 1, lambda x, to: x.to(to), result="to", accepts=ANY, cheap=True),
+    OpDef("identity", 1, lambda x: x, accepts=ANY, cheap=True, internal=True),
+    # position-dependent: pieces of a concatenation, selected by the coordinate along ``dim``
+    OpDef("cat", None, _cat, accepts=ANY, positional=True, internal=True),
+    # position-dependent: the coordinate along ``dim`` (no inputs; arange and index arithmetic)
+    OpDef("iota", 0, None, accepts=NUMBER, positional=True, internal=True),
+)
+
+
+def result_dtype(fn: str, dtype: torch.dtype, params: dict | None = None) -> torch.dtype:
+    """The dtype of ``fn``'s result when it computes in ``dtype`` (with ``params``, for ``cast``)."""
+    rule = OPS[fn].result
+    if rule == "bool":
+        return torch.bool
+    return params["to"] if rule == "to" else dtype
+
+
+def dtype_kind(dtype: torch.dtype) -> str:
+    """``"float"``, ``"int"`` or ``"bool"``: the kinds ``OpDef.accepts`` names."""
+    if dtype == torch.bool:
+        return "bool"
+    return "float" if dtype.is_floating_point else "int"
 
 
 def reduce_ref(fn: str, x: torch.Tensor, axes: tuple[int, ...]) -> torch.Tensor:

@@ -5,7 +5,7 @@ import torch
 
 from .expr import Affine, index_vars
 from .graph import Graph, Node
-from .ops import POINTWISE, REDUCTIONS, SCANS
+from .ops import OPS, REDUCTIONS, SCANS
 from .types import FLOAT_DTYPES, TensorType
 
 
@@ -38,7 +38,15 @@ def _unknown(node: Node) -> None:
 class _RULES:
     @staticmethod
     def pointwise(node: Node) -> None:
-        _check(node.attrs["fn"] in POINTWISE, f"{node.name}: unknown pointwise fn {node.attrs['fn']}")
+        fn = node.attrs["fn"]
+        _check(fn in OPS, f"{node.name}: unknown pointwise fn {fn}")
+        op, args = OPS[fn], node.attrs["args"]
+        _check(op.arity is None or len(args) == op.arity, f"{node.name}: {fn} takes {op.arity} args, not {len(args)}")
+        if op.result == "bool":
+            _check(node.dtype == torch.bool, f"{node.name}: {fn} gives bool, not {node.dtype}")
+        elif op.result == "to":
+            _check(node.dtype == node.attrs["params"]["to"], f"{node.name}: {fn} to {node.attrs['params']['to']} "
+                   f"gives {node.dtype}")
         for i in node.inputs:
             _check(i.shape == node.shape, f"{node.name}: input {i.name} shape {i.shape} != {node.shape}")
 

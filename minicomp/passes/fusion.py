@@ -27,6 +27,7 @@ from ..ir.expr import Affine, Var, index_vars, linear_index, unravel
 from ..ir.types import contiguous_strides
 from ..ir.graph import Graph, Node, compose_gather, compose_view, indirect_vars
 from ..ir.layout import view_as_strided
+from ..ir.ops import OPS
 
 MAX_PLACEMENTS = 2
 
@@ -43,9 +44,7 @@ RULES = (
     ("scan-epilogue", "pointwise ops on a scan's result, at the same positions, run on the scanned row"),
 )
 
-# pointwise fns cheap enough to recompute on every tile of a GEMM operand
-CHEAP_PROLOGUE = {"cast", "mul", "add", "sub", "neg", "truediv", "identity"}
-MAX_PROLOGUE_OPS = 4
+MAX_PROLOGUE_OPS = 4  # pointwise ops (each ``OPS[fn].cheap``) recomputed on a GEMM operand's tiles
 
 
 class NotFusable(Exception):
@@ -394,7 +393,7 @@ def _gemm_refusal(a: Group, b: Group, rule: str) -> tuple[str, str] | None:
     if rule == "horizontal":
         return "gemm-horizontal", "matrix products do not merge sideways"
     if b.matmul is not None:  # a is a producer of the GEMM's operand: a prologue
-        cheap = all(n.op == "pointwise" and n.attrs["fn"] in CHEAP_PROLOGUE for n in a.nodes)
+        cheap = all(n.op == "pointwise" and OPS[n.attrs["fn"]].cheap for n in a.nodes)
         if not cheap or len(a.nodes) > MAX_PROLOGUE_OPS:
             return "gemm-prologue", "the operand's producer is too costly to recompute for every tile"
     return None

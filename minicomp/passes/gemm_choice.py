@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from ..ir.graph import Graph, Node
+from ..ir.ops import OPS
 from ..ir.types import contiguous_strides
-from .schedule import TRANSCENDENTAL
 
 ATEN = "aten"
 
@@ -41,7 +41,7 @@ def heuristic(node: Node) -> tuple[str, str]:
     # + a separate gelu kernel beats the fused template for gelu(linear) at K=1024 and K=4096; with a bias/residual
     # epilogue the template wins. With gelu's two-MUFU spelling the template won one run (0.426 vs 0.440 ms at
     # 8192x4096x4096) and lost two (0.476-0.502 vs 0.452 for eager): power-bound there, cuBLAS is the steadier.
-    heavy = _epilogue_fns(node) & TRANSCENDENTAL
+    heavy = {fn for fn in _epilogue_fns(node) if OPS[fn].transcendental}
     if heavy and a.shape[-2] * k >= 2**20:
         return ATEN, f"epilogue {sorted(heavy)} would stall the tensor cores: cuBLAS + a separate epilogue kernel"
     return "triton", "tensor-core template with the epilogue fused"

@@ -18,6 +18,7 @@ from ..ir.graph import Graph, Node, Scalar, compose_gather, compose_view, indire
 from ..ir.kernel import (Compute, Dot, IndexValue, Indirect, Kernel, KernelArg, Load, Masked, Phase, Reduce,
                          Schedule, Store, TileLoad)
 from ..ir.layout import buffer_strides
+from ..ir.ops import OPS
 from ..ir.types import short_dtype
 from .fusion import Group, canonical_index, operand_indices
 
@@ -174,7 +175,7 @@ class _Emitter:
             else:
                 args.append(a)
         params = dict(node.attrs["params"])
-        if node.attrs["fn"] in ("cat", "iota"):
+        if OPS[node.attrs["fn"]].positional:
             pos = Affine.of(idx[params["dim"]])
             if node.attrs["fn"] == "iota" and pos.is_const:  # a constant coordinate is a fill
                 return self._put(key, Compute(self._var(), "identity", (Scalar(pos.const, node.dtype),), {},
@@ -287,9 +288,6 @@ def gemm_schedule(m: int, n: int, k: int, dtype: torch.dtype, on_gpu: bool, epil
     return Schedule("gemm", dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), blocks), GROUP_M=8), warps, stages)
 
 
-# pointwise fns that cost MUFU work per element (enough to change the best GEMM tile)
-TRANSCENDENTAL = {"gelu", "sigmoid", "erf", "exp", "exp2", "expm1", "tanh", "log", "log1p", "pow", "sin", "cos"}
-
 # The GEMM template's config space (max-autotune measures these): BMxBNxBK/warps/stages
 GEMM_CONFIGS = ("128x256x64/8/3", "128x128x64/8/4", "256x128x64/8/3", "128x128x64/4/4", "64x256x64/4/4")
 
@@ -305,7 +303,7 @@ def build_gemm_kernel(group: Group, layouts: dict, config: str | None = None) ->
     a, b = mm.inputs
     (m, k), n = a.shape[-2:], b.shape[-1]
     on_gpu = mm.type.device.type == "cuda"
-    epilogue_math = any(node.op == "pointwise" and node.attrs["fn"] in TRANSCENDENTAL for node in group.nodes)
+    epilogue_math = any(node.op == "pointwise" and OPS[node.attrs["fn"]].transcendental for node in group.nodes)
     sched = (gemm_schedule(m, n, k, a.dtype, on_gpu, epilogue_math) if config in (None, "triton")
              else config_schedule(config))
     dims = index_vars(group.shape)
