@@ -80,6 +80,9 @@ class Allocate:
     def __str__(self) -> str:
         return f"alloc   {self.buffer}"
 
+    def format(self, buffers: dict[str, Buffer]) -> str:
+        return f"alloc   {buffers[self.buffer]}" if self.buffer in buffers else str(self)
+
 
 @dataclass
 class KernelLaunch:
@@ -154,6 +157,12 @@ class ExternCall:
         layout = f"  strides={self.strides}" if self.strides is not None else "  (several results)"
         return f"extern  {self.result} = {self.target}({', '.join(map(str, self.inputs))}){layout}"
 
+    def format(self, buffers: dict[str, Buffer]) -> str:
+        """One line, with the result's type when it is one tensor."""
+        if self.result not in buffers:
+            return str(self)
+        return f"extern  {buffers[self.result]} = {self.target}({', '.join(map(str, self.inputs))})"
+
 
 @dataclass(frozen=True)
 class TupleItem:
@@ -165,6 +174,9 @@ class TupleItem:
 
     def __str__(self) -> str:
         return f"item    {self.result} = {self.source}[{self.index}]  strides={self.strides}"
+
+    def format(self, buffers: dict[str, Buffer]) -> str:
+        return f"item    {buffers[self.result]} = {self.source}[{self.index}]" if self.result in buffers else str(self)
 
 
 Step = Union[Allocate, KernelLaunch, EmptyLaunch, ExternCall, TupleItem]
@@ -267,7 +279,7 @@ class Program:
         lines += [f"input   {self.buffers[i.name]}  = args[{i.index}]" for i in self.inputs]
         lines += [f"const   {self.buffers[c.name]}  = externs[{c.key}]" for c in self.constants]
         for step in self.steps:
-            lines.append(f"alloc   {self.buffers[step.buffer]}" if isinstance(step, Allocate) else str(step))
+            lines.append(step.format(self.buffers) if isinstance(step, (Allocate, ExternCall, TupleItem)) else str(step))
         lines.append(f"return  ({', '.join(map(str, self.outputs))})")
         return "\n".join(lines) + "\n"
 
