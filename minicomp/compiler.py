@@ -17,28 +17,27 @@ import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import torch
 import torch.fx as fx
 import triton
 
+from . import assemble
 from . import report as reporting
 from . import validation
-from .codegen.naming import content_named_source
-from .codegen.wrapper import launch_options, wrapper_source
-from .frontend.lowering import Lowering, map_tree
-from .ir.graph import Node
+from .errors import MinicompError
+from .frontend.lowering import Lowering
 from .passes.fusion import fusion
 from .passes.gemm_choice import gemm_backend
 from .passes.manager import Pass, run_pipeline
-from .ir.kernel import Kernel, Schedule, StagedLaunch
+from .ir.kernel import Schedule
 from .passes.schedule import GEMM_CONFIGS, build_kernel, config_space, schedule
-from .passes.pipelines import launch_of_stage, row_pipelines, split_combines
+from .passes.pipelines import row_pipelines, split_combines
+from .passes.program import launch_of_stage
 from .passes.split_reductions import split_reductions
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache
-from .runtime.support import INTERPRETER_LOCK, InputRef, extern_call
 
 PIPELINE: list[Pass] = [
     Pass("dce", dce, "drop nodes nothing uses"),
@@ -56,11 +55,6 @@ PIPELINE: list[Pass] = [
 
 MODES = ("default", "max-autotune")
 _graph_ids = itertools.count()
-
-
-class MinicompError(RuntimeError):
-    """minicomp could not compile a graph (raised only under ``MINICOMP_STRICT=1``; otherwise the
-    graph runs in PyTorch and the report says why)."""
 
 
 @contextlib.contextmanager
@@ -175,7 +169,7 @@ class CompiledGraph:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def _compile(self, args) -> tuple[Callable, "Artifacts | None", reporting.Report]:
+    def _compile(self, args) -> tuple[Callable, assemble.Artifacts | None, reporting.Report]:
         start = time.perf_counter()
         before = dict(cache.stats)
         dump = self._dump_dir()
@@ -240,7 +234,7 @@ class CompiledGraph:
             (dump / "fx_graph.py").write_text(self.gm.print_readable(print_output=False))
         lowering = Lowering(self.gm, args)
         graph = lowering.run()
-        graph.meta["gemm_choices"] = dict(gemm_choices or {})
+        graph.gemm_choices = dict(gemm_choices or {})
         validator = validation.Validator(self.gm, args) if validation.enabled() else None
         if validator:
             validator.check_graph("lowering", graph)
@@ -250,24 +244,24 @@ class CompiledGraph:
             raise MinicompError(f"MINICOMP_STRICT: {op} falls back to PyTorch ({reason})")
         rep.fallbacks = [reporting.Fallback(op, reason) for op, reason in lowering.fallbacks]
         self._apply_tuned_schedules(graph, args)
-        rep.decisions = list(dict.fromkeys(graph.meta.get("decisions", [])))
-        call, art = self._assemble(graph, graph.meta.get("kernels", []), dump, rep)
+        rep.decisions = list(dict.fromkeys(graph.decisions))
+        call, art = self._assemble(graph, graph.kernels, dump, rep)
         if validator:
             validator.check_outputs("codegen (generated kernels)", call)
         return call, art
 
     def _assemble(self, graph, kernels, dump: Path | None = None, rep: reporting.Report | None = None):
-        """Generate and store the kernels and the wrapper; return the graph's callable and the
+        """Generate and store the kernels and the wrapper; return the graph's Executable and the
         artifacts that load it again."""
-        art = generate(graph, kernels, self.name, dump, rep)
-        return load(art), art
+        art = assemble.generate(graph, kernels, self.name, dump, rep)
+        return assemble.load(art), art
 
     # --- autotuning of pointwise / reduction kernels ------------------------------------------
     def _apply_tuned_schedules(self, graph, args) -> None:
         """Use a tuned schedule from the cache for every kernel that has one; in max-autotune mode,
         measure the template's config space for the others and store the winners. Keys: the
         kernel's structure, the GPU's name and Triton's version."""
-        kernels, groups = graph.meta["kernels"], graph.meta["groups"]
+        kernels, groups = graph.kernels, graph.groups
         staged = launch_of_stage(graph)
         for i, (kernel, group) in enumerate(zip(kernels, groups)):
             if kernel.schedule.template == "gemm" or kernel.name in staged:  # a pipeline fixes its stages' blocks
@@ -282,14 +276,14 @@ class CompiledGraph:
                                  int(tuned["num_stages"]), bool(tuned["persistent"]))
             except (TypeError, KeyError, ValueError):  # no entry, or a damaged one: keep the heuristic
                 continue
-            kernels[i] = build_kernel(group, graph.meta["layouts"], override=sched)
-            graph.meta.setdefault("decisions", []).append(f"tuned: {kernel.name} {kernels[i].schedule}")
+            kernels[i] = build_kernel(group, graph.layouts, override=sched)
+            graph.decisions.append(f"tuned: {kernel.name} {kernels[i].schedule}")
 
     def _tune_kernel(self, graph, i: int, args) -> dict:
         """Time kernel ``i`` of the graph under each config of its template's space (the whole graph
         runs, the other kernels fixed; inputs rotate through three random sets so no candidate finds
         its data in L2); return the fastest config."""
-        kernels, group = graph.meta["kernels"], graph.meta["groups"][i]
+        kernels, group = graph.kernels, graph.groups[i]
         heuristic = kernels[i].schedule
         sets = [[torch.randn_like(a) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
                 for _ in range(3)]
@@ -298,7 +292,7 @@ class CompiledGraph:
         for candidate in [heuristic] + [c for c in config_space(group, heuristic) if str(c) != str(heuristic)]:
             trial = list(kernels)
             try:
-                trial[i] = build_kernel(group, graph.meta["layouts"], override=candidate)
+                trial[i] = build_kernel(group, graph.layouts, override=candidate)
                 fn, _ = self._assemble(graph, trial)
                 ms = _time_ms(lambda: fn(next(rotation)), on_gpu=not heuristic.interpreted)
             except Exception:  # a config that does not compile or fit is skipped
@@ -311,112 +305,6 @@ class CompiledGraph:
                   f"{', '.join(timings)} ms -> {best}", file=sys.stderr)
         return {"blocks": best.blocks, "num_warps": best.num_warps, "num_stages": best.num_stages,
                 "persistent": best.persistent}
-
-
-class StoredKernel(NamedTuple):
-    """One launched kernel of a graph: its readable name (the wrapper's key), the Triton function's
-    content name, its module (relative to the cache), argument dtypes and launch options. Identical
-    kernels share ``function`` and ``path``."""
-    name: str
-    function: str
-    path: str
-    dtypes: list
-    options: dict
-
-
-@dataclass
-class Artifacts:
-    """What codegen produced for one graph: enough to run it again, in this process or (through the
-    graph cache) in another one, without tracing or compiling. Paths are relative to the cache."""
-    interpret: bool                         # CPU inputs: kernels run in Triton's interpreter
-    kernels: list[StoredKernel]             # launched kernels, in order
-    wrapper: str
-    externs: dict[int, tuple]               # node id -> ("op", op or its name, arg tree) | ("value", constant)
-
-
-def generate(graph, kernels: list[Kernel], graph_name: str, dump: Path | None = None,
-             rep: reporting.Report | None = None) -> Artifacts:
-    """Write the kernels' and the wrapper's source to the cache (and the dump folder). Kernels are
-    named by content (``codegen/naming.py``): launches of the same code share one file."""
-    interpreted = {k.schedule.interpreted for k in kernels}
-    if len(interpreted) > 1:  # kernels on CUDA and on the CPU in one graph: one load mode would be wrong
-        on_cpu = [f"{k.name} ({', '.join(k.origins)})" for k in kernels if k.schedule.interpreted]
-        raise MinicompError(f"kernels on CUDA and on the CPU in one graph; on the CPU: {'; '.join(on_cpu)}")
-    interpret = interpreted != {False}
-    pipelines = graph.meta.get("pipelines", [])
-    staged = launch_of_stage(graph)
-    stored, files = [], {}
-    for k in [k for k in kernels if k.name not in staged] + pipelines:
-        function, source = content_named_source(k)
-        if source not in files:  # the same code (an unrolled loop's steps): one file, one import
-            files[source] = cache.store("kernels", function, source)
-        path = files[source]
-        stored.append(StoredKernel(k.name, function, _relative(path), _arg_dtypes(k), launch_options(k)))
-        if rep is not None:
-            rep.kernels.append(_kernel_info(k, str(path), function))
-        if dump:
-            (dump / f"{k.name}.py").write_text(source)
-    wrapper = wrapper_source(graph, kernels, graph_name, {k.name: k.function for k in stored})
-    if dump:
-        (dump / "wrapper.py").write_text(wrapper)
-        (dump / "kernels.txt").write_text("\n\n".join(str(k) for k in kernels + pipelines) + "\n")
-    externs = {n.id: _extern_ref(n) for n in graph.nodes if n.op in ("extern", "constant")}
-    return Artifacts(interpret, stored, _relative(cache.store("wrappers", "wrapper", wrapper)), externs)
-
-
-def load(art: Artifacts, stored: bool = False):
-    """The callable of generated code: import the kernels (compiled ahead, in parallel, on a GPU) and
-    the wrapper. ``stored``: a graph-cache entry; its files must be intact (else None), and its
-    kernels were compiled when it was stored, so they load from Triton's cache at their first launch
-    (a thread pool would only add its start-up: 5-10 ms measured on the H200 host)."""
-    paths = {rel: cache.intact(rel) if stored else cache.cache_dir() / rel
-             for rel in [art.wrapper] + [k.path for k in art.kernels]}
-    if not all(paths.values()):
-        return None
-    loaded = {k.name: getattr(cache.load(paths[k.path], art.interpret), k.function) for k in art.kernels}
-    if not art.interpret and not stored and art.kernels and \
-            os.environ.get("MINICOMP_PARALLEL_COMPILE", "1") != "0":
-        jobs = {(k.path, tuple(k.dtypes), tuple(k.options.items())): (loaded[k.name], k.dtypes, k.options)
-                for k in art.kernels}  # identical kernels compile once
-        cache.precompile(list(jobs.values()))
-    externs = {i: extern_call(ref[1], ref[2]) if ref[0] == "op" else ref[1] for i, ref in art.externs.items()}
-    call = cache.load(paths[art.wrapper]).call
-    if art.interpret:
-        def interpreted(a):
-            with INTERPRETER_LOCK:
-                return call(a, loaded, externs)
-        return interpreted
-    return lambda a: call(a, loaded, externs)
-
-
-def _relative(path: Path) -> str:
-    return str(path.relative_to(cache.cache_dir()))
-
-
-def _extern_ref(node) -> tuple:
-    """A fallback op or a constant as the wrapper receives it: ops by qualified name when they are
-    ``torch.ops`` overloads (so the graph cache can store them), with ``InputRef`` for the tensors."""
-    if node.op == "constant":
-        return ("value", node.attrs["value"])
-    target = node.attrs["target"]
-    position = {id(v): k for k, v in enumerate(node.inputs)}
-    tree = map_tree(node.attrs["arg_tree"], lambda v: InputRef(position[id(v)]) if isinstance(v, Node) else v)
-    return ("op", str(target) if isinstance(target, torch._ops.OpOverload) else target, tree)
-
-
-def _kernel_info(k: Kernel | StagedLaunch, path: str, function: str) -> reporting.KernelInfo:
-    if isinstance(k, StagedLaunch):
-        origins = tuple(dict.fromkeys(o for s in k.stages for o in s.origins))
-        return reporting.KernelInfo(k.name, k.kind, origins, path,
-                                    sum(s.bytes_moved for s in k.stages), function)
-    return reporting.KernelInfo(k.name, k.schedule.kind, k.origins, path, k.bytes_moved, function)
-
-
-def _arg_dtypes(k: Kernel | StagedLaunch) -> list[torch.dtype]:
-    """The dtypes of a launch's tensor arguments (a staged launch's end with its int64 counters)."""
-    if isinstance(k, StagedLaunch):
-        return [a.node.dtype for s in k.stages for a in s.args] + [torch.int64]
-    return [a.node.dtype for a in k.args]
 
 
 def _time_ms(fn, on_gpu: bool) -> float:

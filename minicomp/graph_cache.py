@@ -3,8 +3,9 @@ lowering, the passes and codegen, and loads the stored kernels and wrapper direc
 
 Key: the Dynamo graph's code, its inputs' metadata (shape, strides, dtype, device, requires_grad,
 alignment), grad and inference mode, the options, a hash of minicomp's own source, the torch and
-Triton versions, the GPU and the state of the tuned-schedule folder. Value: the ``Artifacts`` (kernel
-and wrapper files, fallback ops by name, constants), the input signature and the report.
+Triton versions, the GPU and the state of the tuned-schedule folder. Value: the ``Artifacts`` derived
+from the graph's Program (kernel and wrapper files, each launch's argument dtypes and options, fallback
+ops by name, constants; ``assemble.py``), the input signature and the report.
 
 Only plain inference graphs are stored: no input is mutated, no output aliases an input, no effect
 tokens or subclasses, so AOTAutograd adds nothing around the compiled graph and calling the stored
@@ -29,9 +30,11 @@ import torch.fx as fx
 import triton
 
 from . import validation
-from .compiler import Artifacts, Options, graph_name, load, signature
+from .assemble import Artifacts, load
+from .compiler import Options, graph_name, signature
 from .report import Fallback, KernelInfo, Report, record
 from .runtime import cache
+from .runtime.executable import Executable
 
 
 @dataclass
@@ -119,7 +122,7 @@ class CachedGraph:
     """What the backend hands Dynamo on a hit: the stored wrapper for the stored input signature;
     any other signature goes through AOTAutograd and the compiler (``rebuild(args)``) once."""
 
-    def __init__(self, sig: tuple, fn: Callable, rebuild: Callable):
+    def __init__(self, sig: tuple, fn: Executable, rebuild: Callable):
         self.signature, self.fn, self.rebuild = sig, fn, rebuild
         self._traced: Callable | None = None
 

@@ -770,16 +770,16 @@ def test_view_folding_removes_identity_views(in_shape, first, second):
 def test_fusion_relu_mul_add_is_one_group():
     x = torch.randn(4, 8)
     g = run_pipeline(lower(lambda x: torch.relu(x) * 0.5 + 1, x), PIPELINE)
-    (group,) = g.meta["groups"]
+    (group,) = g.groups
     assert [n.attrs["fn"] for n in group.nodes] == ["relu", "mul", "add"]
     assert group.kind == "pointwise" and group.shape == (4, 8) and group.stores == [g.output.inputs[0]]
-    assert g.meta["decisions"] == []
-    assert len(g.meta["kernels"]) == 1
+    assert g.decisions == []
+    assert len(g.kernels) == 1
 
 
 def test_fusion_softmax_is_one_group():
     g = run_pipeline(lower(lambda x: torch.softmax(x, -1), torch.randn(4, 8)), PIPELINE)
-    (group,) = g.meta["groups"]
+    (group,) = g.groups
     assert group.kind == "reduction" and group.shape == (4, 8) and group.axes == (1,)
     assert sorted(n.attrs["fn"] for n in group.nodes if n.op == "reduce") == ["max", "sum"]
     assert set(n for n in g.nodes if is_compute(n)) == set(group.nodes)
@@ -791,11 +791,11 @@ def test_fusion_refuses_reductions_over_different_axes():
         e = torch.exp(x)
         return e.sum(0), e.sum(1)
     g = run_pipeline(lower(fn, torch.randn(4, 8)), PIPELINE)
-    groups = g.meta["groups"]
+    groups = g.groups
     assert len(groups) == 2
     assert sorted(grp.axes for grp in groups) == [(0,), (1,)]
-    refusals = [d for d in g.meta["decisions"] if d.startswith("not fused")]
-    assert refusals and all("[reduction-space]" in d for d in refusals), g.meta["decisions"]
+    refusals = [d for d in g.decisions if d.startswith("not fused")]
+    assert refusals and all("[reduction-space]" in d for d in refusals), g.decisions
     assert "# not fused:" in str(g)
 
 
@@ -856,7 +856,7 @@ def fusion_invariants(g: Graph) -> None:
     """Every compute node in exactly one legal group, everything read outside a group stored,
     and the kernels form a DAG."""
     owner = {}
-    for grp in g.meta["groups"]:
+    for grp in g.groups:
         for n in grp.nodes:
             assert is_compute(n) and n not in owner
             owner[n] = grp
@@ -876,7 +876,7 @@ def fusion_invariants(g: Graph) -> None:
             if src != unit:
                 dag.add_edge(src, unit)
     assert nx.is_directed_acyclic_graph(dag)
-    assert len(g.meta["kernels"]) == len(g.meta["groups"])
+    assert len(g.kernels) == len(g.groups)
 
 
 # --- translation validation ------------------------------------------------------------------
@@ -922,7 +922,7 @@ def test_translation_validation(name):
     fn, args = TV_CASES[name]
     expected = fn(*args)
     graph = lower(fn, *args)
-    assert not graph.meta["fallbacks"], graph.meta["fallbacks"]
+    assert not graph.fallbacks, graph.fallbacks
     assert_same(run(graph, list(args)), expected, "after lowering")
     seen = []
 
@@ -953,7 +953,7 @@ def test_schedule_load_offsets_match_eager_views(name, fn):
     from must be the element eager's view holds (checked by running the view on arange)."""
     x = torch.randn(4, 6)
     g = run_pipeline(lower(fn, x), PIPELINE)
-    (kernel,) = g.meta["kernels"]
+    (kernel,) = g.kernels
     stmts = [s for ph in kernel.phases for s in ph.outer + ph.inner]
     (load,) = [s for s in stmts if isinstance(s, Load)]
     (store,) = [s for s in stmts if isinstance(s, Store)]

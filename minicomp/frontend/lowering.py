@@ -68,7 +68,7 @@ class Lowering:
                 env[fx_node] = self._call(fx_node, args, kwargs)
             elif fx_node.op == "output":
                 self._output(fx.node.map_arg(fx_node.args[0], load), fx_node.args[0])
-        self.graph.meta["fallbacks"] = self.fallbacks
+        self.graph.fallbacks = self.fallbacks
         return self.graph
 
     def _input(self, index: int, value):

@@ -22,12 +22,15 @@ Node kinds (``Node.op``):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import torch
 
 from .expr import Affine, Range, Var, index_vars
 from .types import TensorType
+
+if TYPE_CHECKING:  # kernel.py imports this module
+    from .kernel import Kernel, StagedLaunch
 
 
 @dataclass(frozen=True)
@@ -66,13 +69,59 @@ class Node:
         return format_node(self)
 
 
+@dataclass(eq=False)
+class Group:
+    """The nodes one kernel computes (made by fusion): an iteration space (``shape``; a reduction or
+    scan group also has ``axes``), its members in graph order and those it must store."""
+    id: int
+    nodes: list[Node]
+    shape: tuple[int, ...]
+    axes: tuple[int, ...] = ()
+    stores: list[Node] = field(default_factory=list)
+    rule: str = ""
+
+    @property
+    def kind(self) -> str:
+        if self.matmul is not None:
+            return "gemm"
+        if any(n.op == "scan" for n in self.nodes):  # axes: the scanned axis; its results keep it
+            return "scan"
+        return "reduction" if self.axes else "pointwise"
+
+    @property
+    def matmul(self) -> Node | None:
+        return next((n for n in self.nodes if n.op == "matmul"), None)
+
+    def __str__(self) -> str:
+        space = f"[{','.join(map(str, self.shape))}]" + (f" axes={self.axes}" if self.axes else "")
+        members = " ".join(n.name for n in self.nodes)
+        stores = " ".join(n.name for n in self.stores)
+        return f"group g{self.id} {self.kind:<9} {space}: {members} -> stores {stores}"
+
+
 class Graph:
-    """An ordered list of nodes (always topologically sorted) and one ``output`` node."""
+    """An ordered list of nodes (always topologically sorted) and one ``output`` node, plus what
+    passes hand to later passes: typed attributes, each written by the pass named below (there is
+    no free-form dictionary between passes)."""
 
     def __init__(self) -> None:
         self.nodes: list[Node] = []
         self._next_id = 0
-        self.meta: dict = {}  # filled by passes: "groups" (fusion), "schedules", "decisions"
+        # lowering: (aten op, reason) for every op that runs in PyTorch (an extern node)
+        self.fallbacks: list[tuple[str, str]] = []
+        # the compiler (GEMM autotuning) -> gemm_backend: a fixed choice per matmul node id
+        # ("aten", or one of passes.schedule.GEMM_CONFIGS)
+        self.gemm_choices: dict[int, str] = {}
+        # fusion -> schedule, pipelines: the kernels' node groups, in graph order
+        self.groups: list[Group] = []
+        # schedule -> codegen: the strides of graph results that are not contiguous (eager's)
+        self.layouts: dict[Node, tuple[int, ...]] = {}
+        # schedule -> pipelines, codegen: one Kernel per group, in the same order
+        self.kernels: list[Kernel] = []
+        # pipelines, split_combines -> codegen: kernels that run together as one launch
+        self.staged_launches: list[StagedLaunch] = []
+        # every pass: what it decided and why, for the report ("not fused: ...", "split: ...")
+        self.decisions: list[str] = []
 
     # --- building -----------------------------------------------------------------------
     def add(self, op: str, inputs: Iterable[Node], type, origin=(), before: Node | None = None,
@@ -241,15 +290,14 @@ def format_node(n: Node) -> str:
 
 def format_graph(g: Graph) -> str:
     lines = [format_node(n) for n in g.nodes]
-    groups = g.meta.get("groups")
-    if groups:
+    if g.groups:
         lines.append("")
-        for grp in groups:
+        for grp in g.groups:
             lines.append(str(grp))
-    for d in g.meta.get("decisions", []):
+    for d in g.decisions:
         lines.append(f"# {d}")
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["Graph", "Node", "Scalar", "Range", "compose_view", "compose_gather", "indirect_vars",
+__all__ = ["Graph", "Group", "Node", "Scalar", "Range", "compose_view", "compose_gather", "indirect_vars",
            "view_vars", "format_graph"]

@@ -19,13 +19,12 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
 
 import networkx as nx
 
 from ..ir.expr import Affine, Var, index_vars, linear_index, unravel
 from ..ir.types import contiguous_strides
-from ..ir.graph import Graph, Node, compose_gather, compose_view, indirect_vars
+from ..ir.graph import Graph, Group, Node, compose_gather, compose_view, indirect_vars  # Group: used by schedule
 from ..ir.layout import view_as_strided
 from ..ir.ops import OPS
 
@@ -51,34 +50,6 @@ class NotFusable(Exception):
     def __init__(self, rule: str, reason: str):
         super().__init__(f"{rule}: {reason}")
         self.rule, self.reason = rule, reason
-
-
-@dataclass(eq=False)
-class Group:
-    id: int
-    nodes: list[Node]
-    shape: tuple[int, ...]
-    axes: tuple[int, ...] = ()
-    stores: list[Node] = field(default_factory=list)
-    rule: str = ""
-
-    @property
-    def kind(self) -> str:
-        if self.matmul is not None:
-            return "gemm"
-        if any(n.op == "scan" for n in self.nodes):  # axes: the scanned axis; its results keep it
-            return "scan"
-        return "reduction" if self.axes else "pointwise"
-
-    @property
-    def matmul(self) -> Node | None:
-        return next((n for n in self.nodes if n.op == "matmul"), None)
-
-    def __str__(self) -> str:
-        space = f"[{','.join(map(str, self.shape))}]" + (f" axes={self.axes}" if self.axes else "")
-        members = " ".join(n.name for n in self.nodes)
-        stores = " ".join(n.name for n in self.stores)
-        return f"group g{self.id} {self.kind:<9} {space}: {members} -> stores {stores}"
 
 
 def is_compute(node: Node) -> bool:
@@ -400,7 +371,7 @@ def _gemm_refusal(a: Group, b: Group, rule: str) -> tuple[str, str] | None:
 
 
 def fusion(graph: Graph) -> Graph:
-    """Group compute nodes into kernels (rules: ``RULES``); results in ``graph.meta['groups']``."""
+    """Group compute nodes into kernels (rules: ``RULES``); results in ``graph.groups``."""
     _copy_unstrided_views(graph)
     graph.recompute_users()
     part = _Partition(graph)
@@ -423,8 +394,8 @@ def fusion(graph: Graph) -> Graph:
     for k, g in enumerate(part.groups):
         g.id = k
         g.stores = part.stored(g.nodes)
-    graph.meta["groups"] = part.groups
-    graph.meta.setdefault("decisions", []).extend(part.decisions)
+    graph.groups = part.groups
+    graph.decisions.extend(part.decisions)
     return graph
 
 

@@ -1,9 +1,9 @@
 """Choose, for every matrix product, between minicomp's Triton GEMM template (with its fused prologue
 and epilogue) and cuBLAS through aten (``extern``), whose epilogue then becomes its own kernel.
 
-``graph.meta["gemm_choices"]`` may fix the choice per matmul node id (the autotuner does, with
+``graph.gemm_choices`` may fix the choice per matmul node id (the autotuner does, with
 measurements); otherwise a heuristic decides. Every choice and its reason is recorded in
-``graph.meta["decisions"]``.
+``graph.decisions``.
 """
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ def heuristic(node: Node) -> tuple[str, str]:
 def gemm_backend(graph: Graph) -> Graph:
     """Replace matmuls that should run in cuBLAS by extern calls (``aten.mm``/``aten.bmm``)."""
     graph.recompute_users()
-    fixed = graph.meta.get("gemm_choices", {})
-    decisions = graph.meta.setdefault("decisions", [])
+    fixed = graph.gemm_choices
+    decisions = graph.decisions
     for node in [n for n in graph.nodes if n.op == "matmul"]:
         choice, reason = (fixed[node.id], "measured (max-autotune)") if node.id in fixed else heuristic(node)
         if choice == ATEN and len(node.shape) not in (2, 3):

@@ -15,12 +15,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import networkx as nx
-
 from ..ir.expr import Affine, Var
 from ..ir.graph import Graph, Node
-from ..ir.kernel import Kernel, Load, Pipeline, SplitCombine, StagedLaunch, Store
-from .fusion import terminal
+from ..ir.kernel import Kernel, Load, Pipeline, SplitCombine, Store
+from .program import launch_of_stage, launch_order
 
 PIPELINE_MIN_BYTES = 32 << 20  # on the GPU, a smaller re-read finds its data in L2 anyway (H200: 60 MB)
 # measured on the H200 (softmax 256x262144 bf16, log_softmax, x/x.sum(-1) over long rows):
@@ -30,43 +28,10 @@ MAX_ROW_CANDIDATES = 32
 MAX_STAGE_TILES = 128          # an elementwise stage cut into more tiles per row is not pipelined
 
 
-def launch_of_stage(graph: Graph) -> dict[str, StagedLaunch]:
-    """The name of every kernel that runs as a stage of a staged launch (``graph.meta['pipelines']``:
-    row pipelines and split-combines) -> that launch."""
-    return {k.name: p for p in graph.meta.get("pipelines", []) for k in p.stages}
-
-
-def launch_order(graph: Graph, kernels: list[Kernel]) -> list:
-    """Kernels and fallback ops (as ``("k", kernel)`` / ``("n", node)``) in an order that respects
-    their dependencies, as close to the graph's order as it allows."""
-    groups = graph.meta.get("groups", [])
-    unit_of = {}
-    for k, g in zip(kernels, groups):
-        for n in g.nodes:
-            unit_of[n] = ("k", k)
-    dag = nx.DiGraph()
-    position = {}
-    for pos, n in enumerate(graph.nodes):
-        if n.op in ("extern", "getitem"):
-            unit_of[n] = ("n", n)
-        u = unit_of.get(n)
-        if u is None:
-            continue
-        key = (u[0], id(u[1]))
-        position.setdefault(key, pos)
-        dag.add_node(key)
-        for i in n.inputs:
-            src = unit_of.get(terminal(i))
-            if src is not None and (src[0], id(src[1])) != key:
-                dag.add_edge((src[0], id(src[1])), key)
-    objs = {(u[0], id(u[1])): u for u in unit_of.values()}
-    return [objs[k] for k in nx.lexicographical_topological_sort(dag, key=lambda k: position[k])]
-
-
 def row_pipelines(graph: Graph) -> Graph:
-    """Find the chains worth pipelining (``graph.meta['pipelines']``)."""
+    """Find the chains worth pipelining (``graph.staged_launches``)."""
     run, pipelines = [], []
-    for kind, obj in launch_order(graph, graph.meta.get("kernels", [])) + [("end", None)]:
+    for kind, obj in launch_order(graph, graph.kernels) + [("end", None)]:
         if kind == "k" and obj.schedule.template in ("pointwise", "reduction"):
             run.append(obj)
             continue
@@ -79,7 +44,7 @@ def row_pipelines(graph: Graph) -> Graph:
                     break
             start = end if found else start + 1
         run = []
-    graph.meta["pipelines"] = pipelines
+    graph.staged_launches = pipelines
     return graph
 
 
@@ -96,7 +61,7 @@ def _pipeline(graph: Graph, stages: list[Kernel], number: int, explain: bool) ->
     candidates = sorted({d for d in _divisors(g) if d >= 2}, reverse=True)[:MAX_ROW_CANDIDATES]
     rows = next((r for r in candidates if _row_local(stages, r)), None)
     names = " -> ".join(k.name for k in stages)
-    decisions = graph.meta.setdefault("decisions", [])
+    decisions = graph.decisions
     if rows is None:
         if explain:
             decisions.append(f"not pipelined: {names} re-read {reread[0].name} but are not row-local")
@@ -118,7 +83,7 @@ def _pipeline(graph: Graph, stages: list[Kernel], number: int, explain: bool) ->
         tiles.append(per_row // blocks["XBLOCK"])
     lag = min(rows, -(-IN_FLIGHT // sum(tiles))) if on_gpu else 1
     reblocked = {k.name: k for k in stages}
-    graph.meta["kernels"] = [reblocked.get(k.name, k) for k in graph.meta["kernels"]]
+    graph.kernels = [reblocked.get(k.name, k) for k in graph.kernels]
     p = Pipeline(_launch_name(number, stages), stages, min(k.schedule.num_warps for k in stages),
                  rows=rows, tiles=tiles, lag=lag)
     decisions.append(f"pipelined: {names} as one launch over {rows} rows (re-reads {reread[0].name} from L2)")
@@ -170,16 +135,16 @@ def split_combines(graph: Graph) -> Graph:
     """Run each split reduction's partial kernel and the kernel that combines its partials as one
     launch (``ir.kernel.SplitCombine``): the second launch and its start-up go (H200, x.sum(0) of
     8192x8192 bf16, same run: 43.8 us as two launches -> 41.8 us)."""
-    pipelines = graph.meta.setdefault("pipelines", [])
+    pipelines = graph.staged_launches
     staged = set(launch_of_stage(graph))
-    order = launch_order(graph, graph.meta.get("kernels", []))
+    order = launch_order(graph, graph.kernels)
     for (kind_a, a), (kind_b, b) in zip(order, order[1:]):
         if kind_a == kind_b == "k" and not {a.name, b.name} & staged:
             found = _split_combine(a, b, len(pipelines))
             if found is not None:
                 pipelines.append(found)
                 staged |= {a.name, b.name}
-                graph.meta.setdefault("decisions", []).append(
+                graph.decisions.append(
                     f"one launch: {a.name} -> {b.name} (the last of each group's {found.per_group} partial "
                     f"programs combines; {found.groups} group{'s' if found.groups > 1 else ''})")
     return graph

@@ -36,12 +36,9 @@ def plan_layouts(graph: Graph) -> dict[Node, tuple[int, ...]]:
 
 
 def schedule(graph: Graph) -> Graph:
-    """Build one Kernel per fusion group (``graph.meta['kernels']``)."""
-    layouts = plan_layouts(graph)
-    graph.meta["layouts"] = layouts
-    configs = graph.meta.get("gemm_choices", {})
-    kernels = [build_kernel(g, layouts, configs) for g in graph.meta.get("groups", [])]
-    graph.meta["kernels"] = kernels
+    """Build one Kernel per fusion group (``graph.kernels``; graph results' strides: ``graph.layouts``)."""
+    graph.layouts = plan_layouts(graph)
+    graph.kernels = [build_kernel(g, graph.layouts, graph.gemm_choices) for g in graph.groups]
     return graph
 
 

@@ -100,7 +100,7 @@ def _online_softmax(graph: Graph, m: Node, s: Node) -> None:
     big_m = reduce("max", mc, d, d + 1)
     weight = pw("exp", pw("sub", mc, expand(big_m, mc.shape)))
     big_s = reduce("sum", pw("mul", sc, weight), d, d + 1)
-    graph.meta.setdefault("decisions", []).append(
+    graph.decisions.append(
         f"split: {m.name}/{s.name} softmax statistics over {x.shape[d]} elements -> online softmax in {chunks} chunks")
     graph.replace_all_uses(m, _unchunked(graph, big_m, m, before=m))
     graph.replace_all_uses(s, _unchunked(graph, big_s, s, before=m))
@@ -148,7 +148,7 @@ def _split(graph: Graph, r: Node, chunks: int) -> None:
     outer_axes = tuple(sorted(shifted + (d, d + 1)))
     total = graph.add("reduce", [partial], r.type.with_(shape=_reduced_shape(xc.shape, outer_axes)),
                       r.origin, before=r, fn=fn, axes=outer_axes)
-    graph.meta.setdefault("decisions", []).append(
+    graph.decisions.append(
         f"split: {r.name} {fn} over {math.prod(x.shape[a] for a in axes)} elements with few outputs -> "
         f"{chunks} partial reductions, then one over them")
     graph.replace_all_uses(r, _unchunked(graph, total, r, before=r))

@@ -1,0 +1,182 @@
+"""Building the Program (``ir/program.py``) from a scheduled graph: the launch order, each launch's
+grid and options, the buffer plan (every intermediate allocated just before the launch that writes
+it first), the fallback ops' calls and the graph's results."""
+from __future__ import annotations
+
+import networkx as nx
+
+from ..ir.graph import Graph, Node
+from ..ir.kernel import Kernel, StagedLaunch
+from ..ir.layout import buffer_strides, view_as_strided
+from ..ir.program import (Allocate, Buffer, Constant, EmptyLaunch, ExternArg, ExternCall, Input, KernelLaunch,
+                          Literal, Operand, Program, Returned, TupleItem, Value, View)
+from .fusion import terminal
+
+
+def launch_of_stage(graph: Graph) -> dict[str, StagedLaunch]:
+    """The name of every kernel that runs as a stage of a staged launch (``graph.staged_launches``:
+    row pipelines and split-combines) -> that launch."""
+    return {k.name: p for p in graph.staged_launches for k in p.stages}
+
+
+def launch_order(graph: Graph, kernels: list[Kernel]) -> list:
+    """Kernels and fallback ops (as ``("k", kernel)`` / ``("n", node)``) in an order that respects
+    their dependencies, as close to the graph's order as it allows. ``kernels``: one per group of
+    ``graph.groups``."""
+    unit_of = {}
+    for k, g in zip(kernels, graph.groups):
+        for n in g.nodes:
+            unit_of[n] = ("k", k)
+    dag = nx.DiGraph()
+    position = {}
+    for pos, n in enumerate(graph.nodes):
+        if n.op in ("extern", "getitem"):
+            unit_of[n] = ("n", n)
+        u = unit_of.get(n)
+        if u is None:
+            continue
+        key = (u[0], id(u[1]))
+        position.setdefault(key, pos)
+        dag.add_node(key)
+        for i in n.inputs:
+            src = unit_of.get(terminal(i))
+            if src is not None and (src[0], id(src[1])) != key:
+                dag.add_edge((src[0], id(src[1])), key)
+    objs = {(u[0], id(u[1])): u for u in unit_of.values()}
+    return [objs[k] for k in nx.lexicographical_topological_sort(dag, key=lambda k: position[k])]
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def grid(kernel: Kernel | StagedLaunch) -> tuple[int, ...]:
+    """The programs a launch runs."""
+    if isinstance(kernel, StagedLaunch):
+        return (kernel.programs,)
+    n, b = kernel.numels, kernel.schedule.blocks
+    if kernel.schedule.template == "tiled":
+        return (_cdiv(n["x"], b["XBLOCK"]) * _cdiv(n["y"], b["YBLOCK"]),)
+    if kernel.schedule.template == "gemm":
+        return (kernel.schedule.programs,)
+    return (_cdiv(n["x"], b["XBLOCK"]),)
+
+
+def launch_options(kernel: Kernel | StagedLaunch) -> dict:
+    """The keyword arguments of a kernel's launch (its constexprs and Triton options); precompiling
+    must pass the very same values, or Triton's cache key differs."""
+    if isinstance(kernel, StagedLaunch):
+        interpreted = kernel.stages[0].schedule.interpreted
+        return {"INTERPRETED": int(interpreted), "num_warps": kernel.num_warps, "num_stages": 1}
+    sch = kernel.schedule
+    return {**sch.blocks, "INTERPRETED": int(sch.interpreted), "num_warps": sch.num_warps,
+            "num_stages": sch.num_stages}
+
+
+def buffer_name(node: Node) -> str:
+    if node.op == "input":
+        return f"arg{node.attrs['index']}"
+    if node.op == "constant":
+        return f"const{node.id}"
+    return f"buf{node.id}"
+
+
+def build_program(graph: Graph, name: str, kernels: list[Kernel] | None = None) -> Program:
+    """The Program of a scheduled graph. ``kernels``: the graph's kernels (``graph.kernels``) or a
+    variant of them (the autotuner tries one schedule at a time)."""
+    return _Builder(graph, name).build(graph.kernels if kernels is None else kernels)
+
+
+class _Builder:
+    def __init__(self, graph: Graph, name: str):
+        self.graph, self.name, self.layouts = graph, name, graph.layouts
+        self.buffers: dict[str, Buffer] = {}
+        self.steps: list = []
+
+    def buffer(self, node: Node) -> str:
+        """``node``'s buffer, added to the plan."""
+        name = buffer_name(node)
+        if name not in self.buffers:
+            self.buffers[name] = Buffer(name, tuple(node.shape), node.dtype,
+                                        tuple(buffer_strides(node, self.layouts)), node.type.device)
+        return name
+
+    def value(self, node: Node) -> Value:
+        """A buffer, or a strided view of one (views that are not strided were copied by fusion)."""
+        if node.op != "view":
+            return self.buffer(node)
+        strides, offset = view_as_strided(node, self.layouts)
+        return View(self.buffer(node.inputs[0]), tuple(node.shape), strides, offset)
+
+    def build(self, kernels: list[Kernel]) -> Program:
+        g = self.graph
+        inputs = [Input(n.attrs["index"], self.buffer(n)) for n in g.inputs]
+        constants = [Constant(n.id, self.buffer(n), n.attrs["value"]) for n in g.nodes if n.op == "constant"]
+        staged = launch_of_stage(g)
+        for kind, obj in launch_order(g, kernels):
+            if kind == "k":
+                launch = staged.get(obj.name)
+                if launch is not None and obj.name != launch.stages[0].name:
+                    continue  # launched with the staged launch's first stage
+                self.launch(launch if launch is not None else obj)
+            elif obj.op == "extern":
+                self.extern(obj)
+            else:
+                self.steps.append(TupleItem(self.buffer(obj), buffer_name(obj.inputs[0]), obj.attrs["index"],
+                                            tuple(obj.attrs["strides"])))
+        return Program(self.name, inputs, constants, self.buffers, self.steps, self.outputs())
+
+    def launch(self, kernel: Kernel | StagedLaunch) -> None:
+        stages = kernel.stages if isinstance(kernel, StagedLaunch) else [kernel]
+        writes = [self.buffer(a.node) for k in stages for a in k.args if a.is_output]
+        self.steps += [Allocate(w) for w in writes]
+        launch_grid = grid(kernel)
+        if 0 in launch_grid:
+            self.steps.append(EmptyLaunch(kernel))
+            return
+        args = tuple(self.buffer(a.node) for k in stages for a in k.args)
+        counters = kernel.counters if isinstance(kernel, StagedLaunch) else 0
+        self.steps.append(KernelLaunch(kernel, launch_grid, args, tuple(writes), launch_options(kernel), counters))
+
+    def extern(self, node: Node) -> None:
+        eager = node.attrs.get("input_strides") or [None] * len(node.inputs)
+        inputs = tuple(ExternArg(self.value(i), self._eager_strides(i, s)) for i, s in zip(node.inputs, eager))
+        position = {id(v): k for k, v in enumerate(node.inputs)}
+        tree = _map_tree(node.attrs["arg_tree"], lambda v: Operand(position[id(v)]) if isinstance(v, Node) else v)
+        several = isinstance(node.type, (tuple, list))
+        result = buffer_name(node) if several else self.buffer(node)
+        self.steps.append(ExternCall(result, node.id, node.attrs["target"], inputs, tree,
+                                     None if several else tuple(node.attrs["strides"])))
+
+    def _eager_strides(self, node: Node, strides) -> tuple[int, ...] | None:
+        """The strides eager hands a fallback op this input with, where minicomp's differ
+        (``runtime.support.eager_strided`` copies to them), else None."""
+        if strides is None or len(strides) != len(node.shape):
+            return None
+        have = view_as_strided(node, self.layouts)[0] if node.op == "view" else buffer_strides(node, self.layouts)
+        if all(a == b for a, b, n in zip(have, strides, node.shape) if n > 1):
+            return None
+        return tuple(strides)
+
+    def outputs(self) -> list[Returned | Literal]:
+        out = self.graph.output
+        results, returned = [], {}  # node -> the FX value it was returned for first
+        sources = out.attrs.get("sources") or [None] * len(out.inputs)
+        for kind, value in out.attrs["spec"]:
+            if kind == "value":
+                results.append(Literal(value))
+                continue
+            node = out.inputs[value]
+            first = returned.setdefault(node, sources[value])
+            # one tensor for two FX results that cse merged: eager returns two (a backward sums their
+            # gradients in the input's dtype, an in-place update of one must not change the other)
+            results.append(Returned(self.value(node), copy=first != sources[value]))
+        return results
+
+
+def _map_tree(tree, fn):
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_map_tree(t, fn) for t in tree)
+    if isinstance(tree, dict):
+        return {k: _map_tree(v, fn) for k, v in tree.items()}
+    return fn(tree)

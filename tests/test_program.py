@@ -1,0 +1,164 @@
+"""The Program between scheduling and codegen: its printed form lists the launches in order with
+grids and allocations, ``verify()`` catches a program that uses a buffer before it exists, and the
+wrapper prints exactly the Program's steps."""
+from __future__ import annotations
+
+import ast
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import minicomp
+from minicomp.compiler import CompiledGraph, Options
+from minicomp.ir.expr import Var
+from minicomp.ir.kernel import Kernel, Schedule
+from minicomp.ir.program import (Allocate, Buffer, EmptyLaunch, ExternArg, ExternCall, Input, KernelLaunch,
+                                 Literal, Program, ProgramError, Returned, TupleItem, View)
+from minicomp.runtime.executable import Executable
+from tests.utils import small_split_thresholds
+
+
+def _program_lines(dump: Path) -> list[str]:
+    (folder,) = [p for p in dump.iterdir() if p.is_dir()]
+    return (folder / "program.txt").read_text().splitlines()
+
+
+def conv_chain(x, w):
+    """A pointwise chain, a fallback op (convolution has no rule) and a reduction of its result."""
+    return F.conv2d(torch.relu(x * 2 + 1), w).sum(-1)
+
+
+def test_printed_program_lists_launches_allocations_and_fallbacks_in_order(tmp_path):
+    x, w = torch.randn(1, 2, 6, 7), torch.randn(3, 2, 3, 3)
+    expected = conv_chain(x, w)
+    actual = minicomp.compile(conv_chain, dump_dir=str(tmp_path))(x, w)
+    torch.testing.assert_close(actual, expected)
+    report = minicomp.report()
+    assert [f.op for f in report.fallbacks] == ["convolution.default"], report.summary()
+
+    lines = _program_lines(tmp_path)
+    assert [line.split()[0] for line in lines] == \
+        ["program", "input", "input", "alloc", "launch", "extern", "alloc", "launch", "return"], lines
+    pointwise, conv, reduction = lines[4], lines[5], lines[7]
+    # the chain's buffer is allocated with its shape and strides, then written by the first launch
+    chain = re.match(r"alloc\s+(buf\d+) f32\[1,2,6,7\] strides=\(84, 42, 7, 1\) cpu$", lines[3])
+    assert chain, lines[3]
+    match = re.match(r"launch\s+(k0_\w+) grid=\((\d+),\) \(arg0, (buf\d+)\)\s+\[pointwise\] XBLOCK=(\d+) ", pointwise)
+    assert match and match[3] == chain[1], pointwise
+    assert int(match[2]) == math.ceil(84 / int(match[4])) >= 1
+    # the fallback reads it; the reduction reads the fallback's result and writes the last allocation
+    conv_match = re.match(rf"extern\s+(buf\d+) f32\[1,3,4,5\] strides=\(60, 20, 5, 1\) cpu = "
+                          rf"aten\.convolution\.default\({chain[1]}, arg1\)$", conv)
+    assert conv_match, conv
+    out = re.match(r"alloc\s+(buf\d+) f32\[1,3,4,1\]", lines[6])
+    assert out, lines[6]
+    assert re.match(rf"launch\s+k1_\w+ grid=\(\d+,\) \({conv_match[1]}, {out[1]}\)\s+\[reduction persistent\]",
+                    reduction), reduction
+    assert lines[8] == f"return  (as_strided({out[1]}, (1, 3, 4), (0, 4, 1), +0))", lines[8]
+
+
+def test_program_of_a_staged_launch_and_a_multi_result_fallback(tmp_path, monkeypatch):
+    """A split reduction's two kernels print as one launch with its counters; a fallback op with two
+    results (sort) is called once and its results picked."""
+    small_split_thresholds(monkeypatch)
+
+    def fn(x):
+        values, indices = torch.sort(x * 2, -1)
+        return x.sum(0), values + 1, indices
+    x = torch.randn(512, 4)
+    expected = fn(x)
+    actual = minicomp.compile(fn, dump_dir=str(tmp_path))(x)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e)
+    assert len(minicomp.report().fallbacks) == 1, minicomp.report().summary()
+    text = "\n".join(_program_lines(tmp_path))
+    assert re.search(r"launch\s+p0_k\d+_k\d+ grid=\(\d+,\) \(arg0, .* \+ \d+ counters\)\s+"
+                     r"\[split reduction \+ combine: k\d+_\w+ -> k\d+_\w+\]", text), text
+    sort = re.search(r"extern\s+(buf\d+) = aten\.sort\.default\((buf\d+)\)\s+\(several results\)", text)
+    assert sort, text
+    assert re.search(rf"item\s+buf\d+ f32\[512,4\] strides=\(4, 1\) cpu = {sort[1]}\[0\]", text), text
+    assert re.search(rf"item\s+buf\d+ i64\[512,4\] strides=\(4, 1\) cpu = {sort[1]}\[1\]", text), text
+
+
+def test_load_returns_an_executable():
+    x = torch.randn(5, 3)
+    graph = CompiledGraph(make_fx(lambda x: x * 3)(x), Options(), "inference")
+    executable, art, rep = graph._compile([x])
+    assert rep.whole_graph_fallback is None, rep.whole_graph_fallback
+    assert isinstance(executable, Executable) and executable.interpreted and art.interpret
+    assert list(executable.kernels) == [k.name for k in art.kernels]
+    (result,) = executable([x])
+    torch.testing.assert_close(result, x * 3)
+
+
+# --- verify() on programs built by hand -----------------------------------------------------------
+
+def _kernel(name: str) -> Kernel:
+    return Kernel(name, {"x": Var("x", 8)}, [], [], Schedule("pointwise", {"XBLOCK": 8}), ())
+
+
+def _buffer(name: str) -> Buffer:
+    return Buffer(name, (8,), torch.float32, (1,), torch.device("cpu"))
+
+
+def _program(steps, outputs=None) -> Program:
+    buffers = {n: _buffer(n) for n in ("arg0", "buf1", "buf2", "buf3")}
+    return Program("by_hand", [Input(0, "arg0")], [], buffers, steps,
+                   outputs if outputs is not None else [Returned("buf2")])
+
+
+def _launch(name: str, reads: str, writes: str, grid=(1,)) -> KernelLaunch:
+    return KernelLaunch(_kernel(name), grid, (reads, writes), (writes,), {"XBLOCK": 8})
+
+
+def test_verify_accepts_a_well_formed_program():
+    program = _program([Allocate("buf1"), _launch("k0", "arg0", "buf1"),
+                        ExternCall("buf3", 3, "aten.sort.default", (ExternArg("buf1"),), ((None,), {}), None),
+                        TupleItem("buf2", "buf3", 0, (1,)), EmptyLaunch(_kernel("k1"))],
+                       [Returned("buf2"), Returned(View("buf1", (4,), (2,), 0), copy=True), Literal(3)])
+    program.verify()
+    text = str(program)
+    assert "alloc   buf1 f32[8] strides=(1,) cpu" in text and "launch  k0 grid=(1,) (arg0, buf1)" in text
+    assert text.splitlines()[-1] == "return  (buf2, as_strided(buf1, (4,), (2,), +0).clone(), 3)"
+
+
+def test_verify_catches_a_launch_reading_an_unallocated_buffer():
+    program = _program([Allocate("buf2"), _launch("k1", "buf1", "buf2")])  # buf1 is never allocated
+    with pytest.raises(ProgramError, match="launch k1 uses buf1 before it is defined"):
+        program.verify()
+
+
+@pytest.mark.parametrize("case", ["written before allocated", "allocated twice", "zero grid", "output undefined",
+                                  "fallback input undefined", "not in the plan"])
+def test_verify_catches_broken_programs(case):
+    steps = {
+        "written before allocated": [_launch("k0", "arg0", "buf2"), Allocate("buf2")],
+        "allocated twice": [Allocate("buf2"), Allocate("buf2"), _launch("k0", "arg0", "buf2")],
+        "zero grid": [Allocate("buf2"), _launch("k0", "arg0", "buf2", grid=(0,))],
+        "output undefined": [Allocate("buf1"), _launch("k0", "arg0", "buf1")],
+        "fallback input undefined": [ExternCall("buf2", 2, "aten.abs.default", (ExternArg(View("buf1", (8,), (1,), 0)),),
+                                                ((None,), {}), (1,))],
+        "not in the plan": [Allocate("buf9"), _launch("k0", "arg0", "buf9")],
+    }[case]
+    message = {"written before allocated": "launch k0 uses buf2 before", "allocated twice": "already defined",
+               "zero grid": "grid", "output undefined": "output 0 uses buf2 before",
+               "fallback input undefined": "extern buf2 uses buf1 before", "not in the plan": "not in the buffer plan"}
+    with pytest.raises(ProgramError, match=message[case]):
+        _program(steps).verify()
+
+
+def test_wrapper_and_codegen_import_no_pass():
+    """The wrapper prints a Program: codegen depends on ``ir`` only, not on a pass (the launch order
+    and grids are computed when the Program is built)."""
+    codegen = Path(minicomp.__file__).parent / "codegen"
+    for path in codegen.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert not (node.module or "").startswith(("passes", ".passes")) and \
+                    not (node.level >= 2 and (node.module or "").startswith("passes")), (path.name, node.module)
