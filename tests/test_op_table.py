@@ -15,7 +15,8 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from minicomp.backend import decompositions
-from minicomp.compiler import PIPELINE, generate, load
+from minicomp.assemble import generate, load
+from minicomp.compiler import PIPELINE
 from minicomp.codegen.helpers import HELPERS
 from minicomp.codegen.spellings import SPELLINGS
 from minicomp.frontend.lowering import Lowering
@@ -65,7 +66,7 @@ def lower(fn, *args) -> Graph:
 def run_generated(graph: Graph, args: list) -> list:
     """Run ``graph``'s generated kernels (the passes, codegen and the wrapper, no tracing)."""
     graph = run_pipeline(graph, PIPELINE)
-    return list(load(generate(graph, graph.meta.get("kernels", []), "op_table"))(list(args)))
+    return list(load(generate(graph, graph.kernels, "op_table"))(list(args)))
 
 
 def test_every_op_has_a_spelling():
@@ -110,7 +111,7 @@ def test_every_op_has_a_lowering(name):
         dtype = _first_accepted(op)
         args = [sample(torch.bool if name == "where" and k == 0 else dtype) for k in range(op.arity)]
     graph = lower(fn, *args)
-    assert not graph.meta["fallbacks"], graph.meta["fallbacks"]
+    assert not graph.fallbacks, graph.fallbacks
     assert name in pointwise_fns(graph), f"lowering {name}'s {'example' if op.internal else 'reference'} " \
         f"makes {sorted(pointwise_fns(graph))}\n{graph}"
 
