@@ -27,6 +27,7 @@ from typing import Any, Iterable
 import torch
 
 from .expr import Affine, Range, Var, index_vars
+from .target import INTERPRETER, Target
 from .types import TensorType
 
 
@@ -73,6 +74,7 @@ class Graph:
         self.nodes: list[Node] = []
         self._next_id = 0
         self.meta: dict = {}  # filled by passes: "groups" (fusion), "schedules", "decisions"
+        self.target: Target = INTERPRETER  # where the kernels run; lowering sets it from the inputs
 
     # --- building -----------------------------------------------------------------------
     def add(self, op: str, inputs: Iterable[Node], type, origin=(), before: Node | None = None,
