@@ -148,7 +148,7 @@ class Lowering:
         on the CPU, as in eager: minicomp's kernels run on the graph's device."""
         val = self.node.meta.get("val")
         if self.target.is_cuda and any(isinstance(t, torch.Tensor) and t.device.type == "cpu"
-                                              for t in _flatten(val if isinstance(val, (list, tuple)) else [val])):
+                                       for t in _flatten(val if isinstance(val, (list, tuple)) else [val])):
             return "computes a CPU tensor in a CUDA graph (as eager does)"
         return None
 
