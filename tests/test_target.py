@@ -57,7 +57,8 @@ def test_kernels_are_interpreted_exactly_on_the_interpreter():
 def test_persistent_grid_of_a_gemm_is_the_targets_sm_count():
     a, b = torch.empty(512, 256, dtype=BF16), torch.empty(256, 512, dtype=BF16)
     tiles = {}
-    for name, target in (("interpreter", INTERPRETER), ("h200", H200), ("4 SMs", dataclasses.replace(H200, sm_count=4))):
+    targets = (("interpreter", INTERPRETER), ("h200", H200), ("4 SMs", dataclasses.replace(H200, sm_count=4)))
+    for name, target in targets:
         _, (k,) = _scheduled(lambda a, b: a @ b, [a, b], target)
         s = k.schedule
         tiles[name] = (512 // s.blocks["BLOCK_M"]) * (512 // s.blocks["BLOCK_N"])
@@ -72,7 +73,8 @@ def test_persistent_grid_of_a_gemm_is_the_targets_sm_count():
 def test_tma_loads_only_where_the_target_has_tma():
     a, b = torch.empty(256, 128, dtype=BF16), torch.empty(128, 256, dtype=BF16)
     loads = {}
-    for name, target in (("interpreter", INTERPRETER), ("h200", H200), ("no tma", dataclasses.replace(H200, tma=False))):
+    targets = (("interpreter", INTERPRETER), ("h200", H200), ("no tma", dataclasses.replace(H200, tma=False)))
+    for name, target in targets:
         _, (k,) = _scheduled(lambda a, b: a @ b, [a, b], target)
         loads[name] = sum(isinstance(s, TileLoad) for p in k.phases for s in p.inner)
     assert loads == {"interpreter": 0, "h200": 2, "no tma": 0}

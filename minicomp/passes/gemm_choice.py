@@ -54,7 +54,8 @@ def gemm_backend(graph: Graph) -> Graph:
     fixed = graph.meta.get("gemm_choices", {})
     decisions = graph.meta.setdefault("decisions", [])
     for node in [n for n in graph.nodes if n.op == "matmul"]:
-        choice, reason = (fixed[node.id], "measured (max-autotune)") if node.id in fixed else heuristic(node, graph.target)
+        choice, reason = ((fixed[node.id], "measured (max-autotune)") if node.id in fixed
+                          else heuristic(node, graph.target))
         if choice == ATEN and len(node.shape) not in (2, 3):
             choice, reason = "triton", "batched over several dims: aten.bmm would need a copy"
         if choice != ATEN:
