@@ -53,10 +53,11 @@ def generate(graph, kernels: list[Kernel], graph_name: str, dump: Path | None = 
     if dump:
         (dump / "program.txt").write_text(str(program))
     program.verify()
-    interpreted = {k.schedule.interpreted for k in program.kernels}
-    if len(interpreted) > 1:  # kernels on CUDA and on the CPU in one graph: one load mode would be wrong
-        on_cpu = [f"{k.name} ({', '.join(k.origins)})" for k in program.kernels if k.schedule.interpreted]
-        raise MinicompError(f"kernels on CUDA and on the CPU in one graph; on the CPU: {'; '.join(on_cpu)}")
+    target = graph.target
+    strays = [f"{k.name} ({', '.join(k.origins)})" for k in program.kernels
+              if any(a.node.type.device.type != target.device.type for a in k.args)]
+    if strays:  # a graph's kernels are loaded in one mode, compiled or interpreted
+        raise MinicompError(f"kernels on tensors off the graph's device ({target.device}): {'; '.join(strays)}")
     stored, files = [], {}
     for launch in program.launches:
         k = launch.kernel
@@ -73,7 +74,7 @@ def generate(graph, kernels: list[Kernel], graph_name: str, dump: Path | None = 
     if dump:
         (dump / "wrapper.py").write_text(wrapper)
         (dump / "kernels.txt").write_text("\n\n".join(str(k) for k in kernels + graph.staged_launches) + "\n")
-    return Artifacts(interpreted != {False}, stored, _relative(cache.store("wrappers", "wrapper", wrapper)),
+    return Artifacts(target.interpreted, stored, _relative(cache.store("wrappers", "wrapper", wrapper)),
                      _externs(program))
 
 

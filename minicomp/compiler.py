@@ -32,6 +32,7 @@ from .passes.fusion import fusion
 from .passes.gemm_choice import gemm_backend
 from .passes.manager import Pass, run_pipeline
 from .ir.kernel import Schedule
+from .ir.target import Target
 from .passes.schedule import GEMM_CONFIGS, build_kernel, config_space, schedule
 from .passes.pipelines import row_pipelines, split_combines
 from .passes.program import launch_of_stage
@@ -193,9 +194,10 @@ class CompiledGraph:
 
     def _gemm_choices(self, args) -> dict:
         """Tuned GEMM choices from the on-disk cache; in max-autotune mode, measured now and stored."""
-        if not any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+        target = Target.for_inputs(args)
+        if not target.is_cuda:
             return {}
-        key = cache.digest(f"{self.gm.code}|{signature(args)}|{torch.cuda.get_device_name()}|{triton.__version__}")
+        key = cache.digest(f"{self.gm.code}|{signature(args)}|{target.name}|{triton.__version__}")
         choices = cache.load_tuned(key)
         if choices is None and self.options.mode == "max-autotune":
             choices = self._tune(args)
@@ -266,7 +268,7 @@ class CompiledGraph:
         for i, (kernel, group) in enumerate(zip(kernels, groups)):
             if kernel.schedule.template == "gemm" or kernel.name in staged:  # a pipeline fixes its stages' blocks
                 continue
-            key = structural_key(kernel)
+            key = structural_key(kernel, graph.target)
             tuned = cache.load_tuned(key)
             if tuned is None and self.options.mode == "max-autotune":
                 tuned = self._tune_kernel(graph, i, args)
@@ -276,7 +278,7 @@ class CompiledGraph:
                                  int(tuned["num_stages"]), bool(tuned["persistent"]))
             except (TypeError, KeyError, ValueError):  # no entry, or a damaged one: keep the heuristic
                 continue
-            kernels[i] = build_kernel(group, graph.layouts, override=sched)
+            kernels[i] = build_kernel(group, graph.layouts, override=sched, target=graph.target)
             graph.decisions.append(f"tuned: {kernel.name} {kernels[i].schedule}")
 
     def _tune_kernel(self, graph, i: int, args) -> dict:
@@ -292,9 +294,9 @@ class CompiledGraph:
         for candidate in [heuristic] + [c for c in config_space(group, heuristic) if str(c) != str(heuristic)]:
             trial = list(kernels)
             try:
-                trial[i] = build_kernel(group, graph.layouts, override=candidate)
+                trial[i] = build_kernel(group, graph.layouts, override=candidate, target=graph.target)
                 fn, _ = self._assemble(graph, trial)
-                ms = _time_ms(lambda: fn(next(rotation)), on_gpu=not heuristic.interpreted)
+                ms = _time_ms(lambda: fn(next(rotation)), graph.target)
             except Exception:  # a config that does not compile or fit is skipped
                 ms = float("inf")
             timings.append(f"{'/'.join(str(v) for v in candidate.blocks.values())}x{candidate.num_warps}w {ms:.4f}")
@@ -307,9 +309,9 @@ class CompiledGraph:
                 "persistent": best.persistent}
 
 
-def _time_ms(fn, on_gpu: bool) -> float:
+def _time_ms(fn, target: Target) -> float:
     """Median milliseconds per call: do_bench on a GPU, a few timed calls in the interpreter."""
-    if on_gpu:
+    if target.is_cuda:
         from triton.testing import do_bench
         return do_bench(fn, warmup=10, rep=60, return_mode="median")
     fn()
@@ -321,12 +323,9 @@ def _time_ms(fn, on_gpu: bool) -> float:
     return sorted(times)[1]
 
 
-def structural_key(kernel) -> str:
+def structural_key(kernel, target: Target) -> str:
     """What a tuned schedule is keyed by: the kernel's statements and argument types (not its name,
-    node ids or schedule), the GPU and Triton's version."""
+    node ids or schedule), the GPU (``target.name``) and Triton's version."""
     body = re.sub(r"%\d+", "%", str(kernel).split("\n", 1)[1])
     args = ";".join(f"{a.node.dtype}{list(a.node.shape)}{a.is_output}" for a in kernel.args)
-    node = kernel.args[0].node if kernel.args else None
-    device = torch.cuda.get_device_name(node.type.device) if node is not None and node.type.device.type == "cuda" \
-        else "cpu (Triton interpreter)"
-    return cache.digest(f"{kernel.schedule.template}|{args}|{body}|{device}|{triton.__version__}")
+    return cache.digest(f"{kernel.schedule.template}|{args}|{body}|{target.name}|{triton.__version__}")

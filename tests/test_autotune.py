@@ -53,7 +53,7 @@ def test_a_damaged_tuned_entry_is_ignored(cache_dir):
 def test_structural_key_ignores_names_but_not_shapes_or_dtypes(monkeypatch):
     import minicomp.compiler as compiler
     keys = []
-    monkeypatch.setattr(compiler, "structural_key", lambda k: keys.append(structural_key(k)) or keys[-1])
+    monkeypatch.setattr(compiler, "structural_key", lambda k, t: keys.append(structural_key(k, t)) or keys[-1])
 
     def add(x):
         return x + 1

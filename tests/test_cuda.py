@@ -154,16 +154,16 @@ def test_several_kernels_precompiled_in_parallel_match_eager():
 
 
 def test_launcher_built_while_the_kernel_compiles(monkeypatch):
-    # runtime/cache._launcher_alongside hooks Triton internals; if they change, this says the overlap is gone
+    # runtime/triton_shims.launcher_alongside hooks Triton internals; if they change, this says the overlap is gone
     from triton.runtime import driver
 
-    from minicomp.runtime import cache
+    from minicomp.runtime import triton_shims
     built, launcher_cls = [], driver.active.launcher_cls
     monkeypatch.setattr(driver.active, "launcher_cls",
                         lambda src, metadata: built.append(type(metadata)) or launcher_cls(src, metadata))
     x = torch.randn(1000, 3, device="cuda")
     compile_and_compare(lambda x: torch.sigmoid(x) * 3 - x, x)  # one kernel: precompiled too
-    assert cache._LaunchTimeMetadata in built, built
+    assert triton_shims._LaunchTimeMetadata in built, built
 
 
 def test_graph_cache_warm_compile_on_the_gpu():
@@ -280,3 +280,16 @@ def test_model_forward_on_cuda(spec, dtype):
         pytest.importorskip("transformers")
     from tests.model_checks import check_forward
     check_forward(spec, 2, device="cuda", dtype=dtype)
+
+
+def test_target_describes_the_gpu():
+    from minicomp.ir.target import Target
+    t = Target.for_device(torch.device("cuda"))
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    assert t is Target.for_device(torch.device("cuda", torch.cuda.current_device()))  # described once
+    assert t.is_cuda and not t.interpreted and t.device == torch.device("cuda", torch.cuda.current_device())
+    assert (t.name, t.sm_count, t.compute_capability) == (props.name, props.multi_processor_count,
+                                                         (props.major, props.minor))
+    assert t.tma == (props.major >= 9)
+    x = torch.randn(8, device="cuda")
+    assert Target.for_inputs([torch.ones(()), x]) is t  # a CPU scalar tensor joins a GPU graph

@@ -135,7 +135,7 @@ def test_gpt2_token_and_position_embeddings_with_layer_norm_are_one_kernel():
 def test_bert_embeddings_with_layer_norm_looped_over_long_rows(monkeypatch):
     """A row longer than a block: the index is loaded once per row, the rows per reduction block."""
     from minicomp.passes import schedule
-    monkeypatch.setattr(schedule, "persistent_limit", lambda device: 8)
+    monkeypatch.setattr(schedule, "persistent_limit", lambda target: 8)
 
     def bert(ids, types, we, pe, te, g, b):
         e = F.embedding(ids, we) + pe[: ids.shape[1]] + F.embedding(types, te)
@@ -150,7 +150,7 @@ def test_index_varying_along_the_reduction(monkeypatch):
     x, idx = torch.randn(3, 20), torch.randint(-20, 20, (3, 24))
     compile_and_compare(lambda x, i: x.gather(1, i % 20).sum(1), x, idx, kernels=1)
     from minicomp.passes import schedule
-    monkeypatch.setattr(schedule, "persistent_limit", lambda device: 8)
+    monkeypatch.setattr(schedule, "persistent_limit", lambda target: 8)
     torch._dynamo.reset()
     report = compile_and_compare(lambda x, i: x.gather(1, i % 20).amax(1), x, idx, kernels=1)
     assert report.kernels[0].template == "reduction looped"

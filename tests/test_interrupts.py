@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import minicomp
-from tests.utils import small_split_thresholds
+from tests.utils import H200, small_split_thresholds
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +48,7 @@ def test_interrupted_staged_launch_leaves_later_calls_right(kind, monkeypatch):
     fn, shape, decision = STAGED[kind]
     from minicomp.passes import schedule
     choose = schedule.choose_schedule  # the GPU's column tiles: combine groups of several programs
-    monkeypatch.setattr(schedule, "choose_schedule", lambda g, on_gpu, tiled, size: choose(g, True, tiled, size))
+    monkeypatch.setattr(schedule, "choose_schedule", lambda g, target, tiled, size: choose(g, H200, tiled, size))
     f = minicomp.compile(fn)
     x = torch.randn(shape)
     torch.testing.assert_close(f(x), fn(x))

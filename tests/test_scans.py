@@ -17,7 +17,7 @@ from tests.utils import compile_and_compare
 @pytest.fixture
 def looped(monkeypatch):
     """Rows longer than 8 loop over blocks of 8 (the path long GPU rows take), carrying the totals."""
-    monkeypatch.setattr(schedule_scan, "scan_block_limit", lambda device: 8)
+    monkeypatch.setattr(schedule_scan, "scan_block_limit", lambda target: 8)
 
 
 def _template(report) -> list[str]:
@@ -137,7 +137,7 @@ def test_looped_scans_carry_between_blocks(looped):
 
 def test_looped_scan_down_columns(monkeypatch):
     # blocks of 16 rows by 4 neighbouring columns (6 columns: the second block is partly masked)
-    monkeypatch.setattr(schedule_scan, "scan_block_limit", lambda device: 64)
+    monkeypatch.setattr(schedule_scan, "scan_block_limit", lambda target: 64)
     x = torch.randn(70, 3, 2)
     report = compile_and_compare(lambda x: torch.cumsum(x, 0), x, kernels=1)
     assert _template(report) == ["scan looped"], report.summary()

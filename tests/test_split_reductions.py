@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import minicomp
-from tests.utils import compile_and_compare, small_split_thresholds
+from tests.utils import H200, compile_and_compare, small_split_thresholds
 
 
 @pytest.fixture(autouse=True)
@@ -74,7 +74,7 @@ def gpu_tiles(monkeypatch):
     """The GPU's column tiles (64 outputs per program) in the interpreter: several combine groups."""
     from minicomp.passes import schedule
     choose = schedule.choose_schedule
-    monkeypatch.setattr(schedule, "choose_schedule", lambda g, on_gpu, tiled, itemsize: choose(g, True, tiled, itemsize))
+    monkeypatch.setattr(schedule, "choose_schedule", lambda g, target, tiled, itemsize: choose(g, H200, tiled, itemsize))
 
 
 @pytest.mark.parametrize("dtype,fn", [(torch.float32, torch.sum), (torch.bfloat16, torch.sum),

@@ -5,8 +5,12 @@ import torch
 import torch.utils._pytree as pytree
 
 import minicomp
+from minicomp.ir.target import Target
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+H200 = Target("cuda", torch.device("cuda", 0), "NVIDIA H200", sm_count=132, compute_capability=(9, 0), tma=True)
+"""The H200's target, for checking GPU decisions on the CPU (schedules built for it; nothing runs on it)."""
 
 
 def tolerances(dtype: torch.dtype) -> dict:
@@ -44,7 +48,7 @@ def compile_and_compare(fn, *args, kernels: int | None = None, fallbacks: int | 
 def small_split_thresholds(monkeypatch) -> None:
     """Lower the split-reduction thresholds so small tensors take the paths long GPU rows take."""
     from minicomp.passes import split_reductions as split
-    monkeypatch.setattr(split, "persistent_limit", lambda device: 256)
+    monkeypatch.setattr(split, "persistent_limit", lambda target: 256)
     monkeypatch.setattr(split, "SOFTMAX_CHUNK", 64)
     monkeypatch.setattr(split, "SPLIT_MIN_REDUCED", 256)
     monkeypatch.setattr(split, "MIN_CHUNK", 32)

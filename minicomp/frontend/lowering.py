@@ -18,6 +18,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO, elemen
 from ..ir import ops, views
 from ..ir.graph import Graph, Node, Scalar
 from ..ir.layout import is_dense
+from ..ir.target import Target
 from ..ir.types import SUPPORTED_DTYPES, TensorType, contiguous_strides, is_float
 
 aten = torch.ops.aten
@@ -47,8 +48,9 @@ class Lowering:
         self.fallbacks: list[tuple[str, str]] = []
         self._meta: dict[Node, torch.Tensor] = {}
         self._moved: dict[Node, Node] = {}  # CPU tensors and their copies on the GPU
-        # the device the kernels run on: CUDA as soon as one input is there
-        self.device = next((a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda), torch.device("cpu"))
+        # where the kernels run: CUDA as soon as one input is there
+        self.target = self.graph.target = Target.for_inputs(args)
+        self.device = self.target.device
 
     # --- driver -------------------------------------------------------------------------
     def run(self) -> Graph:
@@ -109,7 +111,7 @@ class Lowering:
         self.node = fx_node
         start = len(self.graph.nodes)
         reason = self._unsupported_inputs(args, kwargs) or self._cpu_result()
-        if reason is None and self.device.type == "cuda":  # a CPU scalar tensor feeding GPU work
+        if reason is None and self.target.is_cuda:  # a CPU scalar tensor feeding GPU work
             args, kwargs = map_tree((args, kwargs), self._on_gpu)
             start = len(self.graph.nodes)  # the copies stay if the rule declines
         fn = RULES.get(target) or RULES.get(getattr(target, "overloadpacket", None))
@@ -144,8 +146,8 @@ class Lowering:
         """Work on CPU tensors inside a CUDA graph (a CPU scalar tensor, an RNG seed) stays in PyTorch,
         on the CPU, as in eager: minicomp's kernels run on the graph's device."""
         val = self.node.meta.get("val")
-        if self.device.type == "cuda" and any(isinstance(t, torch.Tensor) and t.device.type == "cpu"
-                                              for t in _flatten(val if isinstance(val, (list, tuple)) else [val])):
+        if self.target.is_cuda and any(isinstance(t, torch.Tensor) and t.device.type == "cpu"
+                                       for t in _flatten(val if isinstance(val, (list, tuple)) else [val])):
             return "computes a CPU tensor in a CUDA graph (as eager does)"
         return None
 

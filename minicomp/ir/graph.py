@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import torch
 
 from .expr import Affine, Range, Var, index_vars
+from .target import INTERPRETER, Target
 from .types import TensorType
 
 if TYPE_CHECKING:  # kernel.py imports this module
@@ -122,6 +123,8 @@ class Graph:
         self.staged_launches: list[StagedLaunch] = []
         # every pass: what it decided and why, for the report ("not fused: ...", "split: ...")
         self.decisions: list[str] = []
+        # lowering: where the kernels run (decisions read it; the interpreter for hand-built graphs)
+        self.target: Target = INTERPRETER
 
     # --- building -----------------------------------------------------------------------
     def add(self, op: str, inputs: Iterable[Node], type, origin=(), before: Node | None = None,

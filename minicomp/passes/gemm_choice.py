@@ -11,6 +11,7 @@ import torch
 
 from ..ir.graph import Graph, Node
 from ..ir.ops import OPS
+from ..ir.target import Target
 from ..ir.types import contiguous_strides
 
 ATEN = "aten"
@@ -29,11 +30,11 @@ def _epilogue_fns(node: Node, depth: int = 6) -> set[str]:
     return fns
 
 
-def heuristic(node: Node) -> tuple[str, str]:
-    """The default choice for a matmul node, and why."""
+def heuristic(node: Node, target: Target) -> tuple[str, str]:
+    """The default choice for a matmul node on ``target``, and why."""
     a, _ = node.inputs
     k = a.shape[-1]
-    if node.type.device.type != "cuda":
+    if not target.is_cuda:
         return "triton", "CPU: the template runs in Triton's interpreter"
     if a.dtype == torch.float32 and node.attrs["precision"] == "ieee":
         return ATEN, "IEEE fp32 products do not run on tensor cores; cuBLAS is faster"
@@ -53,7 +54,8 @@ def gemm_backend(graph: Graph) -> Graph:
     fixed = graph.gemm_choices
     decisions = graph.decisions
     for node in [n for n in graph.nodes if n.op == "matmul"]:
-        choice, reason = (fixed[node.id], "measured (max-autotune)") if node.id in fixed else heuristic(node)
+        choice, reason = ((fixed[node.id], "measured (max-autotune)") if node.id in fixed
+                          else heuristic(node, graph.target))
         if choice == ATEN and len(node.shape) not in (2, 3):
             choice, reason = "triton", "batched over several dims: aten.bmm would need a copy"
         if choice != ATEN:

@@ -51,7 +51,7 @@ def row_pipelines(graph: Graph) -> Graph:
 def _pipeline(graph: Graph, stages: list[Kernel], number: int, explain: bool) -> Pipeline | None:
     """The pipeline of ``stages`` if it is worth one and row-local (``explain``: record why not)."""
     first = stages[0].inputs
-    on_gpu = any(n.type.device.type == "cuda" for n in first)
+    on_gpu = graph.target.is_cuda
     reread = [n for n in stages[-1].inputs & first
               if math.prod(n.shape) * n.dtype.itemsize >= (PIPELINE_MIN_BYTES if on_gpu else 0)]
     sizes = [k.vars["x"].size for k in stages]

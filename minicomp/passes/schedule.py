@@ -19,6 +19,7 @@ from ..ir.kernel import (Compute, Dot, IndexValue, Indirect, Kernel, KernelArg, 
                          Schedule, Store, TileLoad)
 from ..ir.layout import buffer_strides
 from ..ir.ops import OPS
+from ..ir.target import Target
 from ..ir.types import short_dtype
 from .fusion import Group, canonical_index, operand_indices
 
@@ -38,7 +39,7 @@ def plan_layouts(graph: Graph) -> dict[Node, tuple[int, ...]]:
 def schedule(graph: Graph) -> Graph:
     """Build one Kernel per fusion group (``graph.kernels``; graph results' strides: ``graph.layouts``)."""
     graph.layouts = plan_layouts(graph)
-    graph.kernels = [build_kernel(g, graph.layouts, graph.gemm_choices) for g in graph.groups]
+    graph.kernels = [build_kernel(g, graph.layouts, graph.gemm_choices, target=graph.target) for g in graph.groups]
     return graph
 
 
@@ -48,13 +49,14 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (max(n, 1) - 1).bit_length())
 
 
-def persistent_limit(device: torch.device) -> int:
+def persistent_limit(target: Target) -> int:
     """The longest row a reduction keeps in registers as one block (measured on the H200); larger in
     the CPU interpreter, where a block costs nothing."""
-    return 8192 if device.type == "cuda" else 2**14
+    return 8192 if target.is_cuda else 2**14
 
 
-def choose_schedule(group: Group, on_gpu: bool, tiled: bool, itemsize: int) -> Schedule:
+def choose_schedule(group: Group, target: Target, tiled: bool, itemsize: int) -> Schedule:
+    on_gpu = target.is_cuda
     numel = math.prod(group.shape)
     if group.axes:
         rnumel = math.prod(group.shape[d] for d in group.axes)
@@ -67,7 +69,7 @@ def choose_schedule(group: Group, on_gpu: bool, tiled: bool, itemsize: int) -> S
             xblock = min(COLUMN_TILE, _pow2(inner))
             rblock = min(_pow2(rnumel), 4096 // xblock)
             return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, 4, 1, rblock >= rnumel)
-        if _pow2(rnumel) <= persistent_limit(group.nodes[0].type.device):
+        if _pow2(rnumel) <= persistent_limit(target):
             # measured on the H200 (layer_norm, softmax rows of 1024-4096): one row per program and
             # 4 warps beat wider blocks; short rows pack several per program
             rblock = _pow2(rnumel)
@@ -263,13 +265,13 @@ def _transposed(group: Group, layouts) -> bool:
     return False
 
 
-def gemm_schedule(m: int, n: int, k: int, dtype: torch.dtype, on_gpu: bool, epilogue_math: bool = False) -> Schedule:
+def gemm_schedule(m: int, n: int, k: int, dtype: torch.dtype, target: Target, epilogue_math: bool = False) -> Schedule:
     """Tile sizes for a GEMM: the big Hopper tiles for large half-precision products (128x128 with 4
     warps under a transcendental epilogue), smaller ones for small sizes and fp32; small tiles for the
     CPU interpreter."""
     def fit(size, most):
         return max(16, min(most, _pow2(size)))
-    if not on_gpu:
+    if not target.is_cuda:
         blocks, warps, stages = (fit(m, 32), fit(n, 32), fit(k, 32)), 1, 1
     elif dtype in (torch.float16, torch.bfloat16):
         if m >= 128 and n >= 2048 and epilogue_math:  # 8192x4096x4096 gelu: 0.426 vs 0.444, 0.476 vs 0.488 ms (H200)
@@ -295,13 +297,12 @@ def config_schedule(config: str) -> Schedule:
     return Schedule("gemm", dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8), int(warps), int(stages))
 
 
-def build_gemm_kernel(group: Group, layouts: dict, config: str | None = None) -> Kernel:
+def build_gemm_kernel(group: Group, layouts: dict, config: str | None, target: Target) -> Kernel:
     mm = group.matmul
     a, b = mm.inputs
     (m, k), n = a.shape[-2:], b.shape[-1]
-    on_gpu = mm.type.device.type == "cuda"
     epilogue_math = any(node.op == "pointwise" and OPS[node.attrs["fn"]].transcendental for node in group.nodes)
-    sched = (gemm_schedule(m, n, k, a.dtype, on_gpu, epilogue_math) if config in (None, "triton")
+    sched = (gemm_schedule(m, n, k, a.dtype, target, epilogue_math) if config in (None, "triton")
              else config_schedule(config))
     dims = index_vars(group.shape)
     em = _Emitter(group, layouts, dims, persistent=False)
@@ -325,16 +326,12 @@ def build_gemm_kernel(group: Group, layouts: dict, config: str | None = None) ->
     mapping = dict(zip(dims[:-2], unravel(flat["b"], batch)))
     mapping.update({dims[-2]: Affine.of(flat["m"]), dims[-1]: Affine.of(flat["n"]),
                     ka: Affine.of(flat["ka"]), kb: Affine.of(flat["kb"])})
-    kernel = _finish_kernel(group, em, sched, flat, mapping)
+    kernel = _finish_kernel(group, em, sched, flat, mapping, target)
     tiles = math.prod(batch) * -(-m // sched.blocks["BLOCK_M"]) * -(-n // sched.blocks["BLOCK_N"])
-    sched.programs = min(tiles, _multiprocessors()) if on_gpu else tiles
-    if on_gpu and not batch:
+    sched.programs = min(tiles, target.sm_count) if target.is_cuda else tiles
+    if target.tma and not batch:
         _use_tma(kernel, dot)
     return kernel
-
-
-def _multiprocessors() -> int:
-    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
 
 def _use_tma(kernel: Kernel, dot: Dot) -> None:
@@ -370,8 +367,9 @@ def _use_tma(kernel: Kernel, dot: Dot) -> None:
         loop.inner[loop.inner.index(load)] = tile
 
 
-def _finish_kernel(group: Group, em: "_Emitter", sched: Schedule, flat: dict, mapping: dict) -> Kernel:
-    sched.interpreted = group.nodes[0].type.device.type != "cuda"
+def _finish_kernel(group: Group, em: "_Emitter", sched: Schedule, flat: dict, mapping: dict,
+                   target: Target) -> Kernel:
+    sched.interpreted = target.interpreted  # the one place a kernel learns it; codegen and loading read it
     for phase in em.phases:
         for stmt in phase.outer + phase.inner:
             _substitute(stmt, mapping)
@@ -414,18 +412,17 @@ def config_space(group: Group, heuristic: Schedule) -> list[Schedule]:
 
 
 def build_kernel(group: Group, layouts: dict, gemm_configs: dict | None = None,
-                 override: Schedule | None = None) -> Kernel:
-    """The kernel of one fusion group, with the heuristic's schedule or ``override`` (autotuning)."""
+                 override: Schedule | None = None, *, target: Target) -> Kernel:
+    """The kernel of one fusion group for ``target``, with the heuristic's schedule or ``override``
+    (autotuning)."""
     if group.matmul is not None:
-        return build_gemm_kernel(group, layouts, (gemm_configs or {}).get(group.matmul.id))
+        return build_gemm_kernel(group, layouts, (gemm_configs or {}).get(group.matmul.id), target)
     if group.kind == "scan":
         from .schedule_scan import build_scan_kernel  # it builds on this module's emitter
-        return build_scan_kernel(group, layouts, override)
-    device = group.nodes[0].type.device
-    on_gpu = device.type == "cuda"
+        return build_scan_kernel(group, layouts, override, target)
     tiled = _transposed(group, layouts)
     itemsize = max((n.dtype.itemsize for n in group.stores), default=4)
-    sched = choose_schedule(group, on_gpu, tiled, itemsize) if override is None else \
+    sched = choose_schedule(group, target, tiled, itemsize) if override is None else \
         dataclasses.replace(override, blocks=dict(override.blocks))  # _finish_kernel sets fields on it
     dims = index_vars(group.shape)
     em = _Emitter(group, layouts, dims, sched.persistent)
@@ -441,7 +438,7 @@ def build_kernel(group: Group, layouts: dict, gemm_configs: dict | None = None,
         em.store(m, canonical_index(m, group.shape, group.axes))
 
     flat = _flat_vars(group, sched, tiled)
-    return _finish_kernel(group, em, sched, flat, _dim_mapping(group, dims, flat, tiled))
+    return _finish_kernel(group, em, sched, flat, _dim_mapping(group, dims, flat, tiled), target)
 
 
 def _flat_vars(group: Group, sched: Schedule, tiled: bool) -> dict[str, Var]:

@@ -13,31 +13,30 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import torch
-
 from ..ir.expr import index_vars
 from ..ir.kernel import IndexValue, Kernel, Schedule, Scan
 from ..ir.graph import Node
+from ..ir.target import Target
 from .fusion import Group, canonical_index
 from .schedule import _dim_mapping, _Emitter, _finish_kernel, _flat_vars, _pow2
 
 COLUMN_TILE = 64  # neighbouring rows per program of a scan along a non-innermost axis (contiguous loads)
 
 
-def scan_block_limit(device: torch.device) -> int:
+def scan_block_limit(target: Target) -> int:
     """The longest row scanned in registers as one block; longer rows loop over blocks of this size
     at most. Not measured yet: reductions keep 8192 on the H200, a scan holds more live values."""
-    return 4096 if device.type == "cuda" else 2**14
+    return 4096 if target.is_cuda else 2**14
 
 
-def loop_block(device: torch.device) -> int:
-    return min(1024 if device.type == "cuda" else 4096, scan_block_limit(device))
+def loop_block(target: Target) -> int:
+    return min(1024 if target.is_cuda else 4096, scan_block_limit(target))
 
 
-def scan_schedule(group: Group, on_gpu: bool) -> Schedule:
+def scan_schedule(group: Group, target: Target) -> Schedule:
     """Blocks for a scan group (not measured on a GPU yet: the reductions' shapes)."""
-    device = group.nodes[0].type.device
-    limit = scan_block_limit(device)
+    on_gpu = target.is_cuda
+    limit = scan_block_limit(target)
     (axis,) = group.axes
     rnumel = group.shape[axis]
     xnumel = math.prod(s for d, s in enumerate(group.shape) if d != axis)
@@ -53,7 +52,7 @@ def scan_schedule(group: Group, on_gpu: bool) -> Schedule:
         xblock = min(_pow2(xnumel), max(1, (2048 if on_gpu else 2**12) // rblock))
         return Schedule("scan", {"XBLOCK": xblock, "RBLOCK": rblock}, 4 if on_gpu and rblock <= 2048 else warps,
                         1, True)
-    return Schedule("scan", {"XBLOCK": 1, "RBLOCK": loop_block(device)}, warps, 1, False)
+    return Schedule("scan", {"XBLOCK": 1, "RBLOCK": loop_block(target)}, warps, 1, False)
 
 
 class _ScanEmitter(_Emitter):
@@ -75,10 +74,10 @@ class _ScanEmitter(_Emitter):
         return self._put(key, stmt, True)
 
 
-def build_scan_kernel(group: Group, layouts: dict, override: Schedule | None = None) -> Kernel:
-    """The kernel of a scan group, with the heuristic's schedule or ``override`` (autotuning)."""
-    on_gpu = group.nodes[0].type.device.type == "cuda"
-    sched = scan_schedule(group, on_gpu) if override is None else \
+def build_scan_kernel(group: Group, layouts: dict, override: Schedule | None, target: Target) -> Kernel:
+    """The kernel of a scan group for ``target``, with the heuristic's schedule or ``override``
+    (autotuning)."""
+    sched = scan_schedule(group, target) if override is None else \
         dataclasses.replace(override, blocks=dict(override.blocks))
     dims = index_vars(group.shape)
     em = _ScanEmitter(group, layouts, dims, sched.persistent)
@@ -86,7 +85,7 @@ def build_scan_kernel(group: Group, layouts: dict, override: Schedule | None = N
     for m in group.stores:
         em.store(m, canonical_index(m, group.shape, group.axes))
     flat = _flat_vars(group, sched, False)
-    return _finish_kernel(group, em, sched, flat, _dim_mapping(group, dims, flat, False))
+    return _finish_kernel(group, em, sched, flat, _dim_mapping(group, dims, flat, False), target)
 
 
 __all__ = ["build_scan_kernel", "scan_block_limit", "scan_schedule"]

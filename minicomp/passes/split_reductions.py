@@ -20,6 +20,7 @@ import torch
 from ..ir import views
 from ..ir.expr import Affine, Range, index_vars
 from ..ir.graph import Graph, Node, Scalar
+from ..ir.target import Target
 from ..ir.ops import reduce_identity
 from ..ir.types import is_float
 from .schedule import COLUMN_TILE, persistent_limit
@@ -36,7 +37,7 @@ def split_reductions(graph: Graph) -> Graph:
     """Rewrite long-row softmax statistics as online softmax, and split few-output reductions."""
     for node in list(graph.nodes):
         if node.op == "reduce":
-            pair = _softmax_statistics(node)
+            pair = _softmax_statistics(node, graph.target)
             if pair is not None:
                 _online_softmax(graph, *pair)
     graph = dce(graph)
@@ -50,8 +51,9 @@ def split_reductions(graph: Graph) -> Graph:
 
 # --- online softmax ------------------------------------------------------------------------------
 
-def _softmax_statistics(s: Node) -> tuple[Node, Node] | None:
-    """(max, sum) when ``s`` is ``sum(exp(x - expand(max(x))))`` over one long axis."""
+def _softmax_statistics(s: Node, target: Target) -> tuple[Node, Node] | None:
+    """(max, sum) when ``s`` is ``sum(exp(x - expand(max(x))))`` over an axis too long for one
+    block on ``target``."""
     if s.attrs["fn"] != "sum" or len(s.attrs["axes"]) != 1 or not is_float(s.dtype):
         return None
     e = s.inputs[0]
@@ -67,7 +69,7 @@ def _softmax_statistics(s: Node) -> tuple[Node, Node] | None:
     if not (m.op == "reduce" and m.attrs["fn"] == "max" and m.inputs[0] is x and m.attrs["axes"] == s.attrs["axes"]):
         return None
     (axis,) = s.attrs["axes"]
-    if x.shape[axis] <= persistent_limit(x.type.device):
+    if x.shape[axis] <= persistent_limit(target):
         return None
     return m, s
 

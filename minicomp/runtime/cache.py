@@ -15,9 +15,10 @@ import pickle
 import sys
 import tempfile
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
+
+from .triton_shims import compile_ahead, interpreting
 
 stats = {"written": 0, "reused": 0, "repaired": 0, "graphs_reused": 0}
 _modules: dict[tuple[str, bool], ModuleType] = {}
@@ -129,20 +130,6 @@ def store(kind: str, name: str, source: str) -> Path:
     return path
 
 
-@contextmanager
-def interpreting(on: bool):
-    """Triton chooses compiled or interpreted functions when ``@triton.jit`` runs."""
-    old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1" if on else "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = old
-
-
 def load(path: Path, interpret: bool = False) -> ModuleType:
     """Import a cached file (once per process and mode)."""
     key = (str(path), interpret)
@@ -164,14 +151,13 @@ def precompile(jobs: list[tuple]) -> None:
     3-4 s to start (measured), longer than a graph's whole compile. A kernel that fails here is
     compiled at its launch as usual. The variants of one function (kernels are named by content, so
     launches with other dtypes or options can share it) compile one after another in one thread:
-    ``_launcher_alongside`` swaps the function's ``compile`` while it runs."""
+    ``triton_shims.compile_ahead`` swaps the function's ``compile`` while it runs."""
     from concurrent.futures import ThreadPoolExecutor
 
     def compile_variants(variants: list[tuple]) -> None:
         for fn, dtypes, options in variants:
             try:
-                with _launcher_alongside(fn):
-                    fn.warmup(*dtypes, grid=(1,), **options)
+                compile_ahead(fn, dtypes, options)
             except Exception:  # noqa: BLE001 - the launch compiles it again and reports any error
                 pass
     by_function: dict[int, list[tuple]] = {}
@@ -179,44 +165,3 @@ def precompile(jobs: list[tuple]) -> None:
         by_function.setdefault(id(job[0]), []).append(job)
     with ThreadPoolExecutor(max_workers=min(len(by_function), os.cpu_count() or 1)) as pool:
         list(pool.map(compile_variants, by_function.values()))
-
-
-class _LaunchTimeMetadata:
-    """Stands in for a compiled kernel's metadata, which a launcher reads only when it launches."""
-
-    def __getattr__(self, name: str) -> None:
-        return None
-
-
-@contextmanager
-def _launcher_alongside(fn):
-    """Triton 3.6 builds a C launcher per kernel signature (gcc, ~0.13 s on the H200 host) at the
-    first launch. Its source depends only on the signature, so a thread builds it while the kernel
-    compiles and the launch finds it in Triton's cache. (Triton 3.9 has one generic launcher: the
-    thread has nothing to build.) Relies on Triton internals; when they differ, nothing is built
-    ahead and the launch builds it as before."""
-    import threading
-
-    from triton.runtime import driver
-
-    def build(src) -> None:
-        try:
-            driver.active.launcher_cls(src, _LaunchTimeMetadata())
-        except Exception:  # noqa: BLE001 - the launch builds it
-            pass
-
-    def compile_and_build(src, *args, **kwargs):
-        thread = threading.Thread(target=build, args=(src,), daemon=True)
-        thread.start()
-        try:
-            return compile(src, *args, **kwargs)
-        finally:
-            thread.join()
-
-    fn.device_caches[driver.active.get_current_device()]  # Triton sets fn.compile when it first builds this
-    compile = fn.compile
-    fn.compile = compile_and_build
-    try:
-        yield
-    finally:
-        fn.compile = compile

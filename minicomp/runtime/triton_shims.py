@@ -1,0 +1,117 @@
+"""Everything minicomp does with Triton's internals, in one place.
+
+Generated kernels use only ``triton.language`` (``tests/test_triton_shims.py`` checks each name they
+use); the runtime also relies on a few things Triton does not document:
+
+* ``@triton.jit`` makes an interpreted function when ``TRITON_INTERPRET`` is set *while it runs*
+  (``triton.knobs.runtime.interpret``, read from the environment): ``interpreting``;
+* a ``JITFunction`` gets its ``compile`` attribute (``triton.compiler.compile``) when it first builds
+  its per-device cache (``device_caches[device]`` -> ``create_binder``), and ``run`` calls
+  ``self.compile(src, target=..., options=...)``;
+* ``JITFunction.warmup`` takes torch dtypes where the launch passes tensors (``MockTensor``) and
+  compiles what the launch with the same constexprs and options finds in Triton's cache: ``compile_ahead``;
+* a driver's ``launcher_cls(src, metadata)`` builds the launcher of a kernel signature, reading
+  ``src.signature``/``src.constants``, and ``metadata`` only through attributes: ``launcher_alongside``.
+
+Tested with Triton 3.6 to 3.9 (``SUPPORTED``). With another version minicomp warns once and takes the
+safe path: no launcher is built ahead (the first launch builds it, as Triton always does). Kernels
+still run interpreted on the CPU, since there is no other way to ask for that.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import threading
+import warnings
+from contextlib import contextmanager
+
+SUPPORTED = ((3, 6), (3, 9))  # oldest and newest (major, minor) minicomp is tested with
+
+
+def triton_version() -> tuple[int, int]:
+    """Triton's (major, minor) version."""
+    import triton
+    major, minor = re.match(r"(\d+)\.(\d+)", triton.__version__).groups()
+    return int(major), int(minor)
+
+
+@functools.lru_cache(maxsize=None)
+def supported() -> bool:
+    """Whether the installed Triton is in the tested range; warns once when not."""
+    low, high = SUPPORTED
+    if low <= triton_version() <= high:
+        return True
+    import triton
+    warnings.warn(f"minicomp: Triton {triton.__version__} is outside the tested range "
+                  f"{'.'.join(map(str, low))}-{'.'.join(map(str, high))}; launchers are not built ahead")
+    return False
+
+
+@contextmanager
+def interpreting(on: bool):
+    """Triton chooses compiled or interpreted functions when ``@triton.jit`` runs (importing a
+    generated module), from ``TRITON_INTERPRET``."""
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = old
+
+
+def compile_ahead(fn, dtypes: list, options: dict) -> None:
+    """Compile ``fn`` (a ``JITFunction``) for a launch whose tensor arguments have ``dtypes`` and whose
+    keywords (constexprs, ``num_warps``, ...) are ``options``, building its launcher alongside; the
+    launch then finds both in Triton's cache. Raises what Triton's compile raises."""
+    with launcher_alongside(fn):
+        fn.warmup(*dtypes, grid=(1,), **options)
+
+
+class _LaunchTimeMetadata:
+    """Stands in for a compiled kernel's metadata, which a launcher reads only when it launches."""
+
+    def __getattr__(self, name: str) -> None:
+        return None
+
+
+@contextmanager
+def launcher_alongside(fn):
+    """While ``fn`` (a ``JITFunction``) compiles inside this block, build its C launcher on a second
+    thread. Triton 3.6 builds one per kernel signature (gcc, ~0.13 s on the H200 host) at the first
+    launch; its source depends only on the signature, so it can be built while the kernel compiles
+    and the launch finds it in Triton's cache. (Triton 3.9 has one generic launcher: the thread has
+    nothing to build.) Outside ``SUPPORTED``, or when an internal differs, nothing is built ahead."""
+    if not supported():
+        yield
+        return
+    from triton.runtime import driver
+
+    def build(src) -> None:
+        try:
+            driver.active.launcher_cls(src, _LaunchTimeMetadata())
+        except Exception:  # noqa: BLE001 - the launch builds it
+            pass
+
+    def compile_and_build(src, *args, **kwargs):
+        thread = threading.Thread(target=build, args=(src,), daemon=True)
+        thread.start()
+        try:
+            return compile(src, *args, **kwargs)
+        finally:
+            thread.join()
+
+    try:
+        fn.device_caches[driver.active.get_current_device()]  # Triton sets fn.compile when it first builds this
+        compile = fn.compile
+    except Exception:  # noqa: BLE001 - internals differ: compile without the launcher thread
+        yield
+        return
+    fn.compile = compile_and_build
+    try:
+        yield
+    finally:
+        fn.compile = compile

@@ -1,0 +1,120 @@
+"""The Target (``ir/target.py``): right for the CPU, set on the lowered graph, and read by the
+decisions that depend on the device. GPU decisions are checked on the CPU by scheduling graphs for a
+fake H200 target (nothing runs on it); ``tests/test_cuda.py`` checks the real one on a GPU."""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from minicomp.backend import decompositions
+from minicomp.compiler import PIPELINE
+from minicomp.frontend.lowering import Lowering
+from minicomp.ir.kernel import TileLoad
+from minicomp.ir.target import INTERPRETER, INTERPRETER_NAME, Target
+from minicomp.passes.manager import run_pipeline
+from minicomp.passes.schedule import persistent_limit
+from tests.utils import H200
+
+BF16 = torch.bfloat16
+
+
+def test_the_cpu_target_is_the_interpreter():
+    t = Target.for_device(torch.device("cpu"))
+    assert t is INTERPRETER and Target.for_device("cpu") is t  # described once
+    assert t.interpreted and not t.is_cuda and t.kind == "interpreter"
+    assert t.device == torch.device("cpu") and t.name == INTERPRETER_NAME and str(t) == INTERPRETER_NAME
+    assert not t.tma
+    assert Target.for_inputs([torch.ones(2), 3, None]) is t
+
+
+def test_lowering_sets_the_graph_target_from_the_inputs():
+    def fn(x):
+        return x + 1
+    x = torch.randn(4)
+    graph = Lowering(make_fx(fn)(x), [x]).run()
+    assert graph.target is INTERPRETER
+
+
+def _scheduled(fn, args, target: Target):
+    """``fn`` lowered for ``args`` (on the CPU) and run through the pass pipeline for ``target``."""
+    gm = make_fx(fn, decomposition_table=decompositions())(*args)
+    graph = Lowering(gm, args).run()
+    graph.target = target
+    graph = run_pipeline(graph, PIPELINE, None, None)
+    return graph, graph.kernels
+
+
+def test_kernels_are_interpreted_exactly_on_the_interpreter():
+    x = torch.empty(8, 32)
+    for target in (INTERPRETER, H200):
+        _, kernels = _scheduled(lambda x: torch.softmax(x, -1), [x], target)
+        assert [k.schedule.interpreted for k in kernels] == [target.interpreted]
+
+
+def test_persistent_grid_of_a_gemm_is_the_targets_sm_count():
+    a, b = torch.empty(512, 256, dtype=BF16), torch.empty(256, 512, dtype=BF16)
+    tiles = {}
+    targets = (("interpreter", INTERPRETER), ("h200", H200), ("4 SMs", dataclasses.replace(H200, sm_count=4)))
+    for name, target in targets:
+        _, (k,) = _scheduled(lambda a, b: a @ b, [a, b], target)
+        s = k.schedule
+        tiles[name] = (512 // s.blocks["BLOCK_M"]) * (512 // s.blocks["BLOCK_N"])
+        assert s.template == "gemm"
+        if target.is_cuda:
+            assert s.programs == min(tiles[name], target.sm_count), (name, s.programs)
+        else:
+            assert s.programs == tiles[name]  # the interpreter: one program per tile
+    assert tiles["h200"] > 4  # so the 4-SM target's grid is smaller
+
+
+def test_tma_loads_only_where_the_target_has_tma():
+    a, b = torch.empty(256, 128, dtype=BF16), torch.empty(128, 256, dtype=BF16)
+    loads = {}
+    targets = (("interpreter", INTERPRETER), ("h200", H200), ("no tma", dataclasses.replace(H200, tma=False)))
+    for name, target in targets:
+        _, (k,) = _scheduled(lambda a, b: a @ b, [a, b], target)
+        loads[name] = sum(isinstance(s, TileLoad) for p in k.phases for s in p.inner)
+    assert loads == {"interpreter": 0, "h200": 2, "no tma": 0}
+
+
+def test_gpu_block_sizes_come_from_the_target():
+    x = torch.empty(64, 1024, dtype=BF16)
+    _, (cpu,) = _scheduled(lambda x: x.relu(), [x], INTERPRETER)
+    _, (gpu,) = _scheduled(lambda x: x.relu(), [x], H200)
+    assert (cpu.schedule.blocks, cpu.schedule.num_warps) == ({"XBLOCK": 65536}, 1)
+    assert (gpu.schedule.blocks, gpu.schedule.num_warps) == ({"XBLOCK": 4096}, 4)  # 16-bit data: 4096 a program
+    y = torch.empty(256, 128)
+    _, (col,) = _scheduled(lambda y: y.sum(0), [y], H200)  # a column reduction: 64 neighbouring outputs
+    assert col.schedule.blocks["XBLOCK"] == 64 and col.schedule.num_warps == 4
+
+
+def test_long_rows_split_by_the_targets_persistent_limit():
+    assert persistent_limit(H200) < persistent_limit(INTERPRETER)
+    n = persistent_limit(H200) + 1024  # too long for one block on the GPU, not in the interpreter
+    x = torch.empty(2, n)
+    decisions = {}
+    for name, target in (("interpreter", INTERPRETER), ("h200", H200)):
+        graph, _ = _scheduled(lambda x: torch.softmax(x, -1), [x], target)
+        decisions[name] = [d for d in graph.decisions if "online softmax" in d]
+    assert decisions["interpreter"] == [] and len(decisions["h200"]) == 1, decisions
+
+
+def test_gemm_backend_choice_reads_the_target():
+    a, b = torch.empty(64, 32), torch.empty(32, 48)  # fp32 lowered on the CPU: IEEE precision
+    for target, expected in ((INTERPRETER, "Triton template"), (H200, "cuBLAS via aten")):
+        graph, _ = _scheduled(lambda a, b: a @ b, [a, b], target)
+        (choice,) = [d for d in graph.decisions if d.startswith("gemm")]
+        assert expected in choice, choice
+
+
+def test_row_pipelines_only_pay_off_on_the_gpu():
+    x = torch.empty(64, 131072)  # 32 MB: large enough to re-read from L2 on the GPU
+    pipelines = {}
+    for name, target in (("interpreter", INTERPRETER), ("h200", H200)):
+        graph, _ = _scheduled(lambda x: x / x.sum(-1, keepdim=True), [x], target)
+        pipelines[name] = [(p.rows, p.lag) for p in graph.staged_launches if hasattr(p, "lag")]
+    assert pipelines["interpreter"] and all(lag == 1 for _, lag in pipelines["interpreter"])
+    assert pipelines["h200"] and all(lag > 1 for _, lag in pipelines["h200"]), pipelines

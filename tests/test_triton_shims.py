@@ -1,0 +1,213 @@
+"""The Triton internals minicomp relies on (``runtime/triton_shims.py``) still exist with the shape it
+expects, on the installed Triton: the test that says when an upgrade breaks them. Runs on the CPU;
+what needs a GPU (building a real launcher) is checked by its signature and source here and for real
+by ``tests/test_cuda.py::test_launcher_built_while_the_kernel_compiles``."""
+from __future__ import annotations
+
+import collections
+import glob
+import inspect
+import os
+import re
+import warnings
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import minicomp
+from minicomp.runtime import triton_shims
+
+
+def _kernel_fn(x_ptr, XBLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, XBLOCK), 1.0)
+
+
+# --- version ------------------------------------------------------------------------------------
+
+def test_installed_triton_is_in_the_supported_range():
+    low, high = triton_shims.SUPPORTED
+    assert low <= triton_shims.triton_version() <= high, triton.__version__
+    assert triton_shims.supported()
+
+
+def test_an_unsupported_version_warns_once_and_builds_no_launcher_ahead(monkeypatch):
+    monkeypatch.setattr(triton_shims, "triton_version", lambda: (4, 0))
+    triton_shims.supported.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="outside the tested range"):
+            assert not triton_shims.supported()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # cached: no second warning
+            assert not triton_shims.supported()
+        fn = _FakeJit()
+        with triton_shims.launcher_alongside(fn):
+            fn.compile("src")
+        assert fn.compiled == ["src"] and fn.compile == fn.original  # the safe path: Triton's own compile
+    finally:
+        triton_shims.supported.cache_clear()
+
+
+# --- interpreted or compiled: TRITON_INTERPRET while @triton.jit runs ------------------------------
+
+def test_jit_reads_triton_interpret_while_it_runs():
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+    before = os.environ.get("TRITON_INTERPRET")
+    with triton_shims.interpreting(True):
+        interpreted = triton.jit(_kernel_fn)
+    with triton_shims.interpreting(False):
+        compiled = triton.jit(_kernel_fn)
+    assert isinstance(interpreted, InterpretedFunction) and not isinstance(interpreted, JITFunction)
+    assert isinstance(compiled, JITFunction)
+    assert os.environ.get("TRITON_INTERPRET") == before  # restored
+    x = torch.zeros(4)
+    interpreted[(1,)](x, XBLOCK=4)  # and the interpreted one runs on CPU tensors
+    assert x.tolist() == [1.0] * 4
+
+
+# --- compiling ahead: JITFunction.warmup, device_caches, compile ----------------------------------
+
+def test_warmup_takes_dtypes_for_tensors_and_launch_keywords():
+    from triton.runtime.jit import JITFunction, MockTensor
+    params = inspect.signature(JITFunction.warmup).parameters
+    kinds = {name: p.kind for name, p in params.items()}
+    assert kinds == {"self": inspect.Parameter.POSITIONAL_OR_KEYWORD, "args": inspect.Parameter.VAR_POSITIONAL,
+                     "grid": inspect.Parameter.KEYWORD_ONLY, "kwargs": inspect.Parameter.VAR_KEYWORD}, kinds
+    assert "MockTensor.wrap_dtype" in inspect.getsource(JITFunction.warmup)
+    assert MockTensor.wrap_dtype(torch.float16).dtype == torch.float16  # a dtype stands for a tensor of it
+
+
+def test_jit_function_sets_compile_when_it_builds_its_device_cache():
+    from triton.runtime.jit import JITFunction
+    with triton_shims.interpreting(False):
+        fn = triton.jit(_kernel_fn)
+    assert isinstance(fn.device_caches, collections.defaultdict)
+    assert fn.device_caches.default_factory == fn.create_binder
+    binder = inspect.getsource(JITFunction.create_binder)
+    assert re.search(r"from \.\.compiler import .*\bcompile\b", binder) and "self.compile = compile" in binder
+    assert "self.compile(src, target=target, options=" in inspect.getsource(JITFunction)  # how a launch compiles
+
+
+class _FakeJit:
+    """A JITFunction as ``launcher_alongside`` sees it."""
+
+    def __init__(self):
+        self.device_caches, self.compiled = {0: None}, []
+        self.compile = self.original = lambda src, *a, **k: self.compiled.append(src) or "kernel"
+
+
+class _FakeDriver:
+    def __init__(self):
+        self.built = []
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def launcher_cls(self, src, metadata):
+        self.built.append((src, metadata))
+
+
+def test_launcher_alongside_builds_the_launcher_of_what_compiles_and_restores_compile(monkeypatch):
+    from triton.runtime import driver
+    fake = _FakeDriver()
+    monkeypatch.setattr(driver, "_active", fake)  # DriverConfig.active returns it
+    assert driver.active is fake
+    fn = _FakeJit()
+    with triton_shims.launcher_alongside(fn):
+        assert fn.compile("src", target=None, options={}) == "kernel"
+    assert fn.compiled == ["src"] and fn.compile == fn.original
+    ((src, metadata),) = fake.built
+    assert src == "src" and isinstance(metadata, triton_shims._LaunchTimeMetadata)
+    assert metadata.num_ctas is None and metadata.tensordesc_meta is None
+
+
+def test_launcher_alongside_compiles_plainly_when_internals_differ(monkeypatch):
+    from triton.runtime import driver
+    monkeypatch.setattr(driver, "_active", _FakeDriver())
+    fn = _FakeJit()
+    fn.device_caches = {}  # no cache for the device: Triton's internals changed
+    with triton_shims.launcher_alongside(fn):
+        fn.compile("src")
+    assert fn.compiled == ["src"] and fn.compile == fn.original
+
+
+def test_cuda_driver_has_the_launcher_class_minicomp_builds():
+    from triton.backends.nvidia import driver as nvidia
+    assert list(inspect.signature(nvidia.CudaLauncher.__init__).parameters) == ["self", "src", "metadata"]
+    assert "self.launcher_cls = CudaLauncher" in inspect.getsource(nvidia.CudaDriver.__init__)
+    current = inspect.getsource(nvidia.CudaDriver) + inspect.getsource(nvidia.GPUDriver)
+    assert "get_current_device" in current
+    # the launcher reads the metadata only through attributes (a stand-in answers None to each)
+    assert not re.search(r"metadata\[", inspect.getsource(nvidia.CudaLauncher.__init__))
+
+
+# --- public APIs the runtime and the tuners call ------------------------------------------------------
+
+def test_public_apis_used_by_the_runtime():
+    assert callable(triton.set_allocator)  # runtime.support.tma_allocator
+    from triton.testing import do_bench
+    assert {"warmup", "rep", "return_mode"} <= set(inspect.signature(do_bench).parameters)
+
+
+# --- triton.language names in generated code ------------------------------------------------------------
+
+KEYWORDS = {  # keyword arguments the generated code passes to triton.language functions
+    "range": ["flatten"], "maximum": ["propagate_nan"], "minimum": ["propagate_nan"],
+    "load": ["mask", "other", "eviction_policy"], "atomic_add": ["sem"], "reduce": ["combine_fn"],
+    "inline_asm_elementwise": ["asm", "constraints", "args", "dtype", "is_pure", "pack"],
+    "associative_scan": ["reverse"], "dot": ["input_precision"],
+    "make_tensor_descriptor": ["base", "shape", "strides", "block_shape"],
+}
+
+
+def _resolve(name: str):
+    obj = tl
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _tl_names(text: str) -> set[str]:
+    return set(re.findall(r"\btl\.([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)", text))
+
+
+def test_every_tl_name_in_codegen_exists():
+    import minicomp.codegen as codegen
+    sources = "".join(open(p).read() for p in glob.glob(os.path.join(os.path.dirname(codegen.__file__), "*.py")))
+    names = _tl_names(sources)
+    assert {"arange", "load", "store", "reduce", "where"} <= names, names  # the scan finds them
+    missing = []
+    for n in sorted(names):
+        try:
+            _resolve(n)
+        except AttributeError:
+            missing.append(n)
+    assert not missing, missing
+
+
+def test_every_tl_name_in_generated_kernels_exists():
+    def fn(x, i):
+        y = torch.sin(x) + torch.cos(x) + torch.rsqrt(x.abs() + 1) + torch.exp2(x) + torch.log2(x.abs() + 1)
+        y = y + torch.erf(x) + torch.floor(x) + torch.sqrt(x.abs()) + torch.sigmoid(x) + x.to(torch.bfloat16)
+        return torch.softmax(y, -1), torch.cumsum(y, -1), torch.maximum(i, i.flip(-1)), y.amax(0)
+    x, i = torch.randn(4, 16), torch.randint(-5, 5, (4, 16), dtype=torch.int32)
+    minicomp.compile(fn)(x, i)
+    report = minicomp.report()
+    assert report.whole_graph_fallback is None and len(report.kernels) >= 2, report.summary()
+    names = set().union(*(_tl_names(open(k.source_path).read()) for k in report.kernels))
+    assert {"sin", "cos", "rsqrt", "exp2", "log2", "associative_scan"} <= names, names
+    missing = []
+    for n in sorted(names):
+        try:
+            _resolve(n)
+        except AttributeError:
+            missing.append(n)
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("fn", sorted(KEYWORDS))
+def test_tl_functions_take_the_keywords_generated_code_passes(fn):
+    params = inspect.signature(getattr(tl, fn)).parameters
+    assert set(KEYWORDS[fn]) <= set(params), (fn, list(params))
