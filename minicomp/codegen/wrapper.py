@@ -7,6 +7,7 @@ from ..ir.graph import Graph, Node
 from ..ir.kernel import Kernel, StagedLaunch, TileLoad
 from ..passes.pipelines import launch_of_stage, launch_order
 from ..ir.layout import buffer_strides, view_as_strided
+from ..templates import template_of
 
 
 def buffer_name(node: Node) -> str:
@@ -17,19 +18,10 @@ def buffer_name(node: Node) -> str:
     return f"buf{node.id}"
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def grid(kernel: Kernel | StagedLaunch) -> tuple[int, ...]:
     if isinstance(kernel, StagedLaunch):
         return (kernel.programs,)
-    n, b = kernel.numels, kernel.schedule.blocks
-    if kernel.schedule.template == "tiled":
-        return (_cdiv(n["x"], b["XBLOCK"]) * _cdiv(n["y"], b["YBLOCK"]),)
-    if kernel.schedule.template == "gemm":
-        return (kernel.schedule.programs,)
-    return (_cdiv(n["x"], b["XBLOCK"]),)
+    return template_of(kernel).grid(kernel)
 
 
 def launch_options(kernel: Kernel | StagedLaunch) -> dict:

@@ -11,7 +11,7 @@ import torch
 
 from ..ir.graph import Graph, Node
 from ..ir.types import contiguous_strides
-from .schedule import TRANSCENDENTAL
+from ..templates.gemm import TRANSCENDENTAL
 
 ATEN = "aten"
 
