@@ -16,15 +16,22 @@ from ..passes.fusion import Group
 from . import gemm, pointwise, reduction, scan, tiled
 from .base import Context, Template
 
-TEMPLATES: tuple[Template, ...] = (gemm.TEMPLATE, scan.TEMPLATE, reduction.TEMPLATE, tiled.TEMPLATE,
-                                   pointwise.TEMPLATE)
-_BY_NAME = {t.name: t for t in TEMPLATES}
+TEMPLATES: list[Template] = [
+    gemm.TEMPLATE,
+    scan.TEMPLATE,
+    reduction.TEMPLATE,
+    tiled.TEMPLATE,      # before pointwise: it takes the pointwise groups that read across their stores
+    pointwise.TEMPLATE,  # last: it matches every elementwise group
+]
 
 
 def template_of(kernel_or_name: Kernel | str) -> Template:
     """The template of a kernel (or of that name)."""
     name = kernel_or_name if isinstance(kernel_or_name, str) else kernel_or_name.schedule.template
-    return _BY_NAME[name]
+    found = next((t for t in TEMPLATES if t.name == name), None)
+    if found is None:
+        raise KeyError(f"no template named {name!r} in templates.TEMPLATES")
+    return found
 
 
 def choose(group: Group, ctx: Context) -> Template:
