@@ -10,8 +10,9 @@ pass does nothing.
 
 The pass needs to run whole graphs, so it lives beside ``compiler.py`` rather than in ``passes/``:
 the compiler hands it a ``Tuner`` whose ``assemble`` turns a graph and its kernels into a callable.
-GEMM configs are not tuned here yet: the compiler's GEMM tuner measures cuBLAS against each config
-(``passes/gemm_choice.py`` applies the choice), which needs a graph lowered per candidate.
+GEMM kernels are tuned here too (``GEMM_CONFIGS``, on the GPU); whether a matmul runs in the template
+or in cuBLAS changes the graph (``passes/gemm_choice.py``), so the compiler's GEMM tuner measures
+those two per matmul, each a whole build in which this pass tunes the template's kernel.
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def tune(graph: Graph) -> Graph:
     staged = launch_of_stage(graph)
     for i, (kernel, group) in enumerate(zip(kernels, groups)):
         template = template_of(kernel)
-        if not template.tuned_per_kernel or kernel.name in staged:  # a staged launch fixes its stages' blocks
+        if not template.tunes(kernel) or kernel.name in staged:  # a staged launch fixes its stages' blocks
             continue
         key = structural_key(kernel)
         tuned = cache.load_tuned(key)
@@ -81,7 +82,8 @@ def _measure(graph: Graph, i: int, ctx: Context, tuner: Tuner) -> dict:
              for a in tuner.args] for _ in range(3)]
     rotation = itertools.cycle(sets)
     timings, best, best_ms = [], heuristic, float("inf")
-    space = [c for c in template.config_space(group, heuristic) if str(c) != str(heuristic)]
+    space = [c for c in template.config_space(group, heuristic)
+             if (str(c), c.num_stages) != (str(heuristic), heuristic.num_stages)]
     for candidate in [heuristic] + space:
         trial = list(kernels)
         try:

@@ -119,3 +119,20 @@ def test_structural_hash_canonicalizes_names_and_ids_but_sees_every_statement():
     assert structural_hash(c) != structural_hash(a)
     (d,) = _kernels(lambda e, i: torch.nn.functional.embedding(i, e).sum(-1), torch.randn(11, 16), ids)
     assert structural_hash(d) != structural_hash(a)  # the gathered size is part of the index
+
+
+def test_gemm_configs_are_tuned_per_kernel_by_the_tune_pass(cache_dir, capsys, monkeypatch):
+    # on the GPU the GEMM template walks GEMM_CONFIGS; here two small configs stand in for them
+    from minicomp.templates import gemm
+    monkeypatch.setattr(gemm.GemmTemplate, "tunes", lambda self, kernel: True)
+    monkeypatch.setattr(gemm, "GEMM_CONFIGS", ("16x16x16/1/1", "32x32x16/4/1"))
+    fn = lambda a, b: torch.relu(a @ b)  # noqa: E731
+    a, b = torch.randn(20, 24), torch.randn(24, 18)
+    torch.testing.assert_close(minicomp.compile(fn, mode="max-autotune")(a, b), fn(a, b))
+    err = capsys.readouterr().err
+    assert "minicomp: tuned k0_mm_relu_f32_20x18 (BLOCK_M/BLOCK_N/BLOCK_K/GROUP_M x warps)" in err, err
+    assert err.count("/8x") == 3  # the heuristic (32x32x32, GROUP_M 8) and both configs
+    torch._dynamo.reset()
+    a, b = torch.randn(20, 24), torch.randn(24, 18)
+    torch.testing.assert_close(minicomp.compile(fn)(a, b), fn(a, b))
+    assert any(d.startswith("tuned: k0_mm_relu_f32_20x18 gemm") for d in minicomp.report().decisions)

@@ -36,7 +36,6 @@ class Template:
     name: str = ""
     block_of: dict[str, str] = {}
     rank: int = 2
-    tuned_per_kernel = True  # the ``tune`` pass walks ``config_space`` for each of its kernels
 
     # --- scheduling -----------------------------------------------------------------------
     def matches(self, group: Group, ctx: Context) -> bool:
@@ -50,6 +49,10 @@ class Template:
     def config_space(self, group: Group, heuristic: Schedule) -> list[Schedule]:
         """The schedules the autotuner measures (max-autotune)."""
         return [heuristic]
+
+    def tunes(self, kernel: Kernel) -> bool:
+        """Whether the ``tune`` pass walks ``config_space`` for this kernel."""
+        return True
 
     def build(self, group: Group, ctx: Context, sched: Schedule) -> Kernel:
         """The group's kernel under ``sched`` (not shared with the caller: building sets fields on it)."""

@@ -94,7 +94,6 @@ class GemmTemplate(Template):
     # where a tile of each iteration variable starts (``pid_m``/``pid_n``: the tile's position; ``koffset``:
     # the K loop's)
     tile_start = {"m": "pid_m * BLOCK_M", "n": "pid_n * BLOCK_N", "ka": "koffset", "kb": "koffset"}
-    tuned_per_kernel = False  # the compiler's GEMM tuner measures GEMM_CONFIGS against cuBLAS per matmul
 
     def matches(self, group: Group, ctx: Context) -> bool:
         return group.matmul is not None
@@ -112,6 +111,10 @@ class GemmTemplate(Template):
 
     def config_space(self, group: Group, heuristic: Schedule) -> list[Schedule]:
         return [config_schedule(c) for c in GEMM_CONFIGS]
+
+    def tunes(self, kernel: Kernel) -> bool:
+        """GEMM_CONFIGS are Hopper tiles: in the interpreter the heuristic's small tiles stay."""
+        return not kernel.schedule.interpreted
 
     def build(self, group: Group, ctx: Context, sched: Schedule) -> Kernel:
         mm = group.matmul
