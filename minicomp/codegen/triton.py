@@ -256,6 +256,9 @@ HELPER_USES = {name: [h for h in HELPERS if h != name and re.search(rf"\b{h}\(",
 
 
 class TritonPrinter:
+    """Prints one Kernel: the statements every template shares; the kernel's template
+    (``templates.template_of``) prints the body around them and the statements only it has."""
+
     def __init__(self, kernel: Kernel):
         self.k = kernel
         self.template = template_of(kernel)  # spells the kernel's body and its own statements

@@ -141,7 +141,7 @@ class KernelArg:
 
 @dataclass
 class Schedule:
-    template: str          # "pointwise", "tiled", "reduction", "scan" or "gemm"
+    template: str          # its template's name (minicomp/templates: "pointwise", "tiled", "reduction", ...)
     blocks: dict           # e.g. {"XBLOCK": 1024} or {"XBLOCK": 1, "RBLOCK": 4096}
     num_warps: int = 4
     num_stages: int = 1
