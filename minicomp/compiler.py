@@ -249,6 +249,7 @@ class CompiledGraph:
         if validator:
             validator.check_graph("lowering", graph)
         graph = run_pipeline(graph, self.options.pipeline, dump, validator and validator.check_graph)
+        graph.meta.pop("tuner", None)  # it holds the inputs: the graph must not keep them alive
         if self.options.strict and lowering.fallbacks:
             op, reason = lowering.fallbacks[0]
             raise MinicompError(f"MINICOMP_STRICT: {op} falls back to PyTorch ({reason})")
