@@ -121,8 +121,6 @@ def instrument(phases: Phases, profile: cProfile.Profile | None = None) -> None:
     compiler.Lowering.run = lambda self: phases.timed("lowering", lowering_run)(self)
     assemble.generate = phases.timed("codegen", assemble.generate)  # the compiler calls both through the module
     assemble.load = phases.timed("load", assemble.load)
-    tuned = compiler.CompiledGraph._apply_tuned_schedules
-    compiler.CompiledGraph._apply_tuned_schedules = lambda self, *a: phases.timed("tuned", tuned)(self, *a)
     compile_ = compiler.CompiledGraph._compile
 
     def profiled(self, args):
@@ -163,7 +161,7 @@ def child(args: argparse.Namespace) -> None:
         profile.dump_stats(args.profile)
     reports = minicomp.reports()
     s = phases.seconds
-    inner = ["lowering", "verify", "tuned", "codegen", "load"] + [k for k in s if k.startswith("pass:")]
+    inner = ["lowering", "verify", "codegen", "load"] + [k for k in s if k.startswith("pass:")]
     result = {"total": total, "dynamo+aot": total - s["graph call"],
               **{k: s[k] for k in inner},
               "other minicomp": s["minicomp"] - sum(s[k] for k in inner),

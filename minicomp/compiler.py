@@ -10,7 +10,6 @@ import contextlib
 import gc
 import itertools
 import os
-import re
 import sys
 import time
 import traceback
@@ -28,17 +27,16 @@ from . import report as reporting
 from . import validation
 from .errors import MinicompError
 from .frontend.lowering import Lowering
+from .ir.target import Target
 from .passes.fusion import fusion
 from .passes.gemm_choice import gemm_backend
 from .passes.manager import Pass, run_pipeline
-from .ir.kernel import Schedule
-from .ir.target import Target
-from .passes.schedule import GEMM_CONFIGS, build_kernel, config_space, schedule
+from .passes.schedule import schedule
 from .passes.pipelines import row_pipelines, split_combines
-from .passes.program import launch_of_stage
 from .passes.split_reductions import split_reductions
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache
+from .tuning import Tuner, tune
 
 PIPELINE: list[Pass] = [
     Pass("dce", dce, "drop nodes nothing uses"),
@@ -52,6 +50,7 @@ PIPELINE: list[Pass] = [
     Pass("schedule", schedule, "choose templates and block sizes, build kernels"),
     Pass("pipelines", row_pipelines, "run row-local kernel chains that re-read an input as one launch"),
     Pass("split_combines", split_combines, "run a split reduction's partial and combining kernels as one launch"),
+    Pass("tune", tune, "use stored tuned schedules; in max-autotune, measure each kernel's config space"),
 ]
 
 MODES = ("default", "max-autotune")
@@ -205,8 +204,10 @@ class CompiledGraph:
         return {int(k): v for k, v in (choices or {}).items()}
 
     def _tune(self, args) -> dict:
-        """Measure every GEMM's candidates (cuBLAS, each template config) on fresh random inputs, one
-        matmul at a time with the others at their best so far; keep the fastest."""
+        """Measure every GEMM's candidates (cuBLAS, the Triton template) on fresh random inputs, one
+        matmul at a time with the others at their best so far; keep the fastest. The template's
+        configs are measured per kernel by the ``tune`` pass of the candidate's build (max-autotune),
+        so the template's time is its best config's."""
         from triton.testing import do_bench
         matmuls = [n for n in Lowering(self.gm, args).run().nodes if n.op == "matmul"]
         inputs = [torch.randn_like(a) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
@@ -220,7 +221,7 @@ class CompiledGraph:
         best: dict = {}
         for node in matmuls:
             timings, best_ms = [], float("inf")
-            for candidate in ("aten", *GEMM_CONFIGS):
+            for candidate in ("aten", "triton"):
                 ms = measure({**best, node.id: candidate})
                 timings.append(f"{candidate} {ms:.3f}")
                 if ms < best_ms:
@@ -237,15 +238,16 @@ class CompiledGraph:
         lowering = Lowering(self.gm, args)
         graph = lowering.run()
         graph.gemm_choices = dict(gemm_choices or {})
+        graph.tuner = Tuner(self.options.mode, args, lambda g, kernels: self._assemble(g, kernels)[0])
         validator = validation.Validator(self.gm, args) if validation.enabled() else None
         if validator:
             validator.check_graph("lowering", graph)
         graph = run_pipeline(graph, self.options.pipeline, dump, validator and validator.check_graph)
+        graph.tuner = None  # it holds the inputs: the graph must not keep them alive
         if self.options.strict and lowering.fallbacks:
             op, reason = lowering.fallbacks[0]
             raise MinicompError(f"MINICOMP_STRICT: {op} falls back to PyTorch ({reason})")
         rep.fallbacks = [reporting.Fallback(op, reason) for op, reason in lowering.fallbacks]
-        self._apply_tuned_schedules(graph, args)
         rep.decisions = list(dict.fromkeys(graph.decisions))
         call, art = self._assemble(graph, graph.kernels, dump, rep)
         if validator:
@@ -258,74 +260,3 @@ class CompiledGraph:
         art = assemble.generate(graph, kernels, self.name, dump, rep)
         return assemble.load(art), art
 
-    # --- autotuning of pointwise / reduction kernels ------------------------------------------
-    def _apply_tuned_schedules(self, graph, args) -> None:
-        """Use a tuned schedule from the cache for every kernel that has one; in max-autotune mode,
-        measure the template's config space for the others and store the winners. Keys: the
-        kernel's structure, the GPU's name and Triton's version."""
-        kernels, groups = graph.kernels, graph.groups
-        staged = launch_of_stage(graph)
-        for i, (kernel, group) in enumerate(zip(kernels, groups)):
-            if kernel.schedule.template == "gemm" or kernel.name in staged:  # a pipeline fixes its stages' blocks
-                continue
-            key = structural_key(kernel, graph.target)
-            tuned = cache.load_tuned(key)
-            if tuned is None and self.options.mode == "max-autotune":
-                tuned = self._tune_kernel(graph, i, args)
-                cache.store_tuned(key, tuned)
-            try:
-                sched = Schedule(kernel.schedule.template, dict(tuned["blocks"]), int(tuned["num_warps"]),
-                                 int(tuned["num_stages"]), bool(tuned["persistent"]))
-            except (TypeError, KeyError, ValueError):  # no entry, or a damaged one: keep the heuristic
-                continue
-            kernels[i] = build_kernel(group, graph.layouts, override=sched, target=graph.target)
-            graph.decisions.append(f"tuned: {kernel.name} {kernels[i].schedule}")
-
-    def _tune_kernel(self, graph, i: int, args) -> dict:
-        """Time kernel ``i`` of the graph under each config of its template's space (the whole graph
-        runs, the other kernels fixed; inputs rotate through three random sets so no candidate finds
-        its data in L2); return the fastest config."""
-        kernels, group = graph.kernels, graph.groups[i]
-        heuristic = kernels[i].schedule
-        sets = [[torch.randn_like(a) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
-                for _ in range(3)]
-        rotation = itertools.cycle(sets)
-        timings, best, best_ms = [], heuristic, float("inf")
-        for candidate in [heuristic] + [c for c in config_space(group, heuristic) if str(c) != str(heuristic)]:
-            trial = list(kernels)
-            try:
-                trial[i] = build_kernel(group, graph.layouts, override=candidate, target=graph.target)
-                fn, _ = self._assemble(graph, trial)
-                ms = _time_ms(lambda: fn(next(rotation)), graph.target)
-            except Exception:  # a config that does not compile or fit is skipped
-                ms = float("inf")
-            timings.append(f"{'/'.join(str(v) for v in candidate.blocks.values())}x{candidate.num_warps}w {ms:.4f}")
-            if ms < best_ms:
-                best, best_ms = candidate, ms
-        if os.environ.get("MINICOMP_TUNE_VERBOSE", "1") != "0":
-            print(f"minicomp: tuned {kernels[i].name} ({'/'.join(heuristic.blocks)} x warps): "
-                  f"{', '.join(timings)} ms -> {best}", file=sys.stderr)
-        return {"blocks": best.blocks, "num_warps": best.num_warps, "num_stages": best.num_stages,
-                "persistent": best.persistent}
-
-
-def _time_ms(fn, target: Target) -> float:
-    """Median milliseconds per call: do_bench on a GPU, a few timed calls in the interpreter."""
-    if target.is_cuda:
-        from triton.testing import do_bench
-        return do_bench(fn, warmup=10, rep=60, return_mode="median")
-    fn()
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return sorted(times)[1]
-
-
-def structural_key(kernel, target: Target) -> str:
-    """What a tuned schedule is keyed by: the kernel's statements and argument types (not its name,
-    node ids or schedule), the GPU (``target.name``) and Triton's version."""
-    body = re.sub(r"%\d+", "%", str(kernel).split("\n", 1)[1])
-    args = ";".join(f"{a.node.dtype}{list(a.node.shape)}{a.is_output}" for a in kernel.args)
-    return cache.digest(f"{kernel.schedule.template}|{args}|{body}|{target.name}|{triton.__version__}")

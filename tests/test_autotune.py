@@ -7,10 +7,10 @@ import json
 import torch
 
 import minicomp
-from minicomp.compiler import structural_key
 from minicomp.ir.kernel import Schedule
 from minicomp.passes.fusion import Group
-from minicomp.passes.schedule import config_space
+from minicomp.templates import template_of
+from minicomp.tuning import structural_key
 
 
 def _fn(x):
@@ -51,9 +51,9 @@ def test_a_damaged_tuned_entry_is_ignored(cache_dir):
 
 
 def test_structural_key_ignores_names_but_not_shapes_or_dtypes(monkeypatch):
-    import minicomp.compiler as compiler
+    import minicomp.tuning as tuning
     keys = []
-    monkeypatch.setattr(compiler, "structural_key", lambda k, t: keys.append(structural_key(k, t)) or keys[-1])
+    monkeypatch.setattr(tuning, "structural_key", lambda k, t: keys.append(structural_key(k, t)) or keys[-1])
 
     def add(x):
         return x + 1
@@ -68,8 +68,71 @@ def test_structural_key_ignores_names_but_not_shapes_or_dtypes(monkeypatch):
 
 
 def test_config_space_halves_and_doubles_blocks_and_keeps_persistent_rows_whole():
-    pointwise = config_space(Group(0, [], (4096,)), Schedule("pointwise", {"XBLOCK": 1024}, 4))
+    pointwise = template_of("pointwise").config_space(Group(0, [], (4096,)), Schedule("pointwise", {"XBLOCK": 1024}, 4))
     assert {c.blocks["XBLOCK"] for c in pointwise} == {512, 1024, 2048} and {c.num_warps for c in pointwise} == {4, 8}
-    row = config_space(Group(0, [], (64, 4096), (1,)), Schedule("reduction", {"XBLOCK": 1, "RBLOCK": 4096}, 4))
+    row = template_of("reduction").config_space(Group(0, [], (64, 4096), (1,)),
+                                                Schedule("reduction", {"XBLOCK": 1, "RBLOCK": 4096}, 4))
     assert all(c.blocks["RBLOCK"] == 4096 and c.persistent for c in row)
     assert {c.blocks["XBLOCK"] for c in row} == {1, 2}
+
+
+def test_tuning_is_a_pass_in_the_dumps_and_the_report(cache_dir, tmp_path, capsys):
+    minicomp.compile(_fn, mode="max-autotune")(torch.randn(300))
+    capsys.readouterr()
+    torch._dynamo.reset()  # a stored winner: the tune pass uses it and says so in its dump
+    x = torch.randn(300)
+    torch.testing.assert_close(minicomp.compile(_fn, dump_dir=str(tmp_path))(x), _fn(x))
+    (dump,) = tmp_path.iterdir()
+    (tune_dump,) = dump.glob("*_tune.txt")
+    assert "tuned: k0_relu_mul_add_f32_300" in tune_dump.read_text()
+    assert not any("tuned:" in f.read_text() for f in dump.glob("*_split_combines.txt"))
+
+
+def _kernels(fn, *args):
+    """The scheduled kernels of ``fn`` (the tune pass sees these)."""
+    from minicomp.compiler import PIPELINE
+    from minicomp.frontend.lowering import Lowering
+    from minicomp.passes.manager import run_pipeline
+    seen = []
+
+    def backend(gm, example):
+        graph = run_pipeline(Lowering(gm, list(example)).run(), PIPELINE)
+        seen.extend(graph.kernels)
+        return gm
+    torch._dynamo.reset()
+    from torch._functorch.aot_autograd import aot_function
+    aot_function(fn, fw_compiler=backend)(*args)
+    return seen
+
+
+def test_structural_hash_canonicalizes_names_and_ids_but_sees_every_statement():
+    from minicomp.tuning import structural_hash
+    emb = torch.randn(10, 16)
+    ids = torch.randint(0, 10, (3, 4))
+    (a,) = _kernels(lambda e, i: torch.nn.functional.embedding(i, e).sum(-1), emb, ids)
+    # the same kernel after other work: other node ids, statement names and kernel name
+    *_, b = _kernels(lambda x, e, i: (x.exp().sum(), torch.nn.functional.embedding(i, e).sum(-1)),
+                     torch.randn(7), emb, ids)
+    assert a.name != b.name and str(a) != str(b)
+    assert structural_hash(a) == structural_hash(b)
+    (c,) = _kernels(lambda e, i: torch.nn.functional.embedding(i, e).amax(-1), emb, ids)
+    assert structural_hash(c) != structural_hash(a)
+    (d,) = _kernels(lambda e, i: torch.nn.functional.embedding(i, e).sum(-1), torch.randn(11, 16), ids)
+    assert structural_hash(d) != structural_hash(a)  # the gathered size is part of the index
+
+
+def test_gemm_configs_are_tuned_per_kernel_by_the_tune_pass(cache_dir, capsys, monkeypatch):
+    # on the GPU the GEMM template walks GEMM_CONFIGS; here two small configs stand in for them
+    from minicomp.templates import gemm
+    monkeypatch.setattr(gemm.GemmTemplate, "tunes", lambda self, kernel: True)
+    monkeypatch.setattr(gemm, "GEMM_CONFIGS", ("16x16x16/1/1", "32x32x16/4/1"))
+    fn = lambda a, b: torch.relu(a @ b)  # noqa: E731
+    a, b = torch.randn(20, 24), torch.randn(24, 18)
+    torch.testing.assert_close(minicomp.compile(fn, mode="max-autotune")(a, b), fn(a, b))
+    err = capsys.readouterr().err
+    assert "minicomp: tuned k0_mm_relu_f32_20x18 (BLOCK_M/BLOCK_N/BLOCK_K/GROUP_M x warps)" in err, err
+    assert err.count("/8x") == 3  # the heuristic (32x32x32, GROUP_M 8) and both configs
+    torch._dynamo.reset()
+    a, b = torch.randn(20, 24), torch.randn(24, 18)
+    torch.testing.assert_close(minicomp.compile(fn)(a, b), fn(a, b))
+    assert any(d.startswith("tuned: k0_mm_relu_f32_20x18 gemm") for d in minicomp.report().decisions)

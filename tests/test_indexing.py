@@ -134,8 +134,8 @@ def test_gpt2_token_and_position_embeddings_with_layer_norm_are_one_kernel():
 
 def test_bert_embeddings_with_layer_norm_looped_over_long_rows(monkeypatch):
     """A row longer than a block: the index is loaded once per row, the rows per reduction block."""
-    from minicomp.passes import schedule
-    monkeypatch.setattr(schedule, "persistent_limit", lambda target: 8)
+    from minicomp.templates import reduction
+    monkeypatch.setattr(reduction, "persistent_limit", lambda target: 8)
 
     def bert(ids, types, we, pe, te, g, b):
         e = F.embedding(ids, we) + pe[: ids.shape[1]] + F.embedding(types, te)
@@ -149,8 +149,8 @@ def test_bert_embeddings_with_layer_norm_looped_over_long_rows(monkeypatch):
 def test_index_varying_along_the_reduction(monkeypatch):
     x, idx = torch.randn(3, 20), torch.randint(-20, 20, (3, 24))
     compile_and_compare(lambda x, i: x.gather(1, i % 20).sum(1), x, idx, kernels=1)
-    from minicomp.passes import schedule
-    monkeypatch.setattr(schedule, "persistent_limit", lambda target: 8)
+    from minicomp.templates import reduction
+    monkeypatch.setattr(reduction, "persistent_limit", lambda target: 8)
     torch._dynamo.reset()
     report = compile_and_compare(lambda x, i: x.gather(1, i % 20).amax(1), x, idx, kernels=1)
     assert report.kernels[0].template == "reduction looped"
@@ -184,8 +184,8 @@ def test_gathers_in_other_templates_and_masked_views(case):
 
 
 def test_gathered_offsets_follow_the_kernels_index_dtype(monkeypatch):
-    from minicomp.passes import schedule
-    monkeypatch.setattr(schedule, "INT32_LIMIT", 64)  # every kernel here counts as large
+    from minicomp.templates import emitter
+    monkeypatch.setattr(emitter, "INT32_LIMIT", 64)  # every kernel here counts as large
     report = compile_and_compare(lambda w, i: F.embedding(i, w) + 1, torch.randn(10, 4), torch.tensor([[1, 9, 9]]),
                                  kernels=1)
     source = open(report.kernels[0].source_path).read()

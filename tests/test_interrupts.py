@@ -46,9 +46,9 @@ STAGED = {  # fn, input shape, the decision that says it is one staged launch
 @pytest.mark.parametrize("kind", list(STAGED))
 def test_interrupted_staged_launch_leaves_later_calls_right(kind, monkeypatch):
     fn, shape, decision = STAGED[kind]
-    from minicomp.passes import schedule
-    choose = schedule.choose_schedule  # the GPU's column tiles: combine groups of several programs
-    monkeypatch.setattr(schedule, "choose_schedule", lambda g, target, tiled, size: choose(g, H200, tiled, size))
+    from minicomp.templates import reduction
+    choose = reduction.reduction_schedule  # the GPU's column tiles: combine groups of several programs
+    monkeypatch.setattr(reduction, "reduction_schedule", lambda g, target: choose(g, H200))
     f = minicomp.compile(fn)
     x = torch.randn(shape)
     torch.testing.assert_close(f(x), fn(x))

@@ -10,14 +10,14 @@ from minicomp.ir import interpreter
 from minicomp.ir.graph import Graph
 from minicomp.ir.types import TensorType
 from minicomp.ir.verifier import VerificationError, verify
-from minicomp.passes import schedule_scan
+from minicomp.templates import scan as scan_template
 from tests.utils import compile_and_compare
 
 
 @pytest.fixture
 def looped(monkeypatch):
     """Rows longer than 8 loop over blocks of 8 (the path long GPU rows take), carrying the totals."""
-    monkeypatch.setattr(schedule_scan, "scan_block_limit", lambda target: 8)
+    monkeypatch.setattr(scan_template, "scan_block_limit", lambda target: 8)
 
 
 def _template(report) -> list[str]:
@@ -137,7 +137,7 @@ def test_looped_scans_carry_between_blocks(looped):
 
 def test_looped_scan_down_columns(monkeypatch):
     # blocks of 16 rows by 4 neighbouring columns (6 columns: the second block is partly masked)
-    monkeypatch.setattr(schedule_scan, "scan_block_limit", lambda target: 64)
+    monkeypatch.setattr(scan_template, "scan_block_limit", lambda target: 64)
     x = torch.randn(70, 3, 2)
     report = compile_and_compare(lambda x: torch.cumsum(x, 0), x, kernels=1)
     assert _template(report) == ["scan looped"], report.summary()

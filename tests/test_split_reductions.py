@@ -72,9 +72,9 @@ def test_cast_of_a_split_result_joins_the_second_kernel():
 @pytest.fixture
 def gpu_tiles(monkeypatch):
     """The GPU's column tiles (64 outputs per program) in the interpreter: several combine groups."""
-    from minicomp.passes import schedule
-    choose = schedule.choose_schedule
-    monkeypatch.setattr(schedule, "choose_schedule", lambda g, target, tiled, itemsize: choose(g, H200, tiled, itemsize))
+    from minicomp.templates import reduction
+    choose = reduction.reduction_schedule
+    monkeypatch.setattr(reduction, "reduction_schedule", lambda g, target: choose(g, H200))
 
 
 @pytest.mark.parametrize("dtype,fn", [(torch.float32, torch.sum), (torch.bfloat16, torch.sum),

@@ -15,7 +15,7 @@ from minicomp.frontend.lowering import Lowering
 from minicomp.ir.kernel import TileLoad
 from minicomp.ir.target import INTERPRETER, INTERPRETER_NAME, Target
 from minicomp.passes.manager import run_pipeline
-from minicomp.passes.schedule import persistent_limit
+from minicomp.templates.reduction import persistent_limit
 from tests.utils import H200
 
 BF16 = torch.bfloat16

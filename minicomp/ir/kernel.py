@@ -101,15 +101,16 @@ class Dot:
 @dataclass
 class TileLoad:
     """A GEMM operand tile through a TMA tensor descriptor (Hopper's bulk copy engine): the operand is
-    a plain 2-D strided buffer ``base + rows * row_stride + cols`` read in [rows, cols] blocks.
+    a plain 2-D strided buffer ``base + rows * row_stride + cols`` read in [rows, cols] blocks. ``axes``:
+    the kernel's iteration variables (keys of ``Kernel.vars``) along the buffer's rows and columns; the
+    tile is the block of each at the program's position (the template spells blocks and positions).
     ``transposed``: the buffer holds the operand transposed (the tile is read, then ``.T``)."""
     var: str
     buffer: str
     offset: int
     shape: tuple[int, int]
     row_stride: int
-    block: tuple[str, str]
-    coords: tuple[str, str]
+    axes: tuple[str, str]
     transposed: bool
 
 
@@ -140,7 +141,7 @@ class KernelArg:
 
 @dataclass
 class Schedule:
-    template: str          # "pointwise", "tiled", "reduction", "scan" or "gemm"
+    template: str          # its template's name (minicomp/templates: "pointwise", "tiled", "reduction", ...)
     blocks: dict           # e.g. {"XBLOCK": 1024} or {"XBLOCK": 1, "RBLOCK": 4096}
     num_warps: int = 4
     num_stages: int = 1
@@ -300,7 +301,7 @@ def format_stmt(s: Stmt) -> str:
                 + (" reversed" if s.reverse else ""))
     if isinstance(s, TileLoad):
         return (f"{s.var} = tma_load {s.buffer}[{s.offset} + rows*{s.row_stride} + cols] {s.shape} "
-                f"block {s.block} at {s.coords}" + (" .T" if s.transposed else ""))
+                f"tile of {s.axes[0]}, {s.axes[1]}" + (" .T" if s.transposed else ""))
     if isinstance(s, Dot):
         return f"{s.var} += dot({s.a}, {s.b})" + (f"  precision={s.precision}" if s.precision else "")
     if isinstance(s, Store):

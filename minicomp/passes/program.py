@@ -10,6 +10,7 @@ from ..ir.kernel import Kernel, StagedLaunch
 from ..ir.layout import buffer_strides, view_as_strided
 from ..ir.program import (Allocate, Buffer, Constant, EmptyLaunch, ExternArg, ExternCall, Input, KernelLaunch,
                           Literal, Operand, Program, Returned, TupleItem, Value, View)
+from ..templates import template_of
 from .fusion import terminal
 
 
@@ -54,12 +55,7 @@ def grid(kernel: Kernel | StagedLaunch) -> tuple[int, ...]:
     """The programs a launch runs."""
     if isinstance(kernel, StagedLaunch):
         return (kernel.programs,)
-    n, b = kernel.numels, kernel.schedule.blocks
-    if kernel.schedule.template == "tiled":
-        return (_cdiv(n["x"], b["XBLOCK"]) * _cdiv(n["y"], b["YBLOCK"]),)
-    if kernel.schedule.template == "gemm":
-        return (kernel.schedule.programs,)
-    return (_cdiv(n["x"], b["XBLOCK"]),)
+    return template_of(kernel).grid(kernel)
 
 
 def launch_options(kernel: Kernel | StagedLaunch) -> dict:

@@ -23,7 +23,7 @@ from ..ir.graph import Graph, Node, Scalar
 from ..ir.target import Target
 from ..ir.ops import reduce_identity
 from ..ir.types import is_float
-from .schedule import COLUMN_TILE, persistent_limit
+from ..templates.reduction import COLUMN_TILE, persistent_limit
 from .simplify import dce, view_folding
 
 SOFTMAX_CHUNK = 8192        # elements of a row per online-softmax chunk (one persistent block on the GPU)

@@ -1,0 +1,42 @@
+"""The template registry: every kind of kernel minicomp prints, one object per template, one file each.
+
+``TEMPLATES`` is ordered: the ``schedule`` pass gives each fusion group to the first template that
+``matches`` it, so a specific template (``tiled``) comes before the general one it refines
+(``pointwise``). Kernels carry their template's name (``Schedule.template``); codegen, the wrapper and
+the autotuner look the object up with ``template_of``.
+
+Dependencies: ``ir`` <- ``passes.fusion`` (groups) <- ``templates`` <- the ``schedule`` pass, codegen
+(which hands its printer to the template's printing methods) and ``tuning``. Templates never import
+codegen or the passes after fusion.
+"""
+from __future__ import annotations
+
+from ..ir.kernel import Kernel
+from ..passes.fusion import Group
+from . import gemm, pointwise, reduction, scan, tiled
+from .base import Context, Template
+
+TEMPLATES: list[Template] = [
+    gemm.TEMPLATE,
+    scan.TEMPLATE,
+    reduction.TEMPLATE,
+    tiled.TEMPLATE,      # before pointwise: it takes the pointwise groups that read across their stores
+    pointwise.TEMPLATE,  # last: it matches every elementwise group
+]
+
+
+def template_of(kernel_or_name: Kernel | str) -> Template:
+    """The template of a kernel (or of that name)."""
+    name = kernel_or_name if isinstance(kernel_or_name, str) else kernel_or_name.schedule.template
+    found = next((t for t in TEMPLATES if t.name == name), None)
+    if found is None:
+        raise KeyError(f"no template named {name!r} in templates.TEMPLATES")
+    return found
+
+
+def choose(group: Group, ctx: Context) -> Template:
+    """The first template that runs ``group``."""
+    return next(t for t in TEMPLATES if t.matches(group, ctx))
+
+
+__all__ = ["TEMPLATES", "Context", "Template", "choose", "template_of"]

@@ -1,0 +1,301 @@
+"""Building a fusion group's kernel IR, shared by every template: the ``Emitter`` writes the group's
+members as kernel statements at the index each consumer needs (views become re-indexed loads), first
+in per-dimension index variables; ``finish_kernel`` rewrites those in the kernel's flat variables
+(chosen by the template) and the index simplifier folds them back to plain strided offsets.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import torch
+
+from ..ir.expr import Affine, Range, Var, index_vars, linear_index, unravel
+from ..ir.graph import Node, Scalar, compose_gather, compose_view, indirect_vars
+from ..ir.kernel import (Compute, IndexValue, Indirect, Kernel, KernelArg, Load, Masked, Phase, Reduce, Schedule,
+                         Store)
+from ..ir.target import Target
+from ..ir.layout import buffer_strides
+from ..ir.types import short_dtype
+from ..passes.fusion import Group, canonical_index
+
+INT32_LIMIT = 2**31 - 1
+
+
+def pow2(n: int) -> int:
+    """The smallest power of two >= ``n`` (1 for ``n <= 1``)."""
+    return 1 << max(0, (max(n, 1) - 1).bit_length())
+
+
+class Emitter:
+    """Writes a group's computation as kernel statements, one value per (node, index, mask)."""
+
+    def __init__(self, group: Group, layouts: dict, dims: tuple[Var, ...], persistent: bool):
+        self.group, self.layouts, self.persistent = group, layouts, persistent
+        self.members = set(group.nodes)
+        self.reduction_vars = {dims[d] for d in group.axes}
+        self.dims = dims
+        self.args: dict[Node, KernelArg] = {}
+        self.phases: list[Phase] = []
+        self.outer_memo: dict = {}
+        self.inner_memo: dict = {}
+        self.reduced: dict[Node, str] = {}
+        self.inner_values: set[Var] = set()  # gathers' index values that vary along the reduction
+        self._n = 0
+
+    def new_phase(self) -> Phase:
+        self.phases.append(Phase())
+        if not self.persistent:
+            self.inner_memo = {}
+        return self.phases[-1]
+
+    def _var(self, prefix="t") -> str:
+        self._n += 1
+        return f"{prefix}{self._n}"
+
+    def _inner(self, *exprs) -> bool:
+        return any((self.reduction_vars | self.inner_values) & e.vars() for e in exprs)
+
+    def _memo(self, key) -> tuple[str, bool] | None:
+        if key in self.outer_memo:
+            return self.outer_memo[key], False
+        if key in self.inner_memo:
+            return self.inner_memo[key], True
+        return None
+
+    def _put(self, key, stmt, inner: bool) -> tuple[str, bool]:
+        phase = self.phases[-1]
+        (phase.inner if inner else phase.outer).append(stmt)
+        (self.inner_memo if inner else self.outer_memo)[key] = stmt.var
+        return stmt.var, inner
+
+    def arg(self, node: Node, is_output: bool) -> str:
+        if node not in self.args:
+            kind = "out" if is_output else "in"
+            count = sum(1 for a in self.args.values() if a.is_output == is_output)
+            self.args[node] = KernelArg(f"{kind}_ptr{count}", node, is_output)
+        return self.args[node].name
+
+    def emit(self, node: Node, idx: tuple, mask: tuple = ()) -> tuple[str, bool]:
+        key = (node.id, idx, mask)
+        known = self._memo(key)
+        if known is not None:
+            return known
+        if node.op == "view":
+            inner_idx, extra = compose_view(idx, node)
+            extra = tuple(r for r in (r.simplified() for r in extra) if r is not True)
+            if not extra:
+                return self.emit(node.inputs[0], inner_idx, mask)
+            if any(r is False for r in extra):
+                stmt = Compute(self._var(), "identity", (Scalar(node.attrs["fill"], node.dtype),), {}, node.dtype)
+                return self._put(key, stmt, False)
+            value, inner = self.emit(node.inputs[0], inner_idx, mask + extra)
+            stmt = Masked(self._var(), extra, value, Scalar(node.attrs["fill"], node.dtype))
+            return self._put(key, stmt, inner or self._inner(*(r.expr for r in extra)))
+        if node in self.members and node.op in ("reduce", "matmul"):
+            return self.reduced[node], False
+        if node in self.members and node.op == "gather":
+            return self._gather(node, idx, mask, key)
+        if node in self.members:
+            return self._pointwise(node, idx, mask, key)
+        index = linear_index(idx, buffer_strides(node, self.layouts))
+        stmt = Load(self._var("v"), self.arg(node, False), index, mask, node.dtype)
+        return self._put(key, stmt, self._inner(index, *(r.expr for r in mask)))
+
+    def _pointwise(self, node: Node, idx, mask, key) -> tuple[str, bool]:
+        args, inner = [], False
+        for a in node.attrs["args"]:
+            if isinstance(a, Node):
+                name, dep = self.emit(a, idx, mask)
+                args.append(name)
+                inner |= dep
+            else:
+                args.append(a)
+        params = dict(node.attrs["params"])
+        if node.attrs["fn"] in ("cat", "iota"):
+            pos = Affine.of(idx[params["dim"]])
+            if node.attrs["fn"] == "iota" and pos.is_const:  # a constant coordinate is a fill
+                return self._put(key, Compute(self._var(), "identity", (Scalar(pos.const, node.dtype),), {},
+                                              node.dtype), False)
+            stmt = IndexValue(self._var("i"), pos)
+            name, dep = self._put(("index", pos), stmt, self._inner(pos))
+            args.append(name)
+            inner |= dep
+        return self._put(key, Compute(self._var(), node.attrs["fn"], tuple(args), params, node.dtype), inner)
+
+    def _gather(self, node: Node, idx, mask, key) -> tuple[str, bool]:
+        """Load each index input's value (an ``Indirect``), then read the data at the index map with
+        those values for ``j0, j1, ...``: an ordinary (re-indexed) read whose index names them."""
+        values = []
+        for var, src in zip(indirect_vars(node), node.inputs[1:]):
+            value, inner = self.emit(src, idx, mask)
+            # bounds masks: of every variable where the value is per reduction block, else of the others
+            at = idx if inner else tuple(Affine.of(e).subs({r: Affine.of(0) for r in self.reduction_vars})
+                                         for e in idx)
+            j_key = ("indirect", value, var.size, at)
+            name, inner = self._memo(j_key) or self._put(
+                j_key, Indirect(self._var("j"), value, var.size, at, torch.int32), inner)
+            values.append(Var(name, var.size))
+            if inner:
+                self.inner_values.add(values[-1])
+        name, inner = self.emit(node.inputs[0], compose_gather(idx, node, values), mask)
+        (self.inner_memo if inner else self.outer_memo)[key] = name
+        return name, inner
+
+    def reduce(self, node: Node, full_idx) -> Reduce:
+        value, _ = self.emit(node.inputs[0], full_idx)
+        index = None
+        if node.attrs["fn"] in ("argmax", "argmin"):
+            (axis,) = node.attrs["axes"]
+            pos = full_idx[axis]
+            index, _ = self._put(("index", pos), IndexValue(self._var("i"), pos), self._inner(pos))
+        stmt = Reduce(self._var("r"), node.attrs["fn"], value, index, node.dtype, node.inputs[0].dtype)
+        self.reduced[node] = stmt.var
+        self.phases[-1].reductions.append(stmt)
+        self.outer_memo[(node.id, "reduced")] = stmt.var
+        return stmt
+
+    def store(self, node: Node, idx) -> None:
+        value, inner = self.emit(node, idx)
+        index = linear_index(idx, buffer_strides(node, self.layouts))
+        stmt = Store(self.arg(node, True), index, value, inner or self._inner(index))
+        (self.phases[-1].inner if stmt.inner else self.phases[-1].outer).append(stmt)
+
+
+def reduction_levels(group: Group) -> dict[Node, int]:
+    """Level 1 reductions read no other reduction of the group; level k reads level k-1."""
+    members = set(group.nodes)
+    levels: dict[Node, int] = {}
+
+    def depth(node: Node, seen) -> int:
+        best = 0
+        for i in node.inputs:
+            while i.op == "view":
+                i = i.inputs[0]
+            if i in members and i not in seen:
+                seen.add(i)
+                best = max(best, levels[i] if i.op == "reduce" else depth(i, seen))
+        return best
+
+    for n in group.nodes:  # topological order
+        if n.op == "reduce":
+            levels[n] = depth(n, set()) + 1
+    return levels
+
+
+def finish_kernel(group: Group, em: Emitter, sched: Schedule, flat: dict, mapping: dict,
+                  target: Target) -> Kernel:
+    sched.interpreted = target.interpreted  # the one place a kernel learns it; codegen and loading read it
+    for phase in em.phases:
+        for stmt in phase.outer + phase.inner:
+            substitute(stmt, mapping)
+    args = sorted(em.args.values(), key=lambda a: (a.is_output, a.name))
+    numels = [math.prod(a.node.shape) for a in args] + [math.prod(group.shape)]
+    if max(numels + [0]) > INT32_LIMIT // 2:
+        sched.index_dtype = "int64"
+    for phase in em.phases:  # gathered offsets are computed in the kernel's index dtype
+        for stmt in phase.outer + phase.inner:
+            if isinstance(stmt, Indirect):
+                stmt.dtype = torch.int64 if sched.index_dtype == "int64" else torch.int32
+    kernel = Kernel(kernel_name(group), flat, args, [p for p in em.phases if p.outer or p.inner or p.reductions],
+                    sched, origins(group))
+    kernel.bytes_moved = sum(math.prod(a.node.shape) * a.node.dtype.itemsize for a in args)
+    return kernel
+
+
+def build_rows(group: Group, layouts: dict, sched: Schedule, tiled: bool, target: Target) -> Kernel:
+    """The kernel of a pointwise, tiled or reduction group: one phase per level of dependent
+    reductions (softmax needs max, then sum), then the stores."""
+    dims = index_vars(group.shape)
+    em = Emitter(group, layouts, dims, sched.persistent)
+    full = tuple(Affine.of(v) for v in dims)
+    levels = reduction_levels(group)
+    for level in sorted(set(levels.values())):
+        em.new_phase()
+        for node in group.nodes:
+            if levels.get(node) == level:
+                em.reduce(node, full)
+    em.new_phase()
+    for m in group.stores:
+        em.store(m, canonical_index(m, group.shape, group.axes))
+    flat = flat_vars(group, tiled)
+    return finish_kernel(group, em, sched, flat, dim_mapping(group, dims, flat, tiled), target)
+
+
+def flat_vars(group: Group, tiled: bool) -> dict[str, Var]:
+    shape, axes = group.shape, group.axes
+    if axes:
+        return {"x": Var("xindex", math.prod(s for d, s in enumerate(shape) if d not in axes)),
+                "r": Var("rindex", math.prod(shape[d] for d in axes))}
+    if tiled:
+        split = _tile_split(shape)
+        return {"y": Var("yindex", math.prod(shape[:split])), "x": Var("xindex", math.prod(shape[split:]))}
+    return {"x": Var("xindex", math.prod(shape))}
+
+
+def _tile_split(shape) -> int:
+    return len(shape) - 1
+
+
+def dim_mapping(group: Group, dims, flat, tiled) -> dict[Var, Affine]:
+    shape, axes = group.shape, group.axes
+    if axes:
+        outer = [d for d in range(len(shape)) if d not in axes]
+        xs = unravel(flat["x"], [shape[d] for d in outer])
+        rs = unravel(flat["r"], [shape[d] for d in axes])
+        mapping = {dims[d]: e for d, e in zip(outer, xs)}
+        mapping.update({dims[d]: e for d, e in zip(axes, rs)})
+        return mapping
+    if tiled:
+        split = _tile_split(shape)
+        es = unravel(flat["y"], shape[:split]) + unravel(flat["x"], shape[split:])
+    else:
+        es = unravel(flat["x"], shape)
+    return dict(zip(dims, es))
+
+
+def substitute(stmt, mapping) -> None:
+    if isinstance(stmt, (Load, Store)):
+        stmt.index = stmt.index.subs(mapping)
+    if isinstance(stmt, (Load, Masked)):
+        stmt.mask = tuple(r for r in (Range(r.expr.subs(mapping), r.lo, r.hi).simplified() for r in stmt.mask)
+                          if r is not True)
+    if isinstance(stmt, IndexValue):
+        stmt.expr = stmt.expr.subs(mapping)
+    if isinstance(stmt, Indirect):
+        stmt.at = tuple(e.subs(mapping) for e in stmt.at)
+
+
+_NAME_ALIASES = {"_softmax": "softmax", "_log_softmax": "log_softmax", "native_layer_norm": "layer_norm",
+                 "_to_copy": "to", "convert_element_type": "to"}
+
+
+def origins(group: Group) -> tuple[str, ...]:
+    seen = []
+    for n in group.nodes:
+        for o in n.origin:
+            if o not in seen:
+                seen.append(o)
+    return tuple(seen)
+
+
+def kernel_name(group: Group) -> str:
+    names = []
+    for o in origins(group):
+        base = o.split(".")[0]
+        base = _NAME_ALIASES.get(base, base.strip("_"))
+        if base not in names:
+            names.append(base)
+    if group.matmul is not None:
+        names = ["mm"] + [n for n in names if n not in ("mm", "addmm", "bmm", "baddbmm", "to")]
+    elif any(n in names for n in ("softmax", "log_softmax", "layer_norm")):
+        names = [n for n in names if n in ("softmax", "log_softmax", "layer_norm")]
+    summary = "_".join(names[:3]) or "copy"
+    dtype = short_dtype(group.stores[0].dtype if group.stores else group.nodes[-1].dtype)
+    if group.axes:
+        rnumel = math.prod(group.shape[d] for d in group.axes)
+        last = set(group.axes) == set(range(len(group.shape) - len(group.axes), len(group.shape)))
+        space = f"{'row' if last else 'col'}{rnumel}"
+    else:
+        space = "x".join(map(str, group.shape)) or "scalar"
+    return re.sub(r"[^0-9a-zA-Z_]", "_", f"k{group.id}_{summary}_{dtype}_{space}")

@@ -1,0 +1,41 @@
+"""The ``pointwise`` template: 1-D blocks of ``XBLOCK`` elements over the flat index of the group's
+iteration space (elementwise groups whose reads are contiguous along the stores)."""
+from __future__ import annotations
+
+import math
+
+from ..ir.kernel import Kernel, Schedule
+from ..passes.fusion import Group
+from .base import Context, Template, halved_and_doubled
+from .emitter import build_rows, pow2
+
+
+class Pointwise(Template):
+    name = "pointwise"
+    block_of = {"xindex": "XBLOCK"}
+    rank = 1
+
+    def matches(self, group: Group, ctx: Context) -> bool:
+        return group.kind == "pointwise"
+
+    def default_schedule(self, group: Group, ctx: Context) -> Schedule:
+        on_gpu = ctx.target.is_cuda
+        numel = math.prod(group.shape)
+        itemsize = max((n.dtype.itemsize for n in group.stores), default=4)
+        # 16-bit data: 4096 elements per program (8 KB) measured faster than 1024 on the H200
+        xblock = min(4096 if itemsize <= 2 else 1024, pow2(numel)) if on_gpu else min(2**16, pow2(numel))
+        warps = max(1, min(4, xblock // 256)) if on_gpu else 1
+        return Schedule(self.name, {"XBLOCK": xblock}, warps)
+
+    def config_space(self, group: Group, heuristic: Schedule) -> list[Schedule]:
+        return halved_and_doubled(group, heuristic)
+
+    def build(self, group: Group, ctx: Context, sched: Schedule) -> Kernel:
+        return build_rows(group, ctx.layouts, sched, tiled=False, target=ctx.target)
+
+    def emit_body(self, p, pid: str) -> None:
+        p.lines += [f"    xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)", "    xmask = xindex < xnumel"]
+        p.emit_phases()
+
+
+TEMPLATE = Pointwise()

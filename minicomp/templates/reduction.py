@@ -1,0 +1,178 @@
+"""The ``reduction`` template: ``[XBLOCK, RBLOCK]`` blocks over (outputs, reduced elements).
+
+*Persistent* and *looped* are two schedules of this one template, not two templates: the kernel IR
+is the same (phases of outer and inner statements closed by reductions) and the autotuner may move
+between them by changing RBLOCK. Persistent: a row fits in one block, and every phase reuses the row
+held in registers (layer_norm reads ``x`` once). Looped: one loop over the row's blocks per phase.
+A *column* reduction (the innermost axis is not reduced) takes ``COLUMN_TILE`` neighbouring outputs
+per program so every load is a contiguous run. Split reductions are not a template either: the
+``split_reductions`` pass rewrites the graph before fusion into two ordinary reductions (and
+``split_combines`` may run them as one launch).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..ir.kernel import Kernel, Load, Reduce, Schedule
+from ..ir.ops import reduce_identity
+from ..ir.types import is_float
+from ..ir.target import Target
+from ..passes.fusion import Group
+from .base import Context, Template, halved_and_doubled
+from .emitter import build_rows, pow2
+
+COLUMN_TILE = 64  # contiguous outputs per program of a column reduction
+
+
+def persistent_limit(target: Target) -> int:
+    """The longest row a reduction keeps in registers as one block (measured on the H200); larger in
+    the CPU interpreter, where a block costs nothing."""
+    return 8192 if target.is_cuda else 2**14
+
+
+def reduction_schedule(group: Group, target: Target) -> Schedule:
+    """The heuristic's blocks for a reduction group."""
+    on_gpu = target.is_cuda
+    numel = math.prod(group.shape)
+    rnumel = math.prod(group.shape[d] for d in group.axes)
+    xnumel = numel // max(rnumel, 1) if rnumel else math.prod(
+        s for d, s in enumerate(group.shape) if d not in group.axes)
+    inner = math.prod(group.shape[max(group.axes) + 1:])
+    if on_gpu and inner > 1:
+        # a column reduction: a program takes COLUMN_TILE neighbouring outputs so every load is a
+        # contiguous run, and walks down the reduced rows (measured on the H200: x.sum(0))
+        xblock = min(COLUMN_TILE, pow2(inner))
+        rblock = min(pow2(rnumel), 4096 // xblock)
+        return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, 4, 1, rblock >= rnumel)
+    if pow2(rnumel) <= persistent_limit(target):
+        # measured on the H200 (layer_norm, softmax rows of 1024-4096): one row per program and
+        # 4 warps beat wider blocks; short rows pack several per program
+        rblock = pow2(rnumel)
+        xblock = min(pow2(xnumel), max(1, (2048 if on_gpu else 2**15) // rblock))
+        warps = (4 if rblock <= 4096 else 8) if on_gpu else 1
+        return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, warps, 1, True)
+    rblock = 2048 if on_gpu else 4096
+    return Schedule("reduction", {"XBLOCK": 1, "RBLOCK": rblock}, 8 if on_gpu else 1, 1, False)
+
+
+# --- spelling reductions ----------------------------------------------------------------------
+
+def input_dtype(r: Reduce) -> torch.dtype:
+    """bf16 is reduced in fp32 (exact for max/min; Triton's interpreter compares bf16 bits)."""
+    return {torch.bool: torch.int8, torch.bfloat16: torch.float32}.get(
+        torch.bool if r.fn in ("any", "all") else r.value_dtype, r.value_dtype)
+
+
+def combine_fn(r) -> str:
+    """The helper that combines two values of a reduction (or a scan) ``r``."""
+    if r.fn in ("sum", "prod"):
+        return "_" + r.fn
+    largest = r.fn in ("max", "any", "argmax")
+    if is_float(r.value_dtype):
+        return "_max_nan" if largest else "_min_nan"
+    return "_max_int" if largest else "_min_int"
+
+
+def reduction_input(p, r: Reduce) -> str:
+    """The value to reduce as a full block, masked-off lanes set to the reduction's identity."""
+    dt = input_dtype(r)
+    value = f"({r.value} != 0).to(tl.int8)" if r.fn in ("any", "all") else f"{r.value}.to({p.tl_type(dt)})"
+    value = f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])"
+    mask = p.mask([], names=("xindex", "rindex"))
+    if not mask:
+        return value
+    return f"tl.where({mask}, {value}, {p.lit(reduce_identity(r.fn, dt), dt)})"
+
+
+def finish(p, r: Reduce, acc: str, index: str | None, indent: str) -> None:
+    """Reduce the block along the reduction axis (only ``tl.reduce`` with our own combine
+    functions: Triton's standard-library reductions do not run in the interpreter)."""
+    out = p.lines.append
+    if r.fn in ("argmax", "argmin"):
+        helper = "_" + r.fn
+        p.use_helper(helper)
+        out(f"{indent}_, {r.var} = tl.reduce(({acc}, {index}), 1, {helper})")
+        out(f"{indent}{r.var} = {r.var}[:, None].to(tl.int64)")
+    else:
+        helper = combine_fn(r)
+        p.use_helper(helper)
+        value = f"tl.reduce({acc}, 1, {helper})[:, None]"
+        if r.fn in ("any", "all"):
+            out(f"{indent}{r.var} = {value} != 0")
+        else:
+            out(f"{indent}{r.var} = ({value}).to({p.tl_type(r.dtype)})")
+    p.dtypes[r.var] = r.dtype
+
+
+def accumulate(p, r: Reduce, value: str, indent: str) -> None:
+    acc = f"acc_{r.var}"
+    if r.fn in ("argmax", "argmin"):
+        p.use_helper("_" + r.fn)
+        p.lines.append(f"{indent}{acc}, {acc}_i = _{r.fn}({acc}, {acc}_i, {value}, "
+                       f"tl.broadcast_to({r.index}, [XBLOCK, RBLOCK]))")
+    else:
+        p.lines.append(f"{indent}{acc} = {p.helper(combine_fn(r), [acc, value])}")
+
+
+class ReductionTemplate(Template):
+    name = "reduction"
+    block_of = {"xindex": "XBLOCK", "rindex": "RBLOCK"}
+
+    def matches(self, group: Group, ctx: Context) -> bool:
+        return group.kind == "reduction"
+
+    def default_schedule(self, group: Group, ctx: Context) -> Schedule:
+        return reduction_schedule(group, ctx.target)
+
+    def config_space(self, group: Group, heuristic: Schedule) -> list[Schedule]:
+        return halved_and_doubled(group, heuristic)
+
+    def build(self, group: Group, ctx: Context, sched: Schedule) -> Kernel:
+        return build_rows(group, ctx.layouts, sched, tiled=False, target=ctx.target)
+
+    def store_vars(self, inner: bool) -> list[str]:
+        return ["xindex", "rindex"] if inner else ["xindex"]
+
+    def emit_body(self, p, pid: str) -> None:
+        body, ind, k = p.lines, "    ", p.k
+        body += [f"    xindex = ({pid} * XBLOCK + tl.arange(0, XBLOCK))[:, None]", "    xmask = xindex < xnumel"]
+        if k.schedule.persistent:
+            body += ["    rindex = tl.arange(0, RBLOCK)[None, :]", "    rmask = rindex < rnumel"]
+            for phase in k.phases:
+                for s in phase.outer + phase.inner:
+                    p.emit(s, ind)
+                for r in phase.reductions:
+                    index = f"tl.broadcast_to({r.index}, [XBLOCK, RBLOCK])" if r.index else None
+                    finish(p, r, reduction_input(p, r), index, ind)
+            return
+        loaded = [{s.buffer for s in phase.inner if isinstance(s, Load)} for phase in k.phases]
+        for i, phase in enumerate(k.phases):
+            p.evict = {}
+            for s in phase.outer:
+                p.emit(s, ind)
+            if not (phase.inner or phase.reductions):
+                continue
+            # a streamed buffer that a later loop reads again should stay in L2; one read once should not
+            again = set().union(*loaded[i + 1:])
+            p.evict = {b: "evict_last" if b in again else "evict_first" for b in loaded[i]}
+            for r in phase.reductions:
+                dt = input_dtype(r)
+                body.append(f"{ind}acc_{r.var} = {p.full('[XBLOCK, RBLOCK]', reduce_identity(r.fn, dt), dt)}")
+                if r.index:
+                    body.append(f"{ind}acc_{r.var}_i = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
+            inner = ind * 2
+            steps = -(-k.numels["r"] // k.schedule.blocks["RBLOCK"])
+            # range over a literal count: triton 3.6's interpreter cannot range over constexprs (numpy >= 2.3)
+            body += [f"{ind}for rstep in range({steps}):", f"{inner}roffset = rstep * RBLOCK",
+                     f"{inner}rindex = roffset + tl.arange(0, RBLOCK)[None, :]", f"{inner}rmask = rindex < rnumel"]
+            for s in phase.inner:
+                p.emit(s, inner)
+            for r in phase.reductions:
+                accumulate(p, r, reduction_input(p, r), inner)
+            for r in phase.reductions:
+                finish(p, r, f"acc_{r.var}", f"acc_{r.var}_i" if r.index else None, ind)
+
+
+TEMPLATE = ReductionTemplate()

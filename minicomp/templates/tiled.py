@@ -1,0 +1,67 @@
+"""The ``tiled`` template: 2-D ``[YBLOCK, XBLOCK]`` tiles for elementwise groups where a read is
+contiguous along another dimension than the stores (``x.t() + y``), so both sides stay coalesced."""
+from __future__ import annotations
+
+from ..ir.expr import Affine, index_vars
+from ..ir.kernel import Kernel, Load, Schedule
+from ..passes.fusion import Group
+from .base import Context, Template, cdiv, halved_and_doubled
+from .emitter import Emitter, build_rows
+
+
+def transposed(group: Group, layouts: dict) -> bool:
+    """True when some read is contiguous along another dimension than the stores: a 2-D tile keeps
+    both sides coalesced."""
+    if len(group.shape) < 2 or group.axes:
+        return False
+    dims = index_vars(group.shape)
+    probe = Emitter(group, layouts, dims, True)
+    probe.new_phase()
+    full = tuple(Affine.of(v) for v in dims)
+    for m in group.stores:
+        if m.shape == group.shape:
+            probe.store(m, full)
+    last = dims[-1]
+    for stmt in probe.phases[0].outer:
+        if isinstance(stmt, Load) and last.size > 1 and stmt.index.coeff_of(last) not in (0, 1):
+            if any(stmt.index.coeff_of(d) == 1 for d in dims[:-1]):
+                return True
+    return False
+
+
+class Tiled(Template):
+    name = "tiled"
+    block_of = {"xindex": "XBLOCK", "yindex": "YBLOCK"}
+
+    def matches(self, group: Group, ctx: Context) -> bool:
+        return group.kind == "pointwise" and transposed(group, ctx.layouts)
+
+    def default_schedule(self, group: Group, ctx: Context) -> Schedule:
+        on_gpu = ctx.target.is_cuda
+        block = 64 if on_gpu else 128
+        return Schedule(self.name, {"YBLOCK": block, "XBLOCK": block}, 4 if on_gpu else 1)
+
+    def config_space(self, group: Group, heuristic: Schedule) -> list[Schedule]:
+        return halved_and_doubled(group, heuristic)
+
+    def build(self, group: Group, ctx: Context, sched: Schedule) -> Kernel:
+        return build_rows(group, ctx.layouts, sched, tiled=True, target=ctx.target)
+
+    def emit_body(self, p, pid: str) -> None:
+        p.lines += [f"    pid = {pid}",
+                    "    x_programs = (xnumel + XBLOCK - 1) // XBLOCK",
+                    "    yindex = ((pid // x_programs) * YBLOCK + tl.arange(0, YBLOCK))[:, None]",
+                    "    xindex = ((pid % x_programs) * XBLOCK + tl.arange(0, XBLOCK))[None, :]",
+                    "    ymask = yindex < ynumel",
+                    "    xmask = xindex < xnumel"]
+        p.emit_phases()
+
+    def store_vars(self, inner: bool) -> list[str]:
+        return ["yindex", "xindex"]
+
+    def grid(self, kernel: Kernel) -> tuple[int, ...]:
+        n, b = kernel.numels, kernel.schedule.blocks
+        return (cdiv(n["x"], b["XBLOCK"]) * cdiv(n["y"], b["YBLOCK"]),)
+
+
+TEMPLATE = Tiled()

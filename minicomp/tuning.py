@@ -1,0 +1,163 @@
+"""Autotuning as a pass: ``tune`` runs last in the pipeline (after scheduling and the staged
+launches), so its decisions show in the dumps and in the report.
+
+For every kernel whose template tunes per kernel, a stored winner (``<cache>/tuned/<key>.json``,
+keyed by ``structural_key``: the kernel IR with names canonicalized, the GPU, Triton's version)
+replaces the heuristic's schedule, in any mode. In ``max-autotune`` a kernel without an entry is
+timed under each config of its template's space, the whole graph running with the other kernels
+fixed, and the winner is stored. Without a ``Tuner`` (``graph.tuner``: no inputs to time with) the
+pass does nothing.
+
+The pass needs to run whole graphs, so it lives beside ``compiler.py`` rather than in ``passes/``:
+the compiler hands it a ``Tuner`` whose ``assemble`` turns a graph and its kernels into a callable.
+GEMM kernels are tuned here too (``GEMM_CONFIGS``, on the GPU); whether a matmul runs in the template
+or in cuBLAS changes the graph (``passes/gemm_choice.py``), so the compiler's GEMM tuner measures
+those two per matmul, each a whole build in which this pass tunes the template's kernel.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import triton
+
+from .ir.expr import Affine, Range, Var
+from .ir.graph import Graph
+from .ir.kernel import Indirect, Kernel, Schedule
+from .ir.target import Target
+from .passes.program import launch_of_stage
+from .runtime import cache
+from .templates import Context, template_of
+
+
+@dataclass
+class Tuner:
+    """What the ``tune`` pass needs from the compiler: the mode, the graph's inputs (shapes, dtypes and
+    integer values for random ones) and ``assemble(graph, kernels)`` -> the graph's callable."""
+    mode: str
+    args: list
+    assemble: Callable[[Graph, list[Kernel]], Callable]
+
+
+def tune(graph: Graph) -> Graph:
+    """Use a stored tuned schedule for every kernel that has one; in max-autotune, measure the
+    template's config space for the others and store the winners."""
+    tuner: Tuner | None = graph.tuner
+    if tuner is None:
+        return graph
+    kernels, groups = graph.kernels, graph.groups
+    ctx = Context(graph.target, graph.layouts, graph.gemm_choices)
+    staged = launch_of_stage(graph)
+    for i, (kernel, group) in enumerate(zip(kernels, groups)):
+        template = template_of(kernel)
+        if not template.tunes(kernel) or kernel.name in staged:  # a staged launch fixes its stages' blocks
+            continue
+        key = structural_key(kernel, graph.target)
+        tuned = cache.load_tuned(key)
+        if tuned is None and tuner.mode == "max-autotune":
+            tuned = _measure(graph, i, ctx, tuner)
+            cache.store_tuned(key, tuned)
+        try:
+            sched = Schedule(kernel.schedule.template, dict(tuned["blocks"]), int(tuned["num_warps"]),
+                             int(tuned["num_stages"]), bool(tuned["persistent"]))
+        except (TypeError, KeyError, ValueError):  # no entry, or a damaged one: keep the heuristic
+            continue
+        kernels[i] = template.kernel(group, ctx, sched)
+        graph.decisions.append(f"tuned: {kernel.name} {kernels[i].schedule}")
+    return graph
+
+
+def _measure(graph: Graph, i: int, ctx: Context, tuner: Tuner) -> dict:
+    """Time kernel ``i`` of the graph under each config of its template's space (the whole graph
+    runs, the other kernels fixed; inputs rotate through three random sets so no candidate finds
+    its data in L2); return the fastest config."""
+    kernels, group = graph.kernels, graph.groups[i]
+    template, heuristic = template_of(kernels[i]), kernels[i].schedule
+    sets = [[torch.randn_like(a) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+             for a in tuner.args] for _ in range(3)]
+    rotation = itertools.cycle(sets)
+    timings, best, best_ms = [], heuristic, float("inf")
+    space = [c for c in template.config_space(group, heuristic)
+             if (str(c), c.num_stages) != (str(heuristic), heuristic.num_stages)]
+    for candidate in [heuristic] + space:
+        trial = list(kernels)
+        try:
+            trial[i] = template.kernel(group, ctx, candidate)
+            fn = tuner.assemble(graph, trial)
+            ms = _time_ms(lambda: fn(next(rotation)), graph.target)
+        except Exception:  # a config that does not compile or fit is skipped
+            ms = float("inf")
+        timings.append(f"{'/'.join(str(v) for v in candidate.blocks.values())}x{candidate.num_warps}w {ms:.4f}")
+        if ms < best_ms:
+            best, best_ms = candidate, ms
+    if os.environ.get("MINICOMP_TUNE_VERBOSE", "1") != "0":
+        print(f"minicomp: tuned {kernels[i].name} ({'/'.join(heuristic.blocks)} x warps): "
+              f"{', '.join(timings)} ms -> {best}", file=sys.stderr)
+    return {"blocks": best.blocks, "num_warps": best.num_warps, "num_stages": best.num_stages,
+            "persistent": best.persistent}
+
+
+def _time_ms(fn, target: Target) -> float:
+    """Median milliseconds per call: do_bench on a GPU, a few timed calls in the interpreter."""
+    if target.is_cuda:
+        from triton.testing import do_bench
+        return do_bench(fn, warmup=10, rep=60, return_mode="median")
+    fn()
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return sorted(times)[1]
+
+
+# --- the structural key ----------------------------------------------------------------------------
+
+def structural_hash(kernel: Kernel) -> str:
+    """A digest of what the kernel computes, not of what it is called: its template, iteration
+    space, argument types and statements, with every statement's name replaced by its position
+    (``t3``, ``j2`` -> ``%0``, ``%1``) and no node ids or names; the schedule is left out."""
+    names: dict[str, str] = {}
+    rename: dict[Var, Affine] = {}
+    stmts = [(section, s) for phase in kernel.phases
+             for section, group in (("outer", phase.outer), ("inner", phase.inner), ("reduce", phase.reductions))
+             for s in group]
+    for _, s in stmts:
+        var = getattr(s, "var", None)
+        if var is not None:
+            names[var] = f"%{len(names)}"
+            if isinstance(s, Indirect):  # loads' index expressions name it as a variable
+                rename[Var(var, s.size)] = Affine.of(Var(names[var], s.size))
+
+    def canon(v) -> str:
+        if isinstance(v, str):
+            return names.get(v, v)
+        if isinstance(v, (Affine, Range)):
+            return str(v.subs(rename) if rename else v)
+        if isinstance(v, (tuple, list)):
+            return "(" + ",".join(canon(x) for x in v) + ")"
+        if isinstance(v, dict):
+            return "{" + ",".join(f"{k}:{canon(x)}" for k, x in sorted(v.items())) + "}"
+        return repr(v)
+
+    lines = [kernel.schedule.template,
+             ";".join(f"{k}<{v.size}" for k, v in kernel.vars.items()),
+             ";".join(f"{a.name}:{a.node.dtype}{list(a.node.shape)}{a.is_output}" for a in kernel.args)]
+    for phase_no, phase in enumerate(kernel.phases):
+        lines.append(f"phase {phase_no}")
+        for section, group in (("outer", phase.outer), ("inner", phase.inner), ("reduce", phase.reductions)):
+            lines += [f"{section} {type(s).__name__} " + " ".join(canon(getattr(s, f.name))
+                                                                  for f in dataclasses.fields(s)) for s in group]
+    return cache.digest("\n".join(lines))
+
+
+def structural_key(kernel: Kernel, target: Target) -> str:
+    """What a tuned schedule is stored under: the kernel's structural hash, the GPU (``target.name``)
+    and Triton's version (a winner on one GPU or compiler says nothing about another)."""
+    return cache.digest(f"{structural_hash(kernel)}|{target.name}|{triton.__version__}")

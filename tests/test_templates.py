@@ -1,0 +1,60 @@
+"""The template registry (minicomp/templates/): every kernel is scheduled, built, printed and
+launched by the template object its schedule names; a new template is one object in the list."""
+from __future__ import annotations
+
+import torch
+
+import minicomp
+from minicomp import templates
+from minicomp.ir.kernel import Schedule
+from minicomp.templates.pointwise import Pointwise
+from tests.utils import compile_and_compare
+
+
+def test_the_registry_is_ordered_and_named_once():
+    names = [t.name for t in templates.TEMPLATES]
+    assert names == ["gemm", "scan", "reduction", "tiled", "pointwise"]
+    assert all(templates.template_of(n) is t for n, t in zip(names, templates.TEMPLATES))
+
+
+def test_each_template_runs_its_groups():
+    cases = {  # fn, inputs, the template of its kernel
+        "pointwise": (lambda x: torch.relu(x) + 1, (torch.randn(5, 7),)),
+        "tiled": (lambda x, y: x.t() + y, (torch.randn(9, 6), torch.randn(6, 9))),
+        "reduction persistent": (lambda x: torch.softmax(x, -1), (torch.randn(3, 10),)),
+        "scan persistent": (lambda x: torch.cumsum(x, -1), (torch.randn(3, 10),)),
+        "gemm": (lambda a, b: torch.relu(a @ b), (torch.randn(5, 8), torch.randn(8, 3))),
+    }
+    for kind, (fn, args) in cases.items():
+        torch._dynamo.reset()
+        report = compile_and_compare(fn, *args, kernels=1)
+        assert report.kernels[0].template == kind, report.summary()
+
+
+class SmallPointwise(Pointwise):
+    """The example of docs/architecture.md ("How to add a template"): elementwise groups of at most
+    64 elements as one program of 64 lanes."""
+    name = "small_pointwise"
+
+    def matches(self, group, ctx):
+        return super().matches(group, ctx) and 0 < torch.Size(group.shape).numel() <= 64
+
+    def default_schedule(self, group, ctx):
+        return Schedule(self.name, {"XBLOCK": 64}, 1)
+
+    def grid(self, kernel):
+        return (1,)
+
+
+def test_a_new_template_is_one_object_in_the_list(monkeypatch, cache_dir, capsys):
+    monkeypatch.setattr(templates, "TEMPLATES", [SmallPointwise()] + templates.TEMPLATES)
+    report = compile_and_compare(lambda x: x.sin() * 2, torch.randn(3, 7), kernels=1)
+    assert report.kernels[0].template == "small_pointwise"
+    source = open(report.kernels[0].source_path).read()
+    assert "XBLOCK=64" in source and "xmask = xindex < xnumel" in source
+    torch._dynamo.reset()  # larger groups go on to the next template that matches
+    assert compile_and_compare(lambda x: x.sin() * 2, torch.randn(9, 9), kernels=1).kernels[0].template == "pointwise"
+    torch._dynamo.reset()  # the tune pass walks its config space like any other template's
+    x = torch.randn(3, 7)
+    torch.testing.assert_close(minicomp.compile(lambda x: x.sin() * 2, mode="max-autotune")(x), x.sin() * 2)
+    assert "minicomp: tuned k0_sin_mul_f32_3x7" in capsys.readouterr().err
