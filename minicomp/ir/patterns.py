@@ -25,7 +25,7 @@ stay in the graph, unused, for ``dce``.
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, Union
 
@@ -104,20 +104,38 @@ def _dtype_ok(dtype: torch.dtype, want) -> bool:
     return dtype in want
 
 
+class UserMap:
+    """Who reads each node, built when a rewrite first asks (a sweep that rewrites nothing does not
+    pay for it), then kept current by the sweep."""
+
+    def __init__(self, graph: Graph):
+        self._graph = graph
+        self._map: dict[Node, dict[Node, None]] | None = None
+
+    @property
+    def of(self) -> dict[Node, dict[Node, None]]:
+        if self._map is None:
+            self._map = {}
+            for n in self._graph.nodes:
+                for i in n.inputs:
+                    self._map.setdefault(i, {})[n] = None
+        return self._map
+
+
 class Match(dict):
     """The nodes a pattern bound, by name; also answers what a rewrite may ask of the graph."""
 
-    def __init__(self, users: dict[Node, dict[Node, None]]):
-        super().__init__()
+    def __init__(self, bindings: dict[str, Node], users: UserMap):
+        super().__init__(bindings)
         self._users = users
 
     def users(self, node: Node) -> list[Node]:
         """The nodes that read ``node`` now."""
-        return list(self._users.get(node, ()))
+        return list(self._users.of.get(node, ()))
 
     def is_result(self, node: Node) -> bool:
         """Whether ``node`` is a graph result (the output node reads it)."""
-        return any(u.op == "output" for u in self._users.get(node, ()))
+        return any(u.op == "output" for u in self._users.of.get(node, ()))
 
 
 Rewrite = Callable[[Match, Graph], Union[Node, dict, None]]
@@ -173,24 +191,25 @@ def rewrite(graph: Graph, rules: Iterable[Rule] | RuleIndex, max_rewrites: int |
     rule in list order that matches a node and returns a replacement wins. Returns the rewrites
     applied. ``max_rewrites`` (default: 4 per node, plus 64) stops a rule list that never settles."""
     index = rules if isinstance(rules, RuleIndex) else RuleIndex(rules)
-    users: dict[Node, dict[Node, None]] = {}
-    for n in graph.nodes:
-        for i in n.inputs:
-            users.setdefault(i, {})[n] = None
+    users = UserMap(graph)
     budget = 4 * len(graph.nodes) + 64 if max_rewrites is None else max_rewrites
-    known = set(graph.nodes)  # nodes the user map covers: the graph's, then each rewrite's new ones
+    born: set[Node] = set()  # the nodes rewrites added
+    mark = graph._next_id  # ids below it: nodes made before the sweep
     applied: list[Applied] = []
     visited: set[Node] = set()
     for start in list(graph.nodes):
-        queue = deque([start])
-        while queue:
-            node = queue.popleft()
+        visited.add(start)
+        if not index.candidates(start):
+            continue
+        queue, k = [start], 0  # the start, then revisited users and new nodes, first in first out
+        while k < len(queue):
+            node, k = queue[k], k + 1
             visited.add(node)
             for r in index.candidates(node):
-                match = Match(users)
-                if not r.pattern.match(node, match):
+                bindings: dict[str, Node] = {}
+                if not r.pattern.match(node, bindings):
                     continue
-                out = r.rewrite(match, graph)
+                out = r.rewrite(Match(bindings, users), graph)
                 if out is None:
                     continue
                 replacements = {node: out} if isinstance(out, Node) else out
@@ -200,20 +219,21 @@ def rewrite(graph: Graph, rules: Iterable[Rule] | RuleIndex, max_rewrites: int |
                     raise RuntimeError(f"rewrite did not settle after {budget} rewrites "
                                        f"(last: {r.name} at {node.name})")
                 applied.append(Applied(r.name, node.name))
-                fresh = _register_fresh(replacements.values(), users, known)
+                fresh = _register_fresh(replacements.values(), users.of, lambda n: n.id < mark or n in born)
+                born.update(fresh)
                 for old, new in replacements.items():
                     if new is not old:
-                        queue.extend(u for u in _replace(old, new, users, fresh) if u in visited)
+                        queue.extend(u for u in _replace(old, new, users.of, fresh) if u in visited)
                 queue.extend(fresh)
                 break
     return applied
 
 
-def _register_fresh(roots, users: dict[Node, dict[Node, None]], known: set[Node]) -> list[Node]:
-    """The nodes a rewrite added (reachable from its replacements, not yet ``known``), inputs first;
-    each is recorded as a user of its inputs and becomes known."""
+def _register_fresh(roots, users: dict[Node, dict[Node, None]], known: Callable[[Node], bool]) -> list[Node]:
+    """The nodes a rewrite added (reachable from its replacements, not ``known``), inputs first; each
+    is recorded as a user of its inputs."""
     fresh: list[Node] = []
-    stack = [(n, False) for n in roots if n not in known]
+    stack = [(n, False) for n in roots if not known(n)]
     seen: set[Node] = set()
     while stack:
         n, inputs_done = stack.pop()
@@ -226,8 +246,7 @@ def _register_fresh(roots, users: dict[Node, dict[Node, None]], known: set[Node]
             continue
         seen.add(n)
         stack.append((n, True))
-        stack.extend((i, False) for i in n.inputs if i not in seen and i not in known)
-    known.update(fresh)
+        stack.extend((i, False) for i in n.inputs if i not in seen and not known(i))
     return fresh
 
 
@@ -247,4 +266,4 @@ def summary(applied: Iterable[Applied]) -> str:
     return ", ".join(f"{name} x{n}" for name, n in Counter(a.rule for a in applied).items())
 
 
-__all__ = ["Pat", "Rule", "Match", "Applied", "RuleIndex", "rewrite", "summary"]
+__all__ = ["Pat", "Rule", "Match", "UserMap", "Applied", "RuleIndex", "rewrite", "summary"]
