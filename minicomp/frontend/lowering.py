@@ -1,7 +1,8 @@
 """Lowering: an aten-level FX graph, with concrete inputs, becomes an IR graph.
 
 The FX graph is walked like an interpreter: tensors become IR nodes with concrete types, symbolic
-sizes become the ints they have for these inputs. Every aten op has one rule in ``RULES``; an op
+sizes become the ints they have for these inputs. Every aten op has one rule in ``RULES``
+(``registry.py``; the ``rules*.py`` modules fill it, importing only the registry and ``ir``); an op
 without a rule, or a rule that declines (``Unsupported``), becomes an ``extern`` node that PyTorch
 runs, with the reason recorded for the report.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -20,21 +21,9 @@ from ..ir.graph import Graph, Node, Scalar
 from ..ir.layout import is_dense
 from ..ir.target import Target
 from ..ir.types import SUPPORTED_DTYPES, TensorType, contiguous_strides, is_float
-
-aten = torch.ops.aten
-RULES: dict[Any, Callable] = {}
-
-
-class Unsupported(Exception):
-    """Raised by a rule that cannot lower its op natively; the op falls back to PyTorch."""
-
-
-def rule(*targets):
-    def register(fn):
-        for t in targets:
-            RULES[t] = fn
-        return fn
-    return register
+from . import rules, rules_activations, rules_factories, rules_index, rules_norms, rules_pooling, rules_scan, \
+    rules_scatter  # noqa: F401  (each module registers its rules in RULES)
+from .registry import RULES, Unsupported, aten, coerce, opmath
 
 
 def _short(target) -> str:
@@ -273,7 +262,7 @@ class Lowering:
 
     def full(self, shape, value, dtype, device) -> Node:
         return self.graph.add("pointwise", [], TensorType(tuple(shape), dtype, device),
-                              fn="identity", args=(Scalar(_coerce(value, dtype), dtype),), params={})
+                              fn="identity", args=(Scalar(coerce(value, dtype), dtype),), params={})
 
     def elementwise(self, fn: str, *args, kind=PROMO.DEFAULT, **params) -> Node:
         """Promote, broadcast and cast like eager, then apply ``fn`` in the computation dtype."""
@@ -287,7 +276,7 @@ class Lowering:
                 elementwise_dtypes(*metas, type_promotion_kind=PROMO.DEFAULT)[0]
         shape = torch.broadcast_shapes(*[n.shape for n in nodes])
         ir_args = [self.cast(self.expand(a, shape), compute) if isinstance(a, Node)
-                   else Scalar(_coerce(a, compute), compute) for a in args]
+                   else Scalar(coerce(a, compute), compute) for a in args]
         if compute == torch.bool:  # on bools, + and max are "or", * and min are "and"
             fn = {"add": "logical_or", "maximum": "logical_or", "mul": "logical_and",
                   "minimum": "logical_and"}.get(fn, fn)
@@ -302,7 +291,7 @@ class Lowering:
             out = self.reduction(fn, x, [0], True, dtype)
             return self.reshape(out, ())
         dims = list(range(x.type.ndim)) if not dims else [d % x.type.ndim for d in dims]
-        acc = _opmath(dtype) if fn in ("sum", "prod") else dtype
+        acc = opmath(dtype) if fn in ("sum", "prod") else dtype
         if fn in ("any", "all"):
             x = self.elementwise("ne", x, 0) if x.dtype != torch.bool else x
             acc = torch.bool
@@ -345,20 +334,6 @@ def _traced_strides(val) -> tuple[int, ...] | None:
     if not isinstance(val, torch.Tensor) or val.layout != torch.strided or not _concrete(val):
         return None  # symbolic sizes (a dynamic-shape trace) say nothing about these inputs' strides
     return tuple(val.stride())
-
-
-def _opmath(dtype: torch.dtype) -> torch.dtype:
-    """The dtype eager computes in: fp32 for fp16/bf16, the dtype itself otherwise."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
-def _coerce(value, dtype):
-    if dtype == torch.bool:
-        return bool(value)
-    if is_float(dtype):
-        return float(value)
-    info = torch.iinfo(dtype)  # integers wrap around, as eager's do
-    return (int(value) - info.min) % (info.max - info.min + 1) + info.min
 
 
 def _flatten(tree):
@@ -410,5 +385,3 @@ def _sym_query(target, x: Node, dim=None):
         return 0
     raise Unsupported(name)
 
-
-from . import rules, rules_index, rules_nn, rules_scan  # noqa: E402,F401  (register the rules in RULES)

@@ -14,7 +14,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO
 from ..ir import views
 from ..ir.graph import Node, Scalar
 from ..ir.types import is_float
-from .lowering import Unsupported, _coerce, _opmath, aten, rule
+from .registry import Unsupported, aten, coerce as _coerce, opmath as _opmath, rule
 
 def _binary(fn, kind=PROMO.DEFAULT):
     def lower(L, a, b, alpha=1):

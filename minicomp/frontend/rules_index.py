@@ -19,7 +19,7 @@ import torch
 from ..ir import views
 from ..ir.expr import Affine, Var, index_vars
 from ..ir.graph import Node
-from .lowering import Unsupported, aten, rule
+from .registry import Unsupported, aten, rule
 
 INDEX_DTYPES = (torch.int32, torch.int64)
 

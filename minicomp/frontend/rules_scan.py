@@ -17,7 +17,7 @@ import torch
 from ..ir import views
 from ..ir.graph import Node
 from ..ir.types import is_float
-from .lowering import Unsupported, _opmath, aten, rule
+from .registry import Unsupported, aten, opmath as _opmath, rule
 
 # scans whose combine is commutative: reversing the row only reverses the order of the terms
 _REVERSIBLE = ("sum", "prod", "logsumexp")

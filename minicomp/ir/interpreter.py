@@ -25,7 +25,6 @@ def eval_pointwise(node: Node, env) -> torch.Tensor:
     return out.to(node.dtype).expand(node.shape)
 
 
-_pointwise = eval_pointwise  # the old name, still imported by passes/simplify.py
 
 
 def _view(node: Node, x: torch.Tensor) -> torch.Tensor:

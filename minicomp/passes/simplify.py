@@ -5,7 +5,8 @@ import torch
 
 from ..ir import views
 from ..ir.graph import Graph, Node, Scalar, compose_view
-from ..ir.interpreter import _pointwise
+from ..ir.interpreter import eval_pointwise
+from ..ir.patterns import Match, Pat, Rule, rewrite, summary
 
 
 def dce(graph: Graph) -> Graph:
@@ -52,31 +53,38 @@ def cse(graph: Graph) -> Graph:
     return dce(graph)
 
 
-def _is_fill(node: Node) -> bool:
-    return node.op == "pointwise" and not node.inputs and node.attrs["fn"] == "identity"
+# --- local rewrites as rule lists (ir/patterns.py) -------------------------------------------------
+
+FILL = Pat("pointwise", fn="identity", inputs=())  # a constant: one value everywhere
 
 
-def constant_folding(graph: Graph) -> Graph:
-    """Evaluate pointwise ops whose operands are all constant fills; views and casts of a fill are
-    fills."""
-    for node in list(graph.nodes):
-        if node.op == "pointwise" and node.inputs and all(_is_fill(i) for i in node.inputs) \
-                and node.attrs["fn"] != "cat":
-            env = {i: torch.tensor(i.attrs["args"][0].value, dtype=i.dtype) for i in node.inputs}
-            probe = Node(node.id, "pointwise", [], dict(node.attrs), node.type.with_(shape=()))
-            value = _pointwise(probe, env).item()
-            _make_fill(graph, node, value)
-        elif node.op == "view" and _is_fill(node.inputs[0]):
-            value = node.inputs[0].attrs["args"][0].value
-            if not node.attrs["mask"] or node.attrs["fill"] == value:
-                _make_fill(graph, node, value)
-    return dce(graph)
-
-
-def _make_fill(graph: Graph, node: Node, value) -> None:
-    fill = graph.add("pointwise", [], node.type, node.origin, before=node, fn="identity",
+def _fill(graph: Graph, node: Node, value) -> Node:
+    """A fill of ``value`` in ``node``'s type, placed before it."""
+    return graph.add("pointwise", [], node.type, node.origin, before=node, fn="identity",
                      args=(Scalar(value, node.dtype),), params={})
-    graph.replace_all_uses(node, fill)
+
+
+def _fold_pointwise(m: Match, graph: Graph) -> Node:
+    node = m["node"]
+    env = {i: torch.tensor(i.attrs["args"][0].value, dtype=i.dtype) for i in node.inputs}
+    probe = Node(node.id, "pointwise", [], dict(node.attrs), node.type.with_(shape=()))
+    return _fill(graph, node, eval_pointwise(probe, env).item())
+
+
+def _fold_view(m: Match, graph: Graph) -> Node | None:
+    node, value = m["view"], m["fill"].attrs["args"][0].value
+    if node.attrs["mask"] and node.attrs["fill"] != value:
+        return None  # padding with another value: not one value everywhere
+    return _fill(graph, node, value)
+
+
+CONSTANT_FOLDING_RULES = [
+    # fn(fills...) -> fill (a cat of fills selects by position: not one value)
+    Rule("fold-pointwise", Pat("pointwise", name="node", each=FILL,
+                               where=lambda n: bool(n.inputs) and n.attrs["fn"] != "cat"), _fold_pointwise),
+    # a view of a fill (expand, reshape, a pad with the same value) -> fill
+    Rule("fold-view", Pat("view", name="view", inputs=(FILL.named("fill"),)), _fold_view),
+]
 
 
 _EXACT_WIDENING = {
@@ -88,22 +96,50 @@ _EXACT_WIDENING = {
 }
 
 
+def _drop_identity(m: Match, graph: Graph) -> Node | None:
+    copy, x = m["copy"], m["x"]
+    if m.is_result(copy) or x.dtype != copy.dtype:
+        return None  # a graph result that is a copy must stay a copy
+    return x
+
+
+def _drop_cast_round_trip(m: Match, graph: Graph) -> Node | None:
+    outer, inner, src = m["outer"], m["inner"], m["src"]
+    exact = (src.dtype, inner.dtype) in _EXACT_WIDENING or src.dtype == torch.bool
+    if src.dtype != outer.dtype or not exact or m.is_result(outer):
+        return None
+    return src
+
+
+ALGEBRAIC_RULES = [
+    # identity(x) -> x
+    Rule("drop-identity", Pat("pointwise", fn="identity", name="copy", inputs=(Pat(name="x"),)), _drop_identity),
+    # cast(cast(x, wider), x.dtype) -> x, when the wider type holds every value of x's exactly
+    Rule("cast-round-trip", Pat("pointwise", fn="cast", name="outer", inputs=(
+        Pat("pointwise", fn="cast", name="inner", inputs=(Pat(name="src"),)),)), _drop_cast_round_trip),
+]
+
+SIMPLIFY_RULES = CONSTANT_FOLDING_RULES + ALGEBRAIC_RULES
+
+
+def _apply(graph: Graph, rules: list[Rule]) -> Graph:
+    """Run ``rules`` over ``graph``, note which applied (a decision in the report), drop dead nodes."""
+    applied = rewrite(graph, rules)
+    if applied:
+        graph.decisions.append(f"rewrite: {summary(applied)}")
+    return dce(graph)
+
+
+def constant_folding(graph: Graph) -> Graph:
+    """Evaluate pointwise ops whose operands are all constant fills; views and casts of a fill are
+    fills (``CONSTANT_FOLDING_RULES``)."""
+    return _apply(graph, CONSTANT_FOLDING_RULES)
+
+
 def algebraic_simplification(graph: Graph) -> Graph:
     """``identity(x) -> x`` (unless it is a graph result: a copy must stay a copy) and
-    ``cast(cast(x, wider), x.dtype) -> x``."""
-    outputs = {id(n) for n in graph.output.inputs}
-    for node in list(graph.nodes):
-        if node.op != "pointwise" or not node.inputs:
-            continue
-        fn, (x, *_) = node.attrs["fn"], node.inputs
-        if fn == "identity" and id(node) not in outputs and x.dtype == node.dtype:
-            graph.replace_all_uses(node, x)
-        elif fn == "cast" and x.op == "pointwise" and x.attrs["fn"] == "cast":
-            src = x.inputs[0]
-            if src.dtype == node.dtype and ((src.dtype, x.dtype) in _EXACT_WIDENING or src.dtype == torch.bool):
-                if id(node) not in outputs:
-                    graph.replace_all_uses(node, src)
-    return dce(graph)
+    ``cast(cast(x, wider), x.dtype) -> x`` (``ALGEBRAIC_RULES``)."""
+    return _apply(graph, ALGEBRAIC_RULES)
 
 
 def view_folding(graph: Graph) -> Graph:

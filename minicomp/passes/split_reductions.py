@@ -20,8 +20,8 @@ import torch
 from ..ir import views
 from ..ir.expr import Affine, Range, index_vars
 from ..ir.graph import Graph, Node, Scalar
-from ..ir.target import Target
 from ..ir.ops import reduce_identity
+from ..ir.patterns import Match, Pat, Rule, rewrite
 from ..ir.types import is_float
 from ..templates.reduction import COLUMN_TILE, persistent_limit
 from .simplify import dce, view_folding
@@ -35,11 +35,7 @@ SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")
 
 def split_reductions(graph: Graph) -> Graph:
     """Rewrite long-row softmax statistics as online softmax, and split few-output reductions."""
-    for node in list(graph.nodes):
-        if node.op == "reduce":
-            pair = _softmax_statistics(node, graph.target)
-            if pair is not None:
-                _online_softmax(graph, *pair)
+    rewrite(graph, [ONLINE_SOFTMAX])
     graph = dce(graph)
     for node in list(graph.nodes):
         if node.op == "reduce":
@@ -51,30 +47,30 @@ def split_reductions(graph: Graph) -> Graph:
 
 # --- online softmax ------------------------------------------------------------------------------
 
-def _softmax_statistics(s: Node, target: Target) -> tuple[Node, Node] | None:
-    """(max, sum) when ``s`` is ``sum(exp(x - expand(max(x))))`` over an axis too long for one
-    block on ``target``."""
-    if s.attrs["fn"] != "sum" or len(s.attrs["axes"]) != 1 or not is_float(s.dtype):
-        return None
-    e = s.inputs[0]
-    if not (e.op == "pointwise" and e.attrs["fn"] == "exp"):
-        return None
-    sub = e.inputs[0]
-    if not (sub.op == "pointwise" and sub.attrs["fn"] == "sub" and len(sub.inputs) == 2):
-        return None
-    x, view = sub.inputs
-    if view.op != "view" or view.attrs["kind"] != "expand" or view.attrs["mask"]:
-        return None
-    m = view.inputs[0]
-    if not (m.op == "reduce" and m.attrs["fn"] == "max" and m.inputs[0] is x and m.attrs["axes"] == s.attrs["axes"]):
+# sum(exp(x - expand(max(x)))) over one axis: the statistics of a softmax (or log_softmax) row
+_ROW_MAX = Pat("reduce", fn="max", name="m", inputs=(Pat(name="x"),))
+_BROADCAST = Pat("view", where=lambda v: v.attrs["kind"] == "expand" and not v.attrs["mask"], inputs=(_ROW_MAX,))
+_SHIFTED = Pat("pointwise", fn="sub", inputs=(Pat(name="x"), _BROADCAST))
+SOFTMAX_STATISTICS = Pat("reduce", fn="sum", name="s", dtype=is_float, where=lambda s: len(s.attrs["axes"]) == 1,
+                         inputs=(Pat("pointwise", fn="exp", inputs=(_SHIFTED,)),))
+
+
+def _softmax_statistics(b: Match, graph: Graph) -> dict[Node, Node] | None:
+    """Online softmax for the (max, sum) pair of a softmax over one long axis."""
+    m, s, x = b["m"], b["s"], b["x"]
+    if m.attrs["axes"] != s.attrs["axes"]:
         return None
     (axis,) = s.attrs["axes"]
-    if x.shape[axis] <= persistent_limit(target):
+    if x.shape[axis] <= persistent_limit(graph.target):
         return None
-    return m, s
+    return _online_softmax(graph, m, s)
 
 
-def _online_softmax(graph: Graph, m: Node, s: Node) -> None:
+ONLINE_SOFTMAX = Rule("online-softmax", SOFTMAX_STATISTICS, _softmax_statistics)
+
+
+def _online_softmax(graph: Graph, m: Node, s: Node) -> dict[Node, Node]:
+    """The replacements of ``m`` and ``s``: their values combined from per-chunk statistics."""
     x = m.inputs[0]
     (d,) = m.attrs["axes"]
     dt, origin = x.dtype, m.origin + s.origin
@@ -104,8 +100,7 @@ def _online_softmax(graph: Graph, m: Node, s: Node) -> None:
     big_s = reduce("sum", pw("mul", sc, weight), d, d + 1)
     graph.decisions.append(
         f"split: {m.name}/{s.name} softmax statistics over {x.shape[d]} elements -> online softmax in {chunks} chunks")
-    graph.replace_all_uses(m, _unchunked(graph, big_m, m, before=m))
-    graph.replace_all_uses(s, _unchunked(graph, big_s, s, before=m))
+    return {m: _unchunked(graph, big_m, m, before=m), s: _unchunked(graph, big_s, s, before=m)}
 
 
 # --- split reductions ----------------------------------------------------------------------------

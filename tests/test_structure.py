@@ -1,0 +1,160 @@
+"""The package's shape: no import circle, the dependency direction docs/architecture.md states, and no
+module over ~600 lines. The import graph is read from the source (``ast``), module-level and
+function-level imports alike: an import inside a function is still a dependency, only a later one."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "minicomp"
+PACKAGE = "minicomp"
+
+# docs/architecture.md, "Dependencies": `ir` imports nothing of ours; `frontend` imports `ir`;
+# `templates` imports `ir` and `passes.fusion`; `passes` import `ir` and `templates`; `codegen` imports
+# `ir` and `templates`; `runtime` imports nothing of ours; the top-level modules (compiler.py,
+# assemble.py, tuning.py, backend.py, ...) wire them and may import anything.
+ALLOWED = {
+    "ir": ("ir",),
+    "frontend": ("frontend", "ir"),
+    "templates": ("templates", "ir", "passes.fusion"),
+    "passes": ("passes", "ir", "templates"),
+    "codegen": ("codegen", "ir", "templates"),
+    "runtime": ("runtime",),
+}
+# Edges that break the rules today, each with who removes it; delete an entry once its edge is gone
+# (the test fails on a stale entry, so the list cannot outlive the code).
+KNOWN_EXCEPTIONS: set[tuple[str, str]] = set()
+MAX_LINES = 600
+KNOWN_LARGE: set[str] = set()
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _resolve(name: str, modules) -> str | None:
+    """The module of ours that ``name`` (a module, or a name inside one) refers to; None if not ours."""
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _imports(module: str, path: Path, modules) -> set[str]:
+    """The modules of ours that ``module`` imports, anywhere in its source."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+                   for stmt in block.body for n in ast.walk(stmt)}  # annotations only: not a dependency
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            # `from pkg import mod` imports the module pkg.mod; `from mod import name`, the module mod
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        else:
+            continue
+        for t in targets:
+            target = _resolve(t, modules)
+            if target is not None and target != module:
+                found.add(target)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {m: _imports(m, p, modules) for m, p in modules.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (its modules, the first repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == 1:
+                return path[path.index(n):] + [n]
+            if n not in state and (found := visit(n)):
+                return found
+        path.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[1] in ALLOWED else None
+
+
+def _allowed(module: str, target: str) -> bool:
+    layer = _layer(module)
+    if layer is None:
+        return True
+    inside = target[len(PACKAGE) + 1:]
+    return any(inside == a or inside.startswith(a + ".") for a in ALLOWED[layer])
+
+
+def test_the_import_graph_sees_imports_anywhere():
+    graph = import_graph()
+    assert "minicomp.frontend.rules" in graph["minicomp.frontend.lowering"]       # from . import rules
+    assert "minicomp.frontend.registry" in graph["minicomp.frontend.rules"]       # from .registry import ...
+    assert "minicomp.ir.graph" in graph["minicomp.passes.simplify"]               # from ..ir.graph import ...
+    assert "minicomp.ir.kernel" not in graph["minicomp.ir.graph"]                # under TYPE_CHECKING
+    assert "minicomp.backend" in graph["minicomp"]                               # inside a function
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_circle():
+    graph = {m: targets - {t for (s, t) in KNOWN_EXCEPTIONS if s == m} for m, targets in import_graph().items()}
+    cycle = _cycle(graph)
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_dependency_direction():
+    graph = import_graph()
+    wrong = sorted((m, t) for m, targets in graph.items() for t in targets
+                   if not _allowed(m, t) and (m, t) not in KNOWN_EXCEPTIONS)
+    assert not wrong, "imports against docs/architecture.md's direction: " + ", ".join(f"{m} -> {t}" for m, t in wrong)
+
+
+def test_known_exceptions_still_exist():
+    graph = import_graph()
+    stale = [e for e in KNOWN_EXCEPTIONS if e[1] not in graph.get(e[0], ())]
+    assert not stale, f"remove these from KNOWN_EXCEPTIONS, the imports are gone: {stale}"
+
+
+@pytest.mark.parametrize("rel", sorted(str(p.relative_to(ROOT.parent)) for p in ROOT.rglob("*.py")))
+def test_module_size(rel):
+    lines = len((ROOT.parent / rel).read_text().splitlines())
+    if rel in KNOWN_LARGE:
+        pytest.skip(f"{rel}: {lines} lines, known to be split by another change")
+    assert lines <= MAX_LINES, f"{rel} has {lines} lines (at most {MAX_LINES}): split it by what it holds"
