@@ -16,6 +16,7 @@ import torch.fx as fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO, elementwise_dtypes
 
 from ..ir import views
+from .fallback_reasons import deliberate_fallback
 from ..ir.graph import Graph, Node, Scalar
 from ..ir.ops import BOOL_RESULT
 from ..ir.layout import is_dense
@@ -119,7 +120,7 @@ class Lowering:
             start = len(self.graph.nodes)  # the copies stay if the rule declines
         fn = RULES.get(target) or RULES.get(getattr(target, "overloadpacket", None))
         if reason is None and fn is None:
-            reason = "no lowering rule"
+            reason = deliberate_fallback(target) or "no lowering rule"
         if reason is None:
             try:
                 result = fn(self, *args, **kwargs)
