@@ -39,7 +39,7 @@ def rule(*targets):
 
 
 def _short(target) -> str:
-    return str(target).replace("aten.", "")
+    return str(target).replace("aten.", "").replace("minicomp.", "")
 
 
 class Lowering:
@@ -437,4 +437,4 @@ def _sym_query(target, x: Node, dim=None):
     raise Unsupported(name)
 
 
-from . import rules, rules_index, rules_nn, rules_scan  # noqa: E402,F401  (register the rules in RULES)
+from . import rules, rules_index, rules_nn, rules_resize, rules_scan  # noqa: E402,F401  (register the rules in RULES)
