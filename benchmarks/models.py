@@ -23,8 +23,9 @@ in this process, after ``torch._dynamo.reset()`` and with fresh, empty ``MINICOM
 ``TRITON_CACHE_DIR`` folders for the row; one-time start-up (imports, Inductor's compile workers) is paid
 by a warm-up compile before the first row. Inductor's compile workers, started then, keep their own
 Triton cache for the whole run: a kernel identical to one of an earlier row (the same model at another
-batch) can be found there. ``kernels``, ``fallback_ops`` and ``whole_graph_fallbacks`` come from
-``minicomp.reports()`` over every graph of the row.
+batch) can be found there. ``kernels``, ``fallback_ops`` (with ``fallback_reasons``: each op's reason
+from the report, e.g. the deliberate fallbacks of ``minicomp/frontend/fallback_reasons.py``) and
+``whole_graph_fallbacks`` come from ``minicomp.reports()`` over every graph of the row.
 
 ``--grad``: also one training step (fp32, train mode, dropout off) per transformers model: the loss and
 every parameter's gradient against eager's (``model_zoo.gradient_mismatches``); times of the whole step
@@ -249,14 +250,16 @@ class DeviceLost(RuntimeError):
 
 def graph_facts(reports: list[minicomp.Report]) -> dict:
     """What minicomp did with the row's graphs: their number, kernels, fallback ops (names, sorted by
-    count), whole-graph fallbacks (reasons)."""
+    count, and the report's reason for each), whole-graph fallbacks (reasons)."""
     counts: dict[str, int] = {}
+    reasons: dict[str, str] = {}
     for r in reports:
         for f in r.fallbacks:
             counts[f.op] = counts.get(f.op, 0) + 1
+            reasons.setdefault(f.op, f.reason)
     return dict(graphs=len(reports), kernels=sum(len(r.kernels) for r in reports),
                 fallback_ops=sorted(counts, key=lambda op: (-counts[op], op)),
-                fallback_op_counts=counts,
+                fallback_op_counts=counts, fallback_reasons=reasons,
                 whole_graph_fallbacks=[f"{r.graph}: {r.whole_graph_fallback}" for r in reports if r.whole_graph_fallback])
 
 
@@ -403,6 +406,8 @@ def markdown(meta: dict, rows: list[dict], args: argparse.Namespace) -> str:
         counts = r.get("fallback_op_counts") or {}
         notes.append(f"- {label}: fallback ops: " + (", ".join(f"{op} ×{counts[op]}" for op in r.get("fallback_ops") or [])
                                                      or "none"))
+        reasons = r.get("fallback_reasons") or {}
+        notes += [f"  - {op}: {reasons[op]}" for op in r.get("fallback_ops") or [] if op in reasons]
         notes += [f"  - whole graph in PyTorch: {w}" for w in r.get("whole_graph_fallbacks") or []]
         notes += [f"  - minicomp {r['error']}"] if r.get("error") else []
         notes += [f"  - Inductor {r['inductor_error']}"] if r.get("inductor_error") else []

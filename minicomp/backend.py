@@ -17,6 +17,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 
 from . import graph_cache
 from .compiler import CompiledGraph, Options
+from .frontend.interpolate_op import substitute_interpolate
 
 
 # Decompositions that are right only where no backward reads the op's outputs. AOTAutograd applies the
@@ -69,6 +70,7 @@ class Backend:
         """AOTAutograd, then one ``CompiledGraph`` per graph; a plain inference graph with a cache key
         is stored in the graph cache once compiled."""
         opts = self.options
+        substitute_interpolate(gm)  # kept whole by AOTAutograd, lowered by minicomp (forward and backward)
 
         def inference(g, _):
             store = key and graph_cache.plain_inference(gm, g)

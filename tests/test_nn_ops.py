@@ -256,6 +256,40 @@ def test_native_batch_norm_outputs():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_native_batch_norm_legit_eval_called_directly_with_grads(dtype):
+    """AOTAutograd turns the op into its functional form, whose new running statistics it copies back
+    into the inputs; they must be new tensors (the rule once returned the inputs themselves, and that
+    copy_ bumped a saved tensor's version: "modified by an inplace operation" in the backward)."""
+    x, w, b = channels_last((3, 2, 4, 5), dtype), torch.randn(2, dtype=dtype), torch.randn(2, dtype=dtype)
+    rm, rv = torch.randn(2, dtype=dtype), torch.rand(2, dtype=dtype) + 0.5
+    fn = lambda x, w, b, rm, rv: aten._native_batch_norm_legit(x, w, b, rm, rv, False, -1.2, 1e-5)  # noqa: E731
+    grad = torch.randn(x.shape, dtype=dtype)
+    results = []
+    for f in (fn, minicomp.compile(fn)):
+        inputs = [t.clone().requires_grad_() for t in (x, w, b)]
+        stats = rm.clone(), rv.clone()  # each run its own: the op bumps their version counters
+        out = f(*inputs, *stats)
+        out[0].backward(grad)
+        results.append((out, [t.grad for t in inputs], stats))
+    (out_e, grads_e, stats_e), (out_c, grads_c, stats_c) = results
+    torch.testing.assert_close(out_c, out_e, **tolerances(dtype))
+    torch.testing.assert_close(grads_c, grads_e, **tolerances(dtype))
+    torch.testing.assert_close(stats_c, (rm, rv), atol=0, rtol=0)  # eval mode leaves them alone
+
+
+def test_a_functional_result_never_aliases_an_input():
+    """Eval-mode functional batch norm returns the running statistics as new tensors; minicomp's
+    results must not be the input buffers (writing one would change the other)."""
+    x, rm, rv = torch.randn(2, 3, 4), torch.randn(3), torch.rand(3) + 0.5
+    from torch.fx.experimental.proxy_tensor import make_fx
+    fn = lambda x, rm, rv: aten._native_batch_norm_legit_functional(x, None, None, rm, rv, False, 0.1, 1e-5)  # noqa: E731
+    gm = make_fx(fn)(x, rm, rv)
+    out = minicomp.compile(gm)(x, rm, rv)
+    torch.testing.assert_close(out, fn(x, rm, rv))
+    assert out[3].data_ptr() != rm.data_ptr() and out[4].data_ptr() != rv.data_ptr()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_native_group_norm_outputs(dtype):
     x, w, b = channels_last((2, 6, 3, 5), dtype), torch.randn(6, dtype=dtype), torch.randn(6, dtype=dtype)
     compile_aten(lambda x, w, b: aten.native_group_norm(x, w, b, 2, 6, 15, 3, 1e-5), x, w, b)

@@ -21,13 +21,14 @@ from ..ir.graph import Graph, Node, Scalar
 from ..ir.layout import is_dense
 from ..ir.target import Target
 from ..ir.types import SUPPORTED_DTYPES, TensorType, contiguous_strides, is_float
-from . import rules, rules_activations, rules_factories, rules_index, rules_norms, rules_pooling, rules_scan, \
-    rules_scatter  # noqa: F401  (each module registers its rules in RULES)
+from . import (rules, rules_activations, rules_factories, rules_index, rules_norms,  # noqa: F401  (each
+               rules_pooling, rules_resize, rules_scan, rules_scatter)  # module registers its rules in RULES)
+from .fallback_reasons import deliberate_fallback
 from .registry import RULES, Unsupported, aten, coerce, opmath
 
 
 def _short(target) -> str:
-    return str(target).replace("aten.", "")
+    return str(target).replace("aten.", "").replace("minicomp.", "")
 
 
 class Lowering:
@@ -76,6 +77,10 @@ class Lowering:
         fx_flat = fx_values if isinstance(fx_values, (list, tuple)) else [fx_values]
         spec, nodes, strides, sources = [], [], [], []
         for v, fx_v in zip(flat, fx_flat):
+            if isinstance(v, Node) and _input_base(v) and not _may_alias(fx_v):
+                # eager returns a new tensor here, a rule reused its input (batch norm's running stats in
+                # eval): a copy, else a caller (AOTAutograd's copy_ into a mutated input) writes both
+                v = self.graph.pointwise("identity", [v], v.dtype)
             if isinstance(v, Node):
                 spec.append(("node", len(nodes)))
                 nodes.append(v)
@@ -105,7 +110,7 @@ class Lowering:
             start = len(self.graph.nodes)  # the copies stay if the rule declines
         fn = RULES.get(target) or RULES.get(getattr(target, "overloadpacket", None))
         if reason is None and fn is None:
-            reason = "no lowering rule"
+            reason = deliberate_fallback(target) or "no lowering rule"
         if reason is None:
             try:
                 result = fn(self, *args, **kwargs)
@@ -334,6 +339,28 @@ def _traced_strides(val) -> tuple[int, ...] | None:
     if not isinstance(val, torch.Tensor) or val.layout != torch.strided or not _concrete(val):
         return None  # symbolic sizes (a dynamic-shape trace) say nothing about these inputs' strides
     return tuple(val.stride())
+
+
+def _input_base(node: Node) -> bool:
+    """Whether ``node`` is a graph input or a view of one (its memory is the caller's)."""
+    while node.op == "view":
+        node = node.inputs[0]
+    return node.op == "input"
+
+
+def _may_alias(fx_value) -> bool:
+    """Whether eager's value of an FX output may share memory with an input: a placeholder, a view
+    op's result (an alias annotation in the op's schema), anything not understood. A functional op's
+    result is a new tensor."""
+    if not isinstance(fx_value, fx.Node) or fx_value.op != "call_function":
+        return True
+    target, k = fx_value.target, 0
+    if target is operator.getitem and isinstance(fx_value.args[0], fx.Node):
+        target, k = fx_value.args[0].target, fx_value.args[1]
+    if not isinstance(target, torch._ops.OpOverload) or target in (aten._unsafe_view.default,):
+        return True
+    returns = target._schema.returns
+    return not (isinstance(k, int) and k < len(returns)) or returns[k].alias_info is not None
 
 
 def _flatten(tree):

@@ -1,0 +1,46 @@
+"""Ops that run in PyTorch on purpose, and why (the reason the report gives instead of "no lowering
+rule"). Each is one fused library kernel that minicomp has no template for yet; replacing it with
+minicomp's own kernels is work of a named issue, not an oversight. An op gets a lowering rule by
+leaving this table."""
+from __future__ import annotations
+
+_ATTENTION = ("runs PyTorch's fused attention kernel ({}): one launch that never stores the score "
+              "matrix; minicomp's own attention template is issue 18")
+_ATTENTION_BACKWARD = "backward of PyTorch's fused attention kernel ({}), run with its forward (issue 18)"
+_RNN_CELL = ("PyTorch's fused {} cell: the gates' pointwise math in one CUDA launch after the two matmuls; "
+             "PyTorch has no decomposition of it, and its backward reads the kernel's own workspace")
+_CONVOLUTION = "runs cuDNN's (oneDNN's on the CPU) convolution as an extern call; minicomp's convolution template is the convolution issue"
+
+# aten op (overload packet) name -> why it falls back
+DELIBERATE_FALLBACKS: dict[str, str] = {
+    "_scaled_dot_product_flash_attention": _ATTENTION.format("flash"),
+    "_scaled_dot_product_efficient_attention": _ATTENTION.format("memory-efficient"),
+    "_scaled_dot_product_cudnn_attention": _ATTENTION.format("cuDNN"),
+    "_scaled_dot_product_fused_attention_overrideable": _ATTENTION.format("the backend's own"),
+    "_flash_attention_forward": _ATTENTION.format("flash"),
+    "_efficient_attention_forward": _ATTENTION.format("memory-efficient"),
+    "_cudnn_attention_forward": _ATTENTION.format("cuDNN"),
+    # a training graph keeps it whole (backend.INFERENCE_ONLY); an inference graph decomposes it
+    "_scaled_dot_product_flash_attention_for_cpu": _ATTENTION.format("CPU flash") + "; kept whole where a "
+    "backward may follow, which reads the log-sum-exp that its decomposition does not produce",
+    "_scaled_dot_product_flash_attention_backward": _ATTENTION_BACKWARD.format("flash"),
+    "_scaled_dot_product_efficient_attention_backward": _ATTENTION_BACKWARD.format("memory-efficient"),
+    "_scaled_dot_product_cudnn_attention_backward": _ATTENTION_BACKWARD.format("cuDNN"),
+    "_scaled_dot_product_fused_attention_overrideable_backward": _ATTENTION_BACKWARD.format("the backend's own"),
+    "_scaled_dot_product_flash_attention_for_cpu_backward": _ATTENTION_BACKWARD.format("CPU flash"),
+    "_flash_attention_backward": _ATTENTION_BACKWARD.format("flash"),
+    "_efficient_attention_backward": _ATTENTION_BACKWARD.format("memory-efficient"),
+    "_thnn_fused_gru_cell": _RNN_CELL.format("GRU"),
+    "_thnn_fused_gru_cell_backward": _RNN_CELL.format("GRU") + " (this is that backward)",
+    "_thnn_fused_lstm_cell": _RNN_CELL.format("LSTM"),
+    "_thnn_fused_lstm_cell_backward_impl": _RNN_CELL.format("LSTM") + " (this is that backward)",
+    "convolution": _CONVOLUTION,
+    "convolution_backward": _CONVOLUTION,
+}
+
+
+def deliberate_fallback(target) -> str | None:
+    """Why ``target`` (an aten OpOverload) runs in PyTorch on purpose; None if it is not meant to."""
+    schema = getattr(target, "_schema", None)
+    name = schema.name.split("::", 1)[-1] if schema is not None else None
+    return DELIBERATE_FALLBACKS.get(name)

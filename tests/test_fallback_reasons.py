@@ -1,0 +1,41 @@
+"""Deliberate fallbacks (minicomp/frontend/fallback_reasons.py): fused library kernels that run in
+PyTorch on purpose say why in the report, instead of "no lowering rule"."""
+import torch
+import torch.nn.functional as F
+
+import minicomp
+from minicomp.frontend.fallback_reasons import DELIBERATE_FALLBACKS, deliberate_fallback
+from minicomp.frontend.lowering import RULES
+
+aten = torch.ops.aten
+
+
+def test_every_entry_is_an_aten_op_without_a_rule():
+    for name in DELIBERATE_FALLBACKS:
+        assert hasattr(aten, name), name  # a typo would never match
+        packet = getattr(aten, name)
+        ruled = [o for o in packet.overloads() if getattr(packet, o) in RULES] + ([packet] if packet in RULES else [])
+        assert not ruled, f"{name} has a lowering rule: its entry here is stale"
+
+
+def test_lookup_by_overload():
+    assert "GRU" in deliberate_fallback(aten._thnn_fused_gru_cell.default)
+    assert "issue 18" in deliberate_fallback(aten._scaled_dot_product_efficient_attention.default)
+    assert deliberate_fallback(aten.sort.default) is None
+    assert deliberate_fallback(torch.sin) is None  # not an OpOverload
+
+
+def test_reasons_in_the_report():
+    """The CPU attention op kept whole in a training graph (and its backward) and a convolution say why."""
+    q, k, v = (torch.randn(1, 2, 4, 8, requires_grad=True) for _ in range(3))
+    w = torch.randn(3, 2, 3, 3)
+
+    def fn(q, k, v, x):
+        return F.scaled_dot_product_attention(q, k, v).sum() + F.conv2d(x, w).sum()
+    before = minicomp.report()
+    minicomp.compile(fn)(q, k, v, torch.randn(1, 2, 5, 5)).backward()
+    reasons = {f.op: f.reason for r in minicomp.reports_since(before) for f in r.fallbacks}
+    assert "fused attention" in reasons["_scaled_dot_product_flash_attention_for_cpu.default"], reasons
+    assert "backward of PyTorch's fused attention" in reasons["_scaled_dot_product_flash_attention_for_cpu_backward.default"]
+    assert "convolution" in reasons["convolution.default"], reasons
+    assert "no lowering rule" not in reasons.values(), reasons
