@@ -14,7 +14,7 @@ from . import report as reporting
 from .codegen.naming import content_named_source
 from .codegen.wrapper import wrapper_source
 from .errors import MinicompError
-from .frontend.lowering import map_tree
+from .ir.graph import map_tree
 from .ir.kernel import Kernel, StagedLaunch
 from .ir.program import ExternCall, Operand, Program
 from .passes.program import build_program, launch_options

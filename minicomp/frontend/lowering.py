@@ -17,7 +17,7 @@ import torch.fx as fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO, elementwise_dtypes
 
 from ..ir import ops, views
-from ..ir.graph import Graph, Node, Scalar
+from ..ir.graph import Graph, Node, Scalar, map_tree
 from ..ir.layout import is_dense
 from ..ir.target import Target
 from ..ir.types import SUPPORTED_DTYPES, TensorType, contiguous_strides, is_float
@@ -372,14 +372,6 @@ def _flatten(tree):
             yield from _flatten(t)
     else:
         yield tree
-
-
-def map_tree(tree, fn):
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(map_tree(t, fn) for t in tree)
-    if isinstance(tree, dict):
-        return {k: map_tree(v, fn) for k, v in tree.items()}
-    return fn(tree)
 
 
 def _make_call(target, tree, inputs):

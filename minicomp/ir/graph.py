@@ -307,3 +307,13 @@ def format_graph(g: Graph) -> str:
 
 __all__ = ["Graph", "Group", "Node", "Scalar", "Range", "compose_view", "compose_gather", "indirect_vars",
            "view_vars", "format_graph"]
+
+
+def map_tree(tree, fn):
+    """``tree`` (nested lists, tuples and dicts, as an extern node's ``arg_tree``) with ``fn`` applied to
+    every leaf."""
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(map_tree(t, fn) for t in tree)
+    if isinstance(tree, dict):
+        return {k: map_tree(v, fn) for k, v in tree.items()}
+    return fn(tree)

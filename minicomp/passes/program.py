@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from ..ir.graph import Graph, Node
+from ..ir.graph import Graph, Node, map_tree
 from ..ir.kernel import Kernel, StagedLaunch
 from ..ir.layout import buffer_strides, view_as_strided
 from ..ir.program import (Allocate, Buffer, Constant, EmptyLaunch, ExternArg, ExternCall, Input, KernelLaunch,
@@ -138,7 +138,7 @@ class _Builder:
         eager = node.attrs.get("input_strides") or [None] * len(node.inputs)
         inputs = tuple(ExternArg(self.value(i), self._eager_strides(i, s)) for i, s in zip(node.inputs, eager))
         position = {id(v): k for k, v in enumerate(node.inputs)}
-        tree = _map_tree(node.attrs["arg_tree"], lambda v: Operand(position[id(v)]) if isinstance(v, Node) else v)
+        tree = map_tree(node.attrs["arg_tree"], lambda v: Operand(position[id(v)]) if isinstance(v, Node) else v)
         several = isinstance(node.type, (tuple, list))
         result = buffer_name(node) if several else self.buffer(node)
         self.steps.append(ExternCall(result, node.id, node.attrs["target"], inputs, tree,
@@ -168,11 +168,3 @@ class _Builder:
             # gradients in the input's dtype, an in-place update of one must not change the other)
             results.append(Returned(self.value(node), copy=first != sources[value]))
         return results
-
-
-def _map_tree(tree, fn):
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_map_tree(t, fn) for t in tree)
-    if isinstance(tree, dict):
-        return {k: _map_tree(v, fn) for k, v in tree.items()}
-    return fn(tree)
