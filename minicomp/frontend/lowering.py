@@ -17,7 +17,7 @@ import torch.fx as fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO, elementwise_dtypes
 
 from ..ir import ops, views
-from ..ir.graph import Graph, Node, Scalar, map_tree
+from ..ir.graph import Graph, Node, Scalar, map_tree, terminal
 from ..ir.layout import is_dense
 from ..ir.target import Target
 from ..ir.types import SUPPORTED_DTYPES, TensorType, contiguous_strides, is_float
@@ -77,7 +77,7 @@ class Lowering:
         fx_flat = fx_values if isinstance(fx_values, (list, tuple)) else [fx_values]
         spec, nodes, strides, sources = [], [], [], []
         for v, fx_v in zip(flat, fx_flat):
-            if isinstance(v, Node) and _input_base(v) and not _may_alias(fx_v):
+            if isinstance(v, Node) and terminal(v).op == "input" and not _may_alias(fx_v):
                 # eager returns a new tensor here, a rule reused its input (batch norm's running stats in
                 # eval): a copy, else a caller (AOTAutograd's copy_ into a mutated input) writes both
                 v = self.graph.pointwise("identity", [v], v.dtype)
@@ -339,13 +339,6 @@ def _traced_strides(val) -> tuple[int, ...] | None:
     if not isinstance(val, torch.Tensor) or val.layout != torch.strided or not _concrete(val):
         return None  # symbolic sizes (a dynamic-shape trace) say nothing about these inputs' strides
     return tuple(val.stride())
-
-
-def _input_base(node: Node) -> bool:
-    """Whether ``node`` is a graph input or a view of one (its memory is the caller's)."""
-    while node.op == "view":
-        node = node.inputs[0]
-    return node.op == "input"
 
 
 def _may_alias(fx_value) -> bool:

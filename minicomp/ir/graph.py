@@ -309,6 +309,13 @@ __all__ = ["Graph", "Group", "Node", "Scalar", "Range", "compose_view", "compose
            "view_vars", "format_graph"]
 
 
+def terminal(node: Node) -> Node:
+    """The node a read lands on once views are looked through."""
+    while node.op == "view":
+        node = node.inputs[0]
+    return node
+
+
 def map_tree(tree, fn):
     """``tree`` (nested lists, tuples and dicts, as an extern node's ``arg_tree``) with ``fn`` applied to
     every leaf."""

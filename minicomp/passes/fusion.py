@@ -24,7 +24,8 @@ import networkx as nx
 
 from ..ir.expr import Affine, Var, index_vars, linear_index, unravel
 from ..ir.types import contiguous_strides
-from ..ir.graph import Graph, Group, Node, compose_gather, compose_view, indirect_vars  # Group: used by schedule
+from ..ir.graph import (Graph, Group, Node, compose_gather, compose_view, indirect_vars,  # Group: used by schedule
+                        terminal)
 from ..ir.layout import view_as_strided
 from ..ir.ops import OPS
 
@@ -63,13 +64,6 @@ def operand_indices(node: Node, idx) -> tuple[tuple, tuple]:
     k = a.shape[-1]
     batch = tuple(idx[:-2])
     return (*batch, idx[-2], Affine.of(Var("k_a", k))), (*batch, Affine.of(Var("k_b", k)), idx[-1])
-
-
-def terminal(node: Node) -> Node:
-    """The node a read lands on once views are looked through."""
-    while node.op == "view":
-        node = node.inputs[0]
-    return node
 
 
 def _space(node: Node) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import networkx as nx
 
-from ..ir.graph import Graph, Node, map_tree
+from ..ir.graph import Graph, Node, map_tree, terminal
 from ..ir.kernel import Kernel, StagedLaunch
 from ..ir.layout import buffer_strides, view_as_strided
 from ..ir.program import (Allocate, Buffer, Constant, EmptyLaunch, ExternArg, ExternCall, Input, KernelLaunch,
                           Literal, Operand, Program, Returned, TupleItem, Value, View)
 from ..templates import template_of
-from .fusion import terminal
 
 
 def launch_of_stage(graph: Graph) -> dict[str, StagedLaunch]:
@@ -45,10 +44,6 @@ def launch_order(graph: Graph, kernels: list[Kernel]) -> list:
                 dag.add_edge((src[0], id(src[1])), key)
     objs = {(u[0], id(u[1])): u for u in unit_of.values()}
     return [objs[k] for k in nx.lexicographical_topological_sort(dag, key=lambda k: position[k])]
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def grid(kernel: Kernel | StagedLaunch) -> tuple[int, ...]:

@@ -11,7 +11,7 @@ import re
 import torch
 
 from ..ir.expr import Affine, Range, Var, index_vars, linear_index, unravel
-from ..ir.graph import Node, Scalar, compose_gather, compose_view, indirect_vars
+from ..ir.graph import Node, Scalar, compose_gather, compose_view, indirect_vars, terminal
 from ..ir.kernel import (Compute, IndexValue, Indirect, Kernel, KernelArg, Load, Masked, Phase, Reduce, Schedule,
                          Store)
 from ..ir.target import Target
@@ -170,8 +170,7 @@ def reduction_levels(group: Group) -> dict[Node, int]:
     def depth(node: Node, seen) -> int:
         best = 0
         for i in node.inputs:
-            while i.op == "view":
-                i = i.inputs[0]
+            i = terminal(i)
             if i in members and i not in seen:
                 seen.add(i)
                 best = max(best, levels[i] if i.op == "reduce" else depth(i, seen))
