@@ -50,8 +50,8 @@ class Template:
         raise NotImplementedError
 
     def config_space(self, group: Group, heuristic: Schedule) -> list[Schedule]:
-        """The schedules the autotuner measures (max-autotune)."""
-        return [heuristic]
+        """The schedules the autotuner measures (max-autotune); the usual space by default."""
+        return halved_and_doubled(group, heuristic)
 
     def tunes(self, kernel: Kernel) -> bool:
         """Whether the ``tune`` pass walks ``config_space`` for this kernel."""

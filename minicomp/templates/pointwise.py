@@ -6,7 +6,7 @@ import math
 
 from ..ir.kernel import Kernel, Schedule
 from ..passes.fusion import Group
-from .base import Context, Template, halved_and_doubled
+from .base import Context, Template
 from .emitter import build_rows, pow2
 
 
@@ -26,9 +26,6 @@ class Pointwise(Template):
         xblock = min(4096 if itemsize <= 2 else 1024, pow2(numel)) if on_gpu else min(2**16, pow2(numel))
         warps = max(1, min(4, xblock // 256)) if on_gpu else 1
         return Schedule(self.name, {"XBLOCK": xblock}, warps)
-
-    def config_space(self, group: Group, heuristic: Schedule) -> list[Schedule]:
-        return halved_and_doubled(group, heuristic)
 
     def build(self, group: Group, ctx: Context, sched: Schedule) -> Kernel:
         return build_rows(group, ctx.layouts, sched, tiled=False, target=ctx.target)

@@ -20,7 +20,7 @@ from ..ir.ops import reduce_identity
 from ..ir.types import is_float
 from ..ir.target import Target
 from ..passes.fusion import Group
-from .base import Context, Template, halved_and_doubled
+from .base import Context, Template
 from .emitter import build_rows, pow2
 
 COLUMN_TILE = 64  # contiguous outputs per program of a column reduction
@@ -125,9 +125,6 @@ class ReductionTemplate(Template):
 
     def default_schedule(self, group: Group, ctx: Context) -> Schedule:
         return reduction_schedule(group, ctx.target)
-
-    def config_space(self, group: Group, heuristic: Schedule) -> list[Schedule]:
-        return halved_and_doubled(group, heuristic)
 
     def build(self, group: Group, ctx: Context, sched: Schedule) -> Kernel:
         return build_rows(group, ctx.layouts, sched, tiled=False, target=ctx.target)

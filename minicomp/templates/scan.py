@@ -20,7 +20,7 @@ from ..ir.kernel import IndexValue, Kernel, Scan, Schedule
 from ..ir.ops import scan_identity
 from ..ir.target import Target
 from ..passes.fusion import Group, canonical_index
-from .base import Context, Template, halved_and_doubled
+from .base import Context, Template
 from .emitter import Emitter, dim_mapping, finish_kernel, flat_vars, pow2
 from .reduction import combine_fn
 
@@ -100,9 +100,6 @@ class ScanTemplate(Template):
 
     def default_schedule(self, group: Group, ctx: Context) -> Schedule:
         return scan_schedule(group, ctx.target)
-
-    def config_space(self, group: Group, heuristic: Schedule) -> list[Schedule]:
-        return halved_and_doubled(group, heuristic)
 
     def build(self, group: Group, ctx: Context, sched: Schedule) -> Kernel:
         dims = index_vars(group.shape)

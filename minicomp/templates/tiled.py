@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..ir.expr import Affine, index_vars
 from ..ir.kernel import Kernel, Load, Schedule
 from ..passes.fusion import Group
-from .base import Context, Template, cdiv, halved_and_doubled
+from .base import Context, Template, cdiv
 from .emitter import Emitter, build_rows
 
 
@@ -40,9 +40,6 @@ class Tiled(Template):
         on_gpu = ctx.target.is_cuda
         block = 64 if on_gpu else 128
         return Schedule(self.name, {"YBLOCK": block, "XBLOCK": block}, 4 if on_gpu else 1)
-
-    def config_space(self, group: Group, heuristic: Schedule) -> list[Schedule]:
-        return halved_and_doubled(group, heuristic)
 
     def build(self, group: Group, ctx: Context, sched: Schedule) -> Kernel:
         return build_rows(group, ctx.layouts, sched, tiled=True, target=ctx.target)
