@@ -94,7 +94,7 @@ def load(art: Artifacts, stored: bool = False) -> Executable | None:
                 for k in art.kernels}  # identical kernels compile once
         cache.precompile(list(jobs.values()))
     externs = {i: extern_call(ref[1], ref[2]) if ref[0] == "op" else ref[1] for i, ref in art.externs.items()}
-    return Executable(cache.load(paths[art.wrapper]).call, loaded, externs, art.interpret)
+    return Executable(cache.load(paths[art.wrapper]), loaded, externs, art.interpret)
 
 
 def _relative(path: Path) -> str:

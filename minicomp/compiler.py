@@ -36,6 +36,7 @@ from .passes.pipelines import row_pipelines, split_combines
 from .passes.split_reductions import split_reductions
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache
+from .signatures import LastCall, signature
 from .tuning import Tuner, tune
 
 PIPELINE: list[Pass] = [
@@ -98,16 +99,6 @@ def graph_name(kind: str) -> str:
     return f"graph{next(_graph_ids)}_{kind}"
 
 
-def signature(args) -> tuple:
-    sig = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            sig.append((tuple(a.shape), a.stride(), a.dtype, a.device, a.layout, a.data_ptr() % 16 == 0))
-        else:
-            sig.append((type(a), a))
-    return tuple(sig)
-
-
 class CompiledGraph:
     """The callable handed back to AOTAutograd for one (forward or backward) graph."""
 
@@ -119,27 +110,41 @@ class CompiledGraph:
         (what the graph cache stores)."""
         self.gm, self.options, self.kind, self.on_compiled = gm, options, kind, on_compiled
         self.name = graph_name(kind)
-        self._specializations: dict[tuple, object] = {}
+        self._specializations: dict[tuple, Callable] = {}
+        self._last: LastCall | None = None
 
     @torch._dynamo.disable  # called inside a compiled frame (a backward): Dynamo must not trace minicomp
     def __call__(self, args):
+        last = self._last
+        if last is not None and last.matches(args):
+            return last.fn(args)
         key = signature(args)
         fn = self._specializations.get(key)
         if fn is not None:
+            self._remember(fn, args)
             return fn(args)
         with _gc_paused():
             fn, art, rep = self._compile(list(args))
         self._specializations[key] = fn
         if rep.whole_graph_fallback is not None:
+            self._remember(fn, args)
             return fn(args)
         try:  # the first run compiles and launches the kernels: its errors are compile errors too
             out = fn(args)
         except Exception as e:  # noqa: BLE001 - never fail the user's model
             self._specializations[key] = fallback = self._fall_back(rep, "first run", e)
+            self._remember(fallback, args)
             return fallback(args)
+        self._remember(fn, args)
         if self.on_compiled and art is not None and len(self._specializations) == 1:
             self.on_compiled(key, art, rep)
         return out
+
+    def _remember(self, fn: Callable, args) -> None:
+        """Let the next call skip ``signature`` when it shares this one's (``signatures.LastCall``).
+        Only where Dynamo has checked the tensors: a backward's inputs come from AOTAutograd."""
+        if self.kind != "backward":
+            self._last = LastCall(fn, args, self._last)
 
     def _fall_back(self, rep: reporting.Report, stage: str, error: Exception) -> Callable:
         """Run this graph in PyTorch from now on, with the stage and the error in the report and one

@@ -293,3 +293,21 @@ def test_target_describes_the_gpu():
     assert t.tma == (props.major >= 9)
     x = torch.randn(8, device="cuda")
     assert Target.for_inputs([torch.ones(()), x]) is t  # a CPU scalar tensor joins a GPU graph
+
+
+def test_later_calls_take_the_lean_launch_path_and_match_eager(monkeypatch):
+    # after the first call every launch is bound once to its compiled kernel (runtime/triton_shims.lean_launcher)
+    from minicomp.runtime.executable import Executable
+    bound, bind = [], Executable._bind
+    monkeypatch.setattr(Executable, "_bind", lambda self, compiled: (bind(self, compiled), bound.append(self)))
+
+    def fn(x, w):
+        y = torch.softmax(x @ w, -1)
+        return y * 2, x.sum(0), y.cumsum(1), F.conv1d(y.unsqueeze(1), w[:4, None, :3].contiguous()), x[1:, 3:]
+    f = minicomp.compile(fn)
+    w = torch.randn(64, 64, device="cuda")
+    for _ in range(4):
+        x = torch.randn(32, 64, device="cuda")
+        for got, want in zip(f(x, w), fn(x, w), strict=True):
+            torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-3)
+    assert bound and all(e.lean is not None for e in bound), [e.lean_failed for e in bound]

@@ -133,6 +133,54 @@ def test_launcher_alongside_compiles_plainly_when_internals_differ(monkeypatch):
     assert fn.compiled == ["src"] and fn.compile == fn.original
 
 
+def _kernel_with_defaults(x_ptr, y_ptr, sync, XBLOCK: tl.constexpr, FLAG: tl.constexpr = 7):
+    tl.store(x_ptr + tl.arange(0, XBLOCK), tl.load(y_ptr + tl.arange(0, XBLOCK)))
+
+
+class _FakeCompiled:
+    """Stands for a ``CompiledKernel``: what ``lean_launcher`` reads of it, and the launch it makes."""
+    function, packed_metadata = "function-handle", ("metadata",)
+
+    def __init__(self):
+        self.launches = []
+
+    def run(self, *args):
+        self.launches.append(args)
+
+
+def test_lean_launcher_passes_what_jit_function_run_passes():
+    # JITFunction.run launches kernel.run(g0, g1, g2, stream, function, packed_metadata, launch_metadata,
+    # enter_hook, exit_hook, *every bound argument): constexprs in parameter order, defaults filled in
+    with triton_shims.interpreting(False):
+        fn = triton.jit(_kernel_with_defaults)
+    run_source = inspect.getsource(type(fn).run)
+    assert "kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata" in run_source
+    assert "*bound_args.values())" in run_source
+    kernel = _FakeCompiled()
+    launch = triton_shims.lean_launcher(fn, kernel, (5, 2), {"XBLOCK": 64, "num_warps": 4})
+    launch(1234, "x", "y", "s")
+    assert kernel.launches == [(5, 2, 1, 1234, "function-handle", ("metadata",), None, None, None,
+                                "x", "y", "s", 64, 7)]
+
+
+def test_lean_launcher_leaves_hooks_and_odd_kernels_to_tritons_path(monkeypatch):
+    from triton import knobs
+    with triton_shims.interpreting(False):
+        fn = triton.jit(_kernel_with_defaults)
+        odd = triton.jit(_odd_order)
+    assert triton_shims.lean_launcher(odd, _FakeCompiled(), (1,), {"XBLOCK": 8}) is None  # a tensor after a constexpr
+    assert triton_shims.lean_launcher(fn, None, (1,), {"XBLOCK": 8}) is None  # nothing compiled
+    assert triton_shims.lean_launcher(fn, _FakeCompiled(), (1,), {}) is None  # XBLOCK has no value
+    hook = knobs.runtime.launch_enter_hook
+    assert triton_shims._no_hook(hook), "Triton's launch hook chain is not empty by default"
+    monkeypatch.setattr(hook, "calls", [print])  # a profiler's hook must keep running: Triton's path
+    assert triton_shims.lean_launcher(fn, _FakeCompiled(), (1,), {"XBLOCK": 8}) is None
+
+
+def _odd_order(x_ptr, XBLOCK: tl.constexpr, y_ptr):
+    tl.store(x_ptr + tl.arange(0, XBLOCK), tl.load(y_ptr + tl.arange(0, XBLOCK)))
+
+
 def test_cuda_driver_has_the_launcher_class_minicomp_builds():
     from triton.backends.nvidia import driver as nvidia
     assert list(inspect.signature(nvidia.CudaLauncher.__init__).parameters) == ["self", "src", "metadata"]

@@ -1,7 +1,19 @@
-"""The generated Python wrapper: a Program (``ir/program.py``) printed as a function that allocates
-buffers, launches the kernels and fallback ops in order, and returns the graph's results. Generated
-code, not an interpreter loop, to keep per-call overhead low and to make the order of work readable."""
+"""The generated Python wrapper: a Program (``ir/program.py``) printed as functions that allocate
+buffers, launch the kernels and fallback ops in order, and return the graph's results. Generated
+code, not an interpreter loop, to keep per-call overhead low and to make the order of work readable.
+
+The module has two entry points over the same steps:
+
+* ``call(args, kernels, externs, compiled)``: launches through Triton's own path (``kernels[name][grid]
+  (...)``), which compiles on first use and works in the interpreter; it records each launch's compiled
+  kernel in ``compiled``.
+* ``bind(kernels, compiled, externs)``: after a ``call`` on the GPU, each launch bound once to its compiled
+  kernel (``runtime/triton_shims.lean_launcher``); returns ``run(args)``, the lean path later calls
+  take, or None when some launch cannot be bound.
+"""
 from __future__ import annotations
+
+from typing import Callable
 
 from ..ir.program import (Allocate, EmptyLaunch, ExternCall, KernelLaunch, Literal, Program, TupleItem, Value,
                           View)
@@ -15,22 +27,30 @@ def value_expr(value: Value) -> str:
            f"{value.base}.storage_offset() + {value.offset})"
 
 
-def wrapper_source(program: Program, functions: dict[str, str] | None = None) -> str:
-    """The wrapper's module. ``functions``: launch name -> its Triton function's (content) name, noted
-    after each launch, as profiler traces show it."""
-    functions = functions or {}
-    lines = [f"# minicomp wrapper for {program.name}", "import torch",
-             "from minicomp.runtime.support import counters, eager_strided, empty, ensure_strides, tma_allocator", "",
-             "tma_allocator()  # scratch memory for TMA descriptors made inside kernels" if program.uses_tma else "",
-             "",
-             "def call(args, kernels, externs):"]
-    ind = "    "
-    lines += [f"{ind}{i.name} = args[{i.index}]" for i in program.inputs]
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _layout(program: Program, name: str, value: str, strides: tuple[int, ...]) -> str:
+    """A fallback result made to have the layout kernels assume (``runtime/support.py``)."""
+    if strides == _contiguous(program.buffers[name].shape):
+        return f"ensure_contiguous({value})"
+    return f"ensure_layout({value}, {strides})"
+
+
+def _body(program: Program, launch: Callable[[KernelLaunch, str], str], ind: str,
+          alloc: str = "empty") -> list[str]:
+    """The steps, with ``launch(step, args)`` printing each kernel launch and ``alloc`` allocating."""
+    lines = [f"{ind}{i.name} = args[{i.index}]" for i in program.inputs]
     lines += [f"{ind}{c.name} = externs[{c.key}]" for c in program.constants]
     for step in program.steps:
         if isinstance(step, Allocate):
             b = program.buffers[step.buffer]
-            lines.append(f"{ind}{b.name} = empty({b.shape}, {b.strides}, {b.dtype}, '{b.device}')")
+            lines.append(f"{ind}{b.name} = {alloc}({b.shape}, {b.strides}, {b.dtype}, '{b.device}')")
         elif isinstance(step, EmptyLaunch):
             lines.append(f"{ind}# {step.name}: nothing to compute (empty)")
         elif isinstance(step, KernelLaunch):
@@ -39,20 +59,69 @@ def wrapper_source(program: Program, functions: dict[str, str] | None = None) ->
                 lines.append(f"{ind}sync = counters(kernels[{step.name!r}], {step.counters}, "
                              f"'{program.buffers[step.args[0]].device}')")
                 args += ", sync"
-            opts = ", ".join(f"{b}={v}" for b, v in step.options.items())
-            note = f"  # {functions[step.name]}" if step.name in functions else ""
-            lines.append(f"{ind}kernels[{step.name!r}][{step.grid}]({args}, {opts}){note}")
+            lines.append(ind + launch(step, args))
         elif isinstance(step, ExternCall):
             args = ", ".join(value_expr(a.value) if a.strides is None else
                              f"eager_strided({value_expr(a.value)}, {a.strides})" for a in step.inputs)
             lines.append(f"{ind}{step.result} = externs[{step.key}]({args})  # {step.target}")
             if step.strides is not None:
-                lines.append(f"{ind}{step.result} = ensure_strides({step.result}, {step.strides})")
+                lines.append(f"{ind}{step.result} = {_layout(program, step.result, step.result, step.strides)}")
         elif isinstance(step, TupleItem):
-            lines.append(f"{ind}{step.result} = ensure_strides({step.source}[{step.index}], {step.strides})")
+            value = f"{step.source}[{step.index}]"
+            lines.append(f"{ind}{step.result} = {_layout(program, step.result, value, step.strides)}")
         else:
             raise TypeError(f"wrapper: unknown program step {step!r}")
     results = [repr(out.value) if isinstance(out, Literal) else
                value_expr(out.value) + (".clone()" if out.copy else "") for out in program.outputs]
     lines.append(f"{ind}return ({', '.join(results)}{',' if len(results) == 1 else ''})")
+    return lines
+
+
+def _device_index(program: Program) -> int | None:
+    """The CUDA device the graph's kernels run on (None: the CPU, through the interpreter)."""
+    devices = {program.buffers[a].device for s in program.steps if isinstance(s, KernelLaunch) for a in s.args}
+    cuda = [d for d in devices if d.type == "cuda"]
+    return (cuda[0].index or 0) if cuda else None
+
+
+def wrapper_source(program: Program, functions: dict[str, str] | None = None) -> str:
+    """The wrapper's module. ``functions``: launch name -> its Triton function's (content) name, noted
+    after each launch, as profiler traces show it."""
+    functions = functions or {}
+    launches = [s for s in program.steps if isinstance(s, KernelLaunch)]
+    local = {s.name: f"launch{i}" for i, s in enumerate(launches)}
+    device = _device_index(program)
+
+    def note(step: KernelLaunch) -> str:
+        return f"  # {functions[step.name]}" if step.name in functions else ""
+
+    def triton_launch(step: KernelLaunch, args: str) -> str:
+        opts = ", ".join(f"{b}={v}" for b, v in step.options.items())
+        return f"compiled[{step.name!r}] = kernels[{step.name!r}][{step.grid}]({args}, {opts}){note(step)}"
+
+    def lean_launch(step: KernelLaunch, args: str) -> str:
+        return f"{local[step.name]}(stream, {args}){note(step)}"
+
+    ind = "    "
+    lines = [f"# minicomp wrapper for {program.name}", "import torch",
+             "from minicomp.runtime.support import (allocator, counters, eager_strided, empty, ensure_contiguous,",
+             "                                      ensure_layout, lean_launcher, raw_stream, tma_allocator)", "",
+             "tma_allocator()  # scratch memory for TMA descriptors made inside kernels" if program.uses_tma else "",
+             f"DEVICE_INDEX = {device}  # the CUDA device the kernels run on (None: Triton's interpreter)", "",
+             "",
+             "def call(args, kernels, externs, compiled):",
+             f'{ind}"""Triton\'s own launch path; notes each launch\'s compiled kernel in ``compiled``."""']
+    lines += _body(program, triton_launch, ind)
+    lines += ["", "", "def bind(kernels, compiled, externs):",
+              f'{ind}"""The lean path: every launch bound once to its compiled kernel (None if one cannot be)."""']
+    for s in launches:
+        lines.append(f"{ind}{local[s.name]} = lean_launcher(kernels[{s.name!r}], compiled.get({s.name!r}), "
+                     f"{s.grid}, {dict(s.options)!r})")
+    if launches:
+        lines.append(f"{ind}if None in ({', '.join(local[s.name] for s in launches)},):")
+        lines.append(f"{ind}{ind}return None")
+    lines += [f"{ind}alloc = allocator()", "", f"{ind}def run(args):",
+              f"{ind}{ind}stream = raw_stream(DEVICE_INDEX)  # the current stream"]
+    lines += _body(program, lean_launch, ind * 2, alloc="alloc")
+    lines += [f"{ind}return run"]
     return "\n".join(lines) + "\n"

@@ -9,6 +9,8 @@ from typing import Callable
 
 import torch
 
+from .triton_shims import lean_launcher  # noqa: F401 - the generated wrappers bind launches with it
+
 
 def poisoning() -> bool:
     return os.environ.get("MINICOMP_POISON", "0") not in ("", "0")
@@ -23,9 +25,30 @@ def empty(shape, strides, dtype, device) -> torch.Tensor:
     return t
 
 
-def ensure_strides(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
-    """The kernels were generated for these strides; copy if PyTorch returned another layout."""
-    if t.numel() <= 1 or all(a == b for a, b, n in zip(t.stride(), strides, t.shape) if n > 1):
+def allocator() -> Callable:
+    """``empty`` for a lean wrapper, decided when it is bound: without ``MINICOMP_POISON`` a plain
+    ``torch.empty_strided``, sparing each allocation the environment lookup."""
+    if poisoning():
+        return empty
+
+    def fresh(shape, strides, dtype, device) -> torch.Tensor:
+        return torch.empty_strided(shape, strides, dtype=dtype, device=device)
+    return fresh
+
+
+def ensure_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """``ensure_layout`` for a result the kernels read as contiguous: one C check in the usual case."""
+    if t.is_contiguous() and t.data_ptr() % 16 == 0:
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+def ensure_layout(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
+    """A fallback op's result as the kernels were generated for it: these strides, and 16-byte aligned
+    (Triton specializes pointers on alignment, and launches bound once assume it stays as it was);
+    copied if PyTorch returned another layout or an unaligned view."""
+    if (t.numel() <= 1 or all(a == b for a, b, n in zip(t.stride(), strides, t.shape) if n > 1)) \
+            and t.data_ptr() % 16 == 0:
         return t
     out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
     out.copy_(t)
@@ -45,7 +68,7 @@ def eager_strided(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
         if stride < extent:  # overlapping: no buffer has these strides
             return t.contiguous()
         extent = stride * size
-    return ensure_strides(base, rest).expand(t.shape)
+    return ensure_layout(base, rest).expand(t.shape)
 
 
 _COUNTERS: dict = {}
@@ -75,6 +98,15 @@ def kept_counters(kernel, n: int, device: str) -> torch.Tensor:
         with _COUNTERS_LOCK:  # two threads starting on one stream must share one set
             entry = _COUNTERS.setdefault(key, (kernel, torch.zeros(n, dtype=torch.int64, device=device)))
     return entry[1]  # the kernel is kept alive with its counters: its id is not reused
+
+
+def raw_stream(device_index: int | None) -> int | None:
+    """The current CUDA stream of a device as the launcher takes it (None for the interpreter)."""
+    return None if device_index is None else _raw_stream(device_index)
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
+    (lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
 INTERPRETER_LOCK = threading.RLock()
@@ -109,11 +141,31 @@ def _fill(tree, tensors):
 def extern_call(target, tree) -> Callable:
     """A fallback op as a function of its tensor inputs. ``target``: the op, or its qualified name
     (``"aten.cumsum.default"``, how the graph cache stores it); ``tree``: ``(args, kwargs)`` with
-    ``InputRef`` where the tensors go."""
+    ``InputRef`` where the tensors go. The usual case, tensors only as top-level positional arguments,
+    fills a list rather than rebuilding the tree on every call."""
     if isinstance(target, str):
         target = functools.reduce(getattr, target.split("."), torch.ops)
+    args, kwargs = tree
+    slots = [(i, a.k) for i, a in enumerate(args) if isinstance(a, InputRef)]
+    if not _has_ref((kwargs, [a for a in args if not isinstance(a, InputRef)])):
+        template = list(args)
+
+        def call_flat(*tensors):
+            filled = template.copy()
+            for i, k in slots:
+                filled[i] = tensors[k]
+            return target(*filled, **kwargs)
+        return call_flat
 
     def call(*tensors):
         args, kwargs = _fill(tree, tensors)
         return target(*args, **kwargs)
     return call
+
+
+def _has_ref(tree) -> bool:
+    if isinstance(tree, (list, tuple)):
+        return any(_has_ref(t) for t in tree)
+    if isinstance(tree, dict):
+        return any(_has_ref(v) for v in tree.values())
+    return isinstance(tree, InputRef)
