@@ -43,8 +43,9 @@ def _layout(program: Program, name: str, value: str, strides: tuple[int, ...]) -
 
 
 def _body(program: Program, launch: Callable[[KernelLaunch, str], str], ind: str,
-          alloc: str = "empty") -> list[str]:
-    """The steps, with ``launch(step, args)`` printing each kernel launch and ``alloc`` allocating."""
+          alloc: str = "empty", stream: str = "") -> list[str]:
+    """The steps, with ``launch(step, args)`` printing each kernel launch, ``alloc`` allocating and
+    ``stream`` the current stream where the function has it."""
     lines = [f"{ind}{i.name} = args[{i.index}]" for i in program.inputs]
     lines += [f"{ind}{c.name} = externs[{c.key}]" for c in program.constants]
     for step in program.steps:
@@ -57,7 +58,7 @@ def _body(program: Program, launch: Callable[[KernelLaunch, str], str], ind: str
             args = ", ".join(step.args)
             if step.counters:
                 lines.append(f"{ind}sync = counters(kernels[{step.name!r}], {step.counters}, "
-                             f"'{program.buffers[step.args[0]].device}')")
+                             f"'{program.buffers[step.args[0]].device}'{stream and ', ' + stream})")
                 args += ", sync"
             lines.append(ind + launch(step, args))
         elif isinstance(step, ExternCall):
@@ -122,6 +123,6 @@ def wrapper_source(program: Program, functions: dict[str, str] | None = None) ->
         lines.append(f"{ind}{ind}return None")
     lines += [f"{ind}alloc = allocator()", "", f"{ind}def run(args):",
               f"{ind}{ind}stream = raw_stream(DEVICE_INDEX)  # the current stream"]
-    lines += _body(program, lean_launch, ind * 2, alloc="alloc")
+    lines += _body(program, lean_launch, ind * 2, alloc="alloc", stream="stream")
     lines += [f"{ind}return run"]
     return "\n".join(lines) + "\n"

@@ -75,23 +75,24 @@ _COUNTERS: dict = {}
 _COUNTERS_LOCK = threading.Lock()
 
 
-def counters(kernel, n: int, device: str) -> torch.Tensor:
+def counters(kernel, n: int, device: str, stream: int | None = None) -> torch.Tensor:
     """The int64 counters of a staged launch (``ir.kernel.StagedLaunch``): on a GPU the kept ones
     (``kept_counters``); in Triton's interpreter fresh zeros for every launch, because there a launch
     runs on the calling thread and can stop half-way (Ctrl-C, an exception), which would leave kept
     counters out of step for every later call."""
     if not device.startswith("cuda"):
         return torch.zeros(n, dtype=torch.int64, device=device)
-    return kept_counters(kernel, n, device)
+    return kept_counters(kernel, n, device, stream)
 
 
-def kept_counters(kernel, n: int, device: str) -> torch.Tensor:
+def kept_counters(kernel, n: int, device: str, stream: int | None = None) -> torch.Tensor:
     """Counters kept per kernel, device and stream and never reset, so no call pays a memset launch:
     launch ``e`` of a pipeline of ``T`` programs draws tickets ``e*T .. e*T+T-1`` and waits for ``(e+1)``
     times a row's program count; a split-combine's group ends where its count reaches a multiple of
     the group's size. Sound because a GPU launch, once queued, runs whole, and launches on one stream
     run in order; another stream gets counters of its own."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.startswith("cuda") else 0
+    if stream is None:  # the lean wrapper passes the current stream it has
+        stream = torch.cuda.current_stream(device).cuda_stream if device.startswith("cuda") else 0
     key = (id(kernel), device, stream)
     entry = _COUNTERS.get(key)
     if entry is None:
