@@ -177,6 +177,39 @@ def test_lean_launcher_leaves_hooks_and_odd_kernels_to_tritons_path(monkeypatch)
     assert triton_shims.lean_launcher(fn, _FakeCompiled(), (1,), {"XBLOCK": 8}) is None
 
 
+class CudaLauncher:
+    """Shaped like Triton 3.6's CUDA launcher (``triton/backends/nvidia/driver.py``)."""
+    global_scratch_size = profile_scratch_size = 0
+    launch_cooperative_grid, launch_pdl = False, True
+
+    def __init__(self):
+        self.calls = []
+        self.launch = lambda *args: self.calls.append(args)
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        raise AssertionError("the lean path calls the C launch directly")
+
+
+def test_lean_launcher_calls_triton_36s_c_launch_directly():
+    # Triton 3.6: CudaLauncher.__call__ allocates scratch (none here) and calls
+    # self.launch(gridX, gridY, gridZ, stream, function, cooperative, pdl, global_scratch, profile_scratch, *args)
+    with triton_shims.interpreting(False):
+        fn = triton.jit(_kernel_with_defaults)
+    kernel = _FakeCompiled()
+    kernel.run = CudaLauncher()
+    triton_shims.lean_launcher(fn, kernel, (3,), {"XBLOCK": 16})(99, "x", "y", "s")
+    assert kernel.run.calls == [(3, 1, 1, 99, "function-handle", False, True, None, None, ("metadata",), None, None,
+                                 None, "x", "y", "s", 16, 7)]
+    kernel.run.global_scratch_size = 128  # scratch to allocate: Triton's own entry point
+    assert triton_shims._c_launch(kernel.run) is None
+    from triton.backends.nvidia.driver import CudaLauncher as Real
+    real = list(inspect.signature(Real.__call__).parameters)
+    if triton_shims.triton_version() == (3, 6):
+        assert real == triton_shims._CUDA_LAUNCHER_36, real
+    elif real != triton_shims._CUDA_LAUNCHER_36:  # another launcher signature: its Python entry point
+        assert triton_shims._c_launch(object.__new__(Real)) is None
+
+
 def _odd_order(x_ptr, XBLOCK: tl.constexpr, y_ptr):
     tl.store(x_ptr + tl.arange(0, XBLOCK), tl.load(y_ptr + tl.arange(0, XBLOCK)))
 

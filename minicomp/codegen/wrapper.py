@@ -42,10 +42,10 @@ def _layout(program: Program, name: str, value: str, strides: tuple[int, ...]) -
     return f"ensure_layout({value}, {strides})"
 
 
-def _body(program: Program, launch: Callable[[KernelLaunch, str], str], ind: str,
-          alloc: str = "empty", stream: str = "") -> list[str]:
-    """The steps, with ``launch(step, args)`` printing each kernel launch, ``alloc`` allocating and
-    ``stream`` the current stream where the function has it."""
+def _body(program: Program, launch: Callable[[KernelLaunch, str], str], counters: Callable[[KernelLaunch], str],
+          ind: str, alloc: str) -> list[str]:
+    """The steps, with ``launch(step, args)`` printing each kernel launch, ``counters(step)`` the
+    counters of a staged launch and ``alloc`` the allocator."""
     lines = [f"{ind}{i.name} = args[{i.index}]" for i in program.inputs]
     lines += [f"{ind}{c.name} = externs[{c.key}]" for c in program.constants]
     for step in program.steps:
@@ -57,8 +57,7 @@ def _body(program: Program, launch: Callable[[KernelLaunch, str], str], ind: str
         elif isinstance(step, KernelLaunch):
             args = ", ".join(step.args)
             if step.counters:
-                lines.append(f"{ind}sync = counters(kernels[{step.name!r}], {step.counters}, "
-                             f"'{program.buffers[step.args[0]].device}'{stream and ', ' + stream})")
+                lines.append(f"{ind}sync = {counters(step)}")
                 args += ", sync"
             lines.append(ind + launch(step, args))
         elif isinstance(step, ExternCall):
@@ -103,16 +102,23 @@ def wrapper_source(program: Program, functions: dict[str, str] | None = None) ->
     def lean_launch(step: KernelLaunch, args: str) -> str:
         return f"{local[step.name]}(stream, {args}){note(step)}"
 
+    def counters_call(step: KernelLaunch) -> str:
+        return f"counters(kernels[{step.name!r}], {step.counters}, '{program.buffers[step.args[0]].device}')"
+
+    def kept(step: KernelLaunch) -> str:
+        return f"{local[step.name]}_sync(stream)"
+
     ind = "    "
     lines = [f"# minicomp wrapper for {program.name}", "import torch",
-             "from minicomp.runtime.support import (allocator, counters, eager_strided, empty, ensure_contiguous,",
-             "                                      ensure_layout, lean_launcher, raw_stream, tma_allocator)", "",
+             "from minicomp.runtime.support import (allocator, counter_keeper, counters, eager_strided, empty,",
+             "                                      ensure_contiguous, ensure_layout, lean_launcher, raw_stream,",
+             "                                      tma_allocator)", "",
              "tma_allocator()  # scratch memory for TMA descriptors made inside kernels" if program.uses_tma else "",
              f"DEVICE_INDEX = {device}  # the CUDA device the kernels run on (None: Triton's interpreter)", "",
              "",
              "def call(args, kernels, externs, compiled):",
              f'{ind}"""Triton\'s own launch path; notes each launch\'s compiled kernel in ``compiled``."""']
-    lines += _body(program, triton_launch, ind)
+    lines += _body(program, triton_launch, counters_call, ind, "empty")
     lines += ["", "", "def bind(kernels, compiled, externs):",
               f'{ind}"""The lean path: every launch bound once to its compiled kernel (None if one cannot be)."""']
     for s in launches:
@@ -121,8 +127,12 @@ def wrapper_source(program: Program, functions: dict[str, str] | None = None) ->
     if launches:
         lines.append(f"{ind}if None in ({', '.join(local[s.name] for s in launches)},):")
         lines.append(f"{ind}{ind}return None")
+    for s in launches:
+        if s.counters:
+            lines.append(f"{ind}{local[s.name]}_sync = counter_keeper(kernels[{s.name!r}], {s.counters}, "
+                         f"'{program.buffers[s.args[0]].device}')")
     lines += [f"{ind}alloc = allocator()", "", f"{ind}def run(args):",
               f"{ind}{ind}stream = raw_stream(DEVICE_INDEX)  # the current stream"]
-    lines += _body(program, lean_launch, ind * 2, alloc="alloc", stream="stream")
+    lines += _body(program, lean_launch, kept, ind * 2, "alloc")
     lines += [f"{ind}return run"]
     return "\n".join(lines) + "\n"

@@ -75,14 +75,27 @@ _COUNTERS: dict = {}
 _COUNTERS_LOCK = threading.Lock()
 
 
-def counters(kernel, n: int, device: str, stream: int | None = None) -> torch.Tensor:
+def counters(kernel, n: int, device: str) -> torch.Tensor:
     """The int64 counters of a staged launch (``ir.kernel.StagedLaunch``): on a GPU the kept ones
     (``kept_counters``); in Triton's interpreter fresh zeros for every launch, because there a launch
     runs on the calling thread and can stop half-way (Ctrl-C, an exception), which would leave kept
     counters out of step for every later call."""
     if not device.startswith("cuda"):
         return torch.zeros(n, dtype=torch.int64, device=device)
-    return kept_counters(kernel, n, device, stream)
+    return kept_counters(kernel, n, device)
+
+
+def counter_keeper(kernel, n: int, device: str) -> Callable[[int], torch.Tensor]:
+    """``kept_counters`` of one staged launch as a function of the stream, for a lean wrapper: after a
+    stream's first launch, one dictionary lookup."""
+    per_stream: dict[int, torch.Tensor] = {}
+
+    def kept(stream: int) -> torch.Tensor:
+        sync = per_stream.get(stream)
+        if sync is None:
+            sync = per_stream[stream] = kept_counters(kernel, n, device, stream)
+        return sync
+    return kept
 
 
 def kept_counters(kernel, n: int, device: str, stream: int | None = None) -> torch.Tensor:
@@ -91,7 +104,7 @@ def kept_counters(kernel, n: int, device: str, stream: int | None = None) -> tor
     times a row's program count; a split-combine's group ends where its count reaches a multiple of
     the group's size. Sound because a GPU launch, once queued, runs whole, and launches on one stream
     run in order; another stream gets counters of its own."""
-    if stream is None:  # the lean wrapper passes the current stream it has
+    if stream is None:  # a lean wrapper passes the current stream it has (``counter_keeper``)
         stream = torch.cuda.current_stream(device).cuda_stream if device.startswith("cuda") else 0
     key = (id(kernel), device, stream)
     entry = _COUNTERS.get(key)

@@ -156,7 +156,35 @@ def lean_launcher(fn, kernel, grid: tuple[int, ...], options: dict) -> Callable 
     except Exception:  # noqa: BLE001 - internals differ: Triton's own launch path
         return None
     g0, g1, g2 = (*grid, 1, 1)[:3]
+    direct = _c_launch(run)
+    if direct is not None:  # Triton 3.6's CUDA launcher, nothing to allocate per launch: its C entry point
+        c_launch, cooperative, pdl = direct
+
+        def launch(stream: int, *tensors) -> None:
+            c_launch(g0, g1, g2, stream, function, cooperative, pdl, None, None, metadata, None, None, None,
+                     *tensors, *tail)
+        return launch
 
     def launch(stream: int, *tensors) -> None:
         run(g0, g1, g2, stream, function, metadata, None, None, None, *tensors, *tail)
     return launch
+
+
+_CUDA_LAUNCHER_36 = ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
+
+
+def _c_launch(launcher) -> tuple | None:
+    """(C launch, cooperative grid, PDL) of a Triton 3.6 ``CudaLauncher`` whose kernel needs no global
+    or profiling scratch: its ``__call__`` only allocates those and then calls
+    ``self.launch(gridX, gridY, gridZ, stream, function, cooperative, pdl, global_scratch,
+    profile_scratch, *args)``; skipping that Python frame saves about 1 µs per launch. None for any other
+    launcher (Triton 3.9's passes its arguments differently: it keeps its Python entry point)."""
+    try:
+        cls = type(launcher)
+        if cls.__name__ != "CudaLauncher" or \
+                list(inspect.signature(cls.__call__).parameters) != _CUDA_LAUNCHER_36 or \
+                launcher.global_scratch_size or launcher.profile_scratch_size:
+            return None
+        return launcher.launch, launcher.launch_cooperative_grid, launcher.launch_pdl
+    except Exception:  # noqa: BLE001 - another shape: its Python entry point
+        return None
