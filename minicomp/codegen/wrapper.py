@@ -1,10 +1,11 @@
 """The generated Python wrapper: a Program (``ir/program.py``) printed as a function that allocates
-buffers, launches the kernels and fallback ops in order, and returns the graph's results. Generated
-code, not an interpreter loop, to keep per-call overhead low and to make the order of work readable."""
+buffers, launches the kernels and fallback ops in order, drops names after their last use (``del``)
+and returns the graph's results. Generated code, not an interpreter loop, to keep per-call overhead
+low and to make the order of work readable."""
 from __future__ import annotations
 
-from ..ir.program import (Allocate, EmptyLaunch, ExternCall, KernelLaunch, Literal, Program, TupleItem, Value,
-                          View)
+from ..ir.program import (Allocate, EmptyLaunch, ExternCall, Free, KernelLaunch, Literal, Program, TupleItem,
+                          Value, View)
 
 
 def value_expr(value: Value) -> str:
@@ -27,10 +28,14 @@ def wrapper_source(program: Program, functions: dict[str, str] | None = None) ->
     ind = "    "
     lines += [f"{ind}{i.name} = args[{i.index}]" for i in program.inputs]
     lines += [f"{ind}{c.name} = externs[{c.key}]" for c in program.constants]
+    if any(isinstance(s, Allocate) and s.reuses for s in program.steps):
+        lines.insert(lines.index("import torch") + 1, "from minicomp.runtime.support import fill_garbage, poisoning")
+        lines.append(f"{ind}poison = poisoning()  # reused buffers are poisoned like fresh ones")
     for step in program.steps:
         if isinstance(step, Allocate):
-            b = program.buffers[step.buffer]
-            lines.append(f"{ind}{b.name} = empty({b.shape}, {b.strides}, {b.dtype}, '{b.device}')")
+            lines += [ind + line for line in allocate_lines(program, step)]
+        elif isinstance(step, Free):
+            lines.append(f"{ind}del {', '.join(step.names)}")
         elif isinstance(step, EmptyLaunch):
             lines.append(f"{ind}# {step.name}: nothing to compute (empty)")
         elif isinstance(step, KernelLaunch):
@@ -56,3 +61,16 @@ def wrapper_source(program: Program, functions: dict[str, str] | None = None) ->
                value_expr(out.value) + (".clone()" if out.copy else "") for out in program.outputs]
     lines.append(f"{ind}return ({', '.join(results)}{',' if len(results) == 1 else ''})")
     return "\n".join(lines) + "\n"
+
+
+def allocate_lines(program: Program, step: Allocate) -> list[str]:
+    """A fresh buffer, or the storage of a dead one: the same tensor where shape and strides match,
+    else reinterpreted (``as_strided``; it has the same bytes, at offset 0). The donor's name ends."""
+    b = program.buffers[step.buffer]
+    if step.reuses is None:
+        return [f"{b.name} = empty({b.shape}, {b.strides}, {b.dtype}, '{b.device}')"]
+    d = program.buffers[step.reuses]
+    same = (d.shape, d.strides) == (b.shape, b.strides)
+    storage = d.name if same else f"torch.as_strided({d.name}, {b.shape}, {b.strides}, 0)"
+    return [f"{b.name} = {storage}  # reuses the storage of {d.name}", f"del {d.name}",
+            f"if poison: fill_garbage({b.name})"]

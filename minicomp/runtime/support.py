@@ -15,12 +15,20 @@ def poisoning() -> bool:
 
 
 def empty(shape, strides, dtype, device) -> torch.Tensor:
-    """A fresh buffer; with ``MINICOMP_POISON=1`` filled with garbage (NaN, or a large integer) so a
-    kernel that leaves part of its output unwritten is caught by any comparison."""
+    """A fresh buffer; with ``MINICOMP_POISON=1`` filled with garbage (``fill_garbage``)."""
     t = torch.empty_strided(shape, strides, dtype=dtype, device=device)
-    if poisoning() and t.numel():
-        t.fill_(True if dtype == torch.bool else float("nan") if dtype.is_floating_point else 77)
+    if poisoning():
+        fill_garbage(t)
     return t
+
+
+def fill_garbage(t: torch.Tensor) -> None:
+    """Fill a buffer about to be written with garbage (NaN, or a large integer) so a kernel that
+    leaves part of its output unwritten is caught by any comparison: every fresh buffer under
+    ``MINICOMP_POISON=1``, and every buffer that reuses a dead one's storage (the wrapper asks
+    ``poisoning()`` once per call)."""
+    if t.numel():
+        t.fill_(True if t.dtype == torch.bool else float("nan") if t.dtype.is_floating_point else 77)
 
 
 def ensure_strides(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
