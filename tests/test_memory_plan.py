@@ -32,7 +32,7 @@ def check_plan(program: Program) -> None:
     makes one; a reuse hands the donor's storage on (its epoch goes up); a fallback op's result may
     view its inputs' storages, an item its op's. A read (launch argument, fallback input, item source,
     graph output) must find its name bound and each of its storages at the epoch it had when the name
-    was defined; a reuse must take an allocated buffer's storage of the same device, dtype and bytes;
+    was defined (a fallback op's result is fresh only where its ATen schema marks no result as an alias); a reuse must take an allocated buffer's storage of the same device, dtype and bytes;
     inputs, constants and outputs are never dropped."""
     ids = itertools.count()
     epoch: dict[int, int] = {}
@@ -85,7 +85,9 @@ def check_plan(program: Program) -> None:
             reads = [base_of(a.value) for a in step.inputs]
             for name in reads:
                 read(name, k)
-            define(step.result, fresh().union(*(views[n] for n in reads)))
+            schema = getattr(step.target, "_schema", None)  # an ATen op says whether it returns a view
+            fresh_result = schema is not None and all(r.alias_info is None for r in schema.returns)
+            define(step.result, fresh().union(*([] if fresh_result else [views[n] for n in reads])))
         elif isinstance(step, TupleItem):
             read(step.source, k)
             define(step.result, fresh() | set(views[step.source]))
@@ -137,6 +139,7 @@ def views_of_one_buffer(x, y):
 
 
 def several_results(x):
+    """Sort's results are fresh (no alias in its schema): its input's buffer is free once sort ran."""
     values, indices = torch.sort(torch.softmax(x, -1) * 2, -1)
     return values.softmax(-1) + 1, indices
 
@@ -151,7 +154,7 @@ CASES = {
     "norm_chain": (norm_chain, lambda: (torch.randn(8, 16),), True),
     "fallback_view": (fallback_view, lambda: (torch.randn(8, 8), torch.randn(8, 8)), False),
     "views_of_one_buffer": (views_of_one_buffer, lambda: (torch.randn(6, 8), torch.randn(6, 8)), False),
-    "several_results": (several_results, lambda: (torch.randn(6, 8),), False),
+    "several_results": (several_results, lambda: (torch.randn(6, 8),), True),
     "zero_size": (zero_size, lambda: (torch.randn(0, 5), torch.randn(4, 0)), False),
 }
 
@@ -402,3 +405,12 @@ def test_poisoning_reaches_reused_buffers_of_a_compiled_graph(poison, monkeypatc
     out = minicomp.compile(chain)(torch.randn(8, 32))
     assert broken and minicomp.report().whole_graph_fallback is None
     assert torch.isnan(out).any() == (poison == "1"), out
+
+
+def test_only_a_schema_without_aliases_makes_a_fallback_result_fresh():
+    def call(target) -> ExternCall:
+        return ExternCall("r", 1, target, (ExternArg("a"),), ((None,), {}), None)
+    assert call(aten.permute.default).may_view_inputs and call(aten.t.default).may_view_inputs
+    assert not call(aten.sort.default).may_view_inputs and not call(aten.convolution.default).may_view_inputs
+    # a name (as tests write it) or a Python callable may return anything
+    assert call("aten.sort.default").may_view_inputs and call(lambda a: a).may_view_inputs

@@ -179,6 +179,13 @@ class ExternCall:
         layout = f"  strides={self.strides}" if self.strides is not None else "  (several results)"
         return f"extern  {self.result} = {self.target}({', '.join(map(str, self.inputs))}){layout}"
 
+    @property
+    def may_view_inputs(self) -> bool:
+        """Whether the result may share storage with an input: yes unless the target is an ATen op
+        whose schema marks no result as an alias (PyTorch's contract: such results are fresh)."""
+        schema = getattr(self.target, "_schema", None)
+        return schema is None or any(r.alias_info is not None for r in schema.returns)
+
     def format(self, buffers: dict[str, Buffer]) -> str:
         """One line, with the result's type when it is one tensor."""
         if self.result not in buffers:
@@ -258,8 +265,9 @@ class Liveness:
     """Where each name of a Program is defined and last read, and which storages it may view.
 
     ``aliases[n]``: the names whose storage ``n`` may share, itself included: a fallback op may return
-    a view of any of its inputs (or a tuple holding them), a ``TupleItem`` is part of its op's result,
-    so their aliases include their inputs'. ``death[s]``: the last step that may read the storage first
+    a view of any of its inputs (or a tuple holding them) unless its schema says it does not
+    (``ExternCall.may_view_inputs``), a ``TupleItem`` is part of its op's result, so their aliases
+    include their inputs'. ``death[s]``: the last step that may read the storage first
     named ``s`` through any of those names; ``end`` (the step count) where a graph output may view it,
     or for inputs and constants, which the program never gives back."""
     defined: dict[str, int]             # name -> its defining step; -1 for inputs and constants
@@ -286,7 +294,8 @@ def liveness(program: "Program") -> Liveness:
         if name is None:
             continue
         defined.setdefault(name, k)
-        reads = [n for n in step_uses(step) if n in aliases] if isinstance(step, (ExternCall, TupleItem)) else []
+        views = isinstance(step, TupleItem) or isinstance(step, ExternCall) and step.may_view_inputs
+        reads = [n for n in step_uses(step) if n in aliases] if views else []
         aliases[name] = frozenset([name]).union(*(aliases[n] for n in reads))
     for out in program.outputs:
         if isinstance(out, Returned):
