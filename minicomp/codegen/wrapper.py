@@ -28,9 +28,9 @@ def wrapper_source(program: Program, functions: dict[str, str] | None = None) ->
     ind = "    "
     lines += [f"{ind}{i.name} = args[{i.index}]" for i in program.inputs]
     lines += [f"{ind}{c.name} = externs[{c.key}]" for c in program.constants]
-    if any(isinstance(s, Allocate) and s.reuses for s in program.steps):
+    if any(isinstance(s, Allocate) for s in program.steps):
         lines.insert(lines.index("import torch") + 1, "from minicomp.runtime.support import fill_garbage, poisoning")
-        lines.append(f"{ind}poison = poisoning()  # reused buffers are poisoned like fresh ones")
+        lines.append(f"{ind}poison = poisoning()  # MINICOMP_POISON: fresh and reused buffers start as garbage")
     for step in program.steps:
         if isinstance(step, Allocate):
             lines += [ind + line for line in allocate_lines(program, step)]
@@ -68,7 +68,7 @@ def allocate_lines(program: Program, step: Allocate) -> list[str]:
     else reinterpreted (``as_strided``; it has the same bytes, at offset 0). The donor's name ends."""
     b = program.buffers[step.buffer]
     if step.reuses is None:
-        return [f"{b.name} = empty({b.shape}, {b.strides}, {b.dtype}, '{b.device}')"]
+        return [f"{b.name} = empty({b.shape}, {b.strides}, {b.dtype}, '{b.device}', poison)"]
     d = program.buffers[step.reuses]
     same = (d.shape, d.strides) == (b.shape, b.strides)
     storage = d.name if same else f"torch.as_strided({d.name}, {b.shape}, {b.strides}, 0)"

@@ -14,10 +14,11 @@ def poisoning() -> bool:
     return os.environ.get("MINICOMP_POISON", "0") not in ("", "0")
 
 
-def empty(shape, strides, dtype, device) -> torch.Tensor:
-    """A fresh buffer; with ``MINICOMP_POISON=1`` filled with garbage (``fill_garbage``)."""
+def empty(shape, strides, dtype, device, poison: bool | None = None) -> torch.Tensor:
+    """A fresh buffer; with ``MINICOMP_POISON=1`` filled with garbage (``fill_garbage``). ``poison``:
+    ``poisoning()`` as the caller read it (a wrapper reads it once per call), None to read it here."""
     t = torch.empty_strided(shape, strides, dtype=dtype, device=device)
-    if poisoning():
+    if poisoning() if poison is None else poison:
         fill_garbage(t)
     return t
 
