@@ -132,6 +132,12 @@ def fallback_view(x, y):
     return (d + p).sum(0), d.amax(-1)
 
 
+def fallback_view_returned(x, y):
+    """The fallback's view of ``a`` is a graph output: ``a``'s storage is never reused."""
+    a = x.exp()
+    return a.permute(1, 0), (torch.softmax(y, -1) * 3).cumsum(0).softmax(0) + 1
+
+
 def views_of_one_buffer(x, y):
     a = torch.relu(x * y) + 1
     b = (a * 2).softmax(-1)
@@ -153,6 +159,7 @@ CASES = {
                                       torch.randn(16, 32), torch.randn(16), torch.randn(16)), True),
     "norm_chain": (norm_chain, lambda: (torch.randn(8, 16),), True),
     "fallback_view": (fallback_view, lambda: (torch.randn(8, 8), torch.randn(8, 8)), False),
+    "fallback_view_returned": (fallback_view_returned, lambda: (torch.randn(8, 8), torch.randn(8, 8)), False),
     "views_of_one_buffer": (views_of_one_buffer, lambda: (torch.randn(6, 8), torch.randn(6, 8)), False),
     "several_results": (several_results, lambda: (torch.randn(6, 8),), True),
     "zero_size": (zero_size, lambda: (torch.randn(0, 5), torch.randn(4, 0)), False),
@@ -162,7 +169,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_plan_of_real_compiles_frees_and_reuses_nothing_live(case, monkeypatch):
     fn, make, reuses = CASES[case]
-    if case == "fallback_view":
+    if case.startswith("fallback_view"):
         monkeypatch.delitem(RULES, aten.permute.default)
     programs = _capture(monkeypatch)
     report = compile_and_compare(fn, *make(), fallbacks=None)
@@ -186,6 +193,12 @@ def test_plan_of_real_compiles_frees_and_reuses_nothing_live(case, monkeypatch):
             broken.verify()
         with pytest.raises(AssertionError, match="storage went to another buffer"):
             check_plan(broken)
+    if case == "fallback_view_returned":
+        (program,) = programs
+        (extern,) = [s for s in program.steps if isinstance(s, ExternCall)]
+        viewed = base_of(extern.inputs[0].value)
+        assert program.liveness().death[viewed] == len(program.steps), program
+        assert not any(isinstance(s, Allocate) and s.reuses == viewed for s in program.steps), program
     if case == "views_of_one_buffer":  # outputs (and what they view) are neither freed nor reused
         (program,) = programs
         returned = {base_of(o.value) for o in program.outputs if isinstance(o, Returned)}
@@ -277,6 +290,19 @@ def test_reuse_does_not_hold_a_storage_across_the_peak():
         check_plan(p)
         assert p.footprint()[0] == plan_memory(program(size), "free").footprint()[0] == 4 * (max(80, size) + 8), \
             (size, p.footprint())
+
+
+@pytest.mark.parametrize("shape", [(8,), (2, 4)])
+def test_a_graph_output_reuses_only_a_storage_of_its_own_shape(shape):
+    """A returned buffer is handed to the caller as a plain tensor, never an ``as_strided`` one."""
+    buffers = _buffers(arg0=8, a=8, b=8, c=8)
+    buffers["c"] = Buffer("c", shape, torch.float32, (4, 1)[-len(shape):], torch.device("cpu"))
+    program = plan_memory(_program(buffers, [Allocate("a"), _launch("k0", ("arg0",), "a"), Allocate("b"),
+                                             _launch("k1", ("a",), "b"), Allocate("c"), _launch("k2", ("b",), "c")],
+                                   ["c"]), "1")
+    program.verify()
+    reused = [s.reuses for s in program.steps if isinstance(s, Allocate) and s.buffer == "c"]
+    assert reused == (["a"] if shape == (8,) else [None]), program
 
 
 @pytest.mark.parametrize("case", ["live donor", "live through an item",
@@ -414,3 +440,21 @@ def test_only_a_schema_without_aliases_makes_a_fallback_result_fresh():
     assert not call(aten.sort.default).may_view_inputs and not call(aten.convolution.default).may_view_inputs
     # a name (as tests write it) or a Python callable may return anything
     assert call("aten.sort.default").may_view_inputs and call(lambda a: a).may_view_inputs
+
+
+def test_a_reuse_of_another_shape_reinterprets_the_storage():
+    """``c`` (2x4) takes the storage of ``a`` (8): the wrapper reinterprets it with ``as_strided``."""
+    buffers = _buffers(arg0=8, a=8, b=8, d=2)
+    buffers["c"] = Buffer("c", (2, 4), torch.float32, (4, 1), torch.device("cpu"))
+    program = plan_memory(_program(buffers, [Allocate("a"), _launch("k0", ("arg0",), "a"), Allocate("b"),
+                                             _launch("k1", ("a",), "b"), Allocate("c"), _launch("k2", ("b",), "c"),
+                                             Allocate("d"), _launch("k3", ("c",), "d")], ["d"]), "1")
+    assert Allocate("c", "a") in program.steps, program
+    program.verify()
+    check_plan(program)
+    assert "c = torch.as_strided(a, (2, 4), (4, 1), 0)" in wrapper_source(program)
+    kernels = {"k0": lambda x, out: out.copy_(x + 1), "k1": lambda a, out: out.copy_(a * 2),
+               "k2": lambda b, out: out.copy_(b.view(2, 4) - 1), "k3": lambda c, out: out.copy_(c.sum(1))}
+    x = torch.randn(8)
+    (d,) = _run(program, kernels, x)
+    torch.testing.assert_close(d, ((x + 1) * 2 - 1).view(2, 4).sum(1))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-from ..ir.program import Allocate, Free, Program, Returned, base_of, step_defines, storage_bytes
+from ..ir.program import Allocate, Free, Program, Returned, base_of, storage_bytes
 
 MODES = ("1", "free", "0")
 """``MINICOMP_MEMORY_PLAN``: 1 (default) frees and reuses, ``free`` frees only, 0 plans nothing (every
@@ -61,10 +61,12 @@ def plan_memory(program: Program, mode: str | None = None) -> Program:
 
 def _reuses(program: Program, live) -> dict[str, str]:
     """Allocated buffer -> the dead allocated buffer whose storage it takes. In step order, each
-    allocation takes the most recently dead storage of its size class, if holding that storage from
-    its death until here keeps the planned peak within the free-only plan's."""
+    allocation takes the most recently dead storage of its size class (for a graph output: of its
+    shape and strides too), if holding that storage from its death until here keeps the planned peak
+    within the free-only plan's."""
     curve = _free_only_curve(program, live)
     peak = max(curve, default=0)
+    returned = {base_of(o.value) for o in program.outputs if isinstance(o, Returned)}
     dead_at: dict[int, list[str]] = defaultdict(list)
     for k, step in enumerate(program.steps):
         if isinstance(step, Allocate) and live.death[step.buffer] < live.end:
@@ -77,11 +79,14 @@ def _reuses(program: Program, live) -> dict[str, str]:
             buf = program.buffers[step.buffer]
             size = storage_bytes(buf)
             free = pool.get(_size_class(buf)) if size else None
+            if free and step.buffer in returned:  # the caller gets a plain tensor, not a reinterpreted one
+                free = [d for d in free if (program.buffers[d].shape, program.buffers[d].strides) ==
+                        (buf.shape, buf.strides)]
             if free:
                 donor = free[-1]
                 held = range(dies[donor] + 1, k)
                 if all(curve[t] + size <= peak for t in held):
-                    free.pop()
+                    pool[_size_class(buf)].remove(donor)
                     donors[step.buffer] = donor
                     for t in held:
                         curve[t] += size
