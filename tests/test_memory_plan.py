@@ -458,3 +458,30 @@ def test_a_reuse_of_another_shape_reinterprets_the_storage():
     x = torch.randn(8)
     (d,) = _run(program, kernels, x)
     torch.testing.assert_close(d, ((x + 1) * 2 - 1).view(2, 4).sum(1))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_cuda_peak_memory_of_a_chain_is_at_most_eagers(monkeypatch):
+    """On the GPU, through PyTorch's caching allocator: the planned chain's peak (free and reuse, or
+    free only) is at most eager's and below the unplanned one's."""
+    x = torch.randn(256, 4096, device="cuda")  # 4 MiB per buffer
+
+    def peak(fn) -> int:
+        fn(x)  # compiles
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        out = fn(x)
+        torch.cuda.synchronize()
+        del out
+        return torch.cuda.max_memory_allocated() - base
+
+    eager = peak(chain)
+    peaks = {}
+    for mode in ("1", "free", "0"):
+        monkeypatch.setenv("MINICOMP_MEMORY_PLAN", mode)
+        torch._dynamo.reset()
+        compiled = minicomp.compile(chain)
+        torch.testing.assert_close(compiled(x), chain(x), atol=1e-4, rtol=1e-4)
+        peaks[mode] = peak(compiled)
+    assert peaks["1"] <= eager and peaks["free"] <= eager and peaks["0"] > peaks["1"], (peaks, eager)
