@@ -462,10 +462,11 @@ class Program:
         a, b = self.buffers[donor], self.buffers[step.buffer]
         _check((a.device, a.dtype) == (b.device, b.dtype) and storage_bytes(a) == storage_bytes(b) > 0,
                f"{what}: {a} and {b} differ in device, dtype or storage bytes")
-        readers = sorted(n for n, storages in live.aliases.items() if donor in storages)
-        _check(not live.live_after(donor, k), f"{what}: {donor} is still live (read at step "
-               f"{live.death[donor]}{' or by an output' if live.death[donor] == live.end else ''}; "
-               f"names that may view it: {', '.join(readers)})")
+        if live.live_after(donor, k):
+            readers = sorted(n for n, storages in live.aliases.items() if donor in storages)
+            raise ProgramError(f"{what}: {donor} is still live (read at step {live.death[donor]}"
+                               f"{' or by an output' if live.death[donor] == live.end else ''}; "
+                               f"names that may view it: {', '.join(readers)})")
 
     def __str__(self) -> str:
         lines = [f"program {self.name}"]
