@@ -53,6 +53,8 @@ def generate(graph, kernels: list[Kernel], graph_name: str, dump: Path | None = 
     if dump:
         (dump / "program.txt").write_text(str(program))
     program.verify()
+    if rep is not None:
+        rep.decisions.append(program.memory_summary())
     target = graph.target
     strays = [f"{k.name} ({', '.join(k.origins)})" for k in program.kernels
               if any(a.node.type.device.type != target.device.type for a in k.args)]

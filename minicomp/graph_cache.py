@@ -70,7 +70,8 @@ def key(gm: fx.GraphModule, example_inputs, options: Options) -> str | None:
         inputs.append((tuple(t.shape), t.stride(), t.dtype, device, t.requires_grad, t.data_ptr() % 16 == 0))
     passes = [f"{p.name}:{p.run.__module__}.{p.run.__qualname__}" for p in options.pipeline]
     state = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.get_default_dtype(), options.mode,
-             passes, _source_digest(), torch.__version__, triton.__version__, _tuned_state())
+             passes, _source_digest(), torch.__version__, triton.__version__, _tuned_state(),
+             os.environ.get("MINICOMP_MEMORY_PLAN", "1"))  # the wrapper's memory plan
     return cache.digest(f"{gm.code}|{inputs}|{state}")
 
 

@@ -44,8 +44,9 @@ def test_printed_program_lists_launches_allocations_and_fallbacks_in_order(tmp_p
 
     lines = _program_lines(tmp_path)
     assert [line.split()[0] for line in lines] == \
-        ["program", "input", "input", "alloc", "launch", "extern", "alloc", "launch", "return"], lines
-    pointwise, conv, reduction = lines[4], lines[5], lines[7]
+        ["program", "input", "input", "alloc", "launch", "extern", "free", "alloc", "launch", "free", "return",
+         "#"], lines
+    pointwise, conv, reduction = lines[4], lines[5], lines[8]
     # the chain's buffer is allocated with its shape and strides, then written by the first launch
     chain = re.match(r"alloc\s+(buf\d+) f32\[1,2,6,7\] strides=\(84, 42, 7, 1\) cpu$", lines[3])
     assert chain, lines[3]
@@ -56,11 +57,14 @@ def test_printed_program_lists_launches_allocations_and_fallbacks_in_order(tmp_p
     conv_match = re.match(rf"extern\s+(buf\d+) f32\[1,3,4,5\] strides=\(60, 20, 5, 1\) cpu = "
                           rf"aten\.convolution\.default\({chain[1]}, arg1\)$", conv)
     assert conv_match, conv
-    out = re.match(r"alloc\s+(buf\d+) f32\[1,3,4,1\]", lines[6])
-    assert out, lines[6]
+    out = re.match(r"alloc\s+(buf\d+) f32\[1,3,4,1\]", lines[7])
+    assert out, lines[7]
     assert re.match(rf"launch\s+k1_\w+ grid=\(\d+,\) \({conv_match[1]}, {out[1]}\)\s+\[reduction persistent\]",
                     reduction), reduction
-    assert lines[8] == f"return  (as_strided({out[1]}, (1, 3, 4), (0, 4, 1), +0))", lines[8]
+    # each intermediate is freed after its last reader; the result is not
+    assert lines[6] == f"free    {chain[1]}" and lines[9] == f"free    {conv_match[1]}", lines
+    assert lines[10] == f"return  (as_strided({out[1]}, (1, 3, 4), (0, 4, 1), +0))", lines[10]
+    assert lines[11].startswith("# memory plan: allocations 2 (0 reusing"), lines[11]
 
 
 def test_program_of_a_staged_launch_and_a_multi_result_fallback(tmp_path, monkeypatch):
@@ -125,7 +129,7 @@ def test_verify_accepts_a_well_formed_program():
     program.verify()
     text = str(program)
     assert "alloc   buf1 f32[8] strides=(1,) cpu" in text and "launch  k0 grid=(1,) (arg0, buf1)" in text
-    assert text.splitlines()[-1] == "return  (buf2, as_strided(buf1, (4,), (2,), +0).clone(), 3)"
+    assert text.splitlines()[-2] == "return  (buf2, as_strided(buf1, (4,), (2,), +0).clone(), 3)"
 
 
 def test_verify_catches_a_launch_reading_an_unallocated_buffer():

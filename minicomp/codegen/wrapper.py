@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..ir.program import (Allocate, EmptyLaunch, ExternCall, KernelLaunch, Literal, Program, TupleItem, Value,
-                          View)
+from ..ir.program import (Allocate, EmptyLaunch, ExternCall, Free, KernelLaunch, Literal, Program, TupleItem,
+                          Value, View)
 
 
 def value_expr(value: Value) -> str:
@@ -42,16 +42,31 @@ def _layout(program: Program, name: str, value: str, strides: tuple[int, ...]) -
     return f"ensure_layout({value}, {strides})"
 
 
+def allocate_lines(program: Program, step: Allocate) -> list[str]:
+    """A fresh buffer, or the storage of a dead one: the same tensor where shape and strides match,
+    else reinterpreted (``as_strided``; it has the same bytes, at offset 0). The donor's name ends.
+    ``poison``: whether ``MINICOMP_POISON`` is on (read once per call, or once when bound)."""
+    b = program.buffers[step.buffer]
+    if step.reuses is None:
+        return [f"{b.name} = empty({b.shape}, {b.strides}, {b.dtype}, '{b.device}', poison)"]
+    d = program.buffers[step.reuses]
+    same = (d.shape, d.strides) == (b.shape, b.strides)
+    storage = d.name if same else f"torch.as_strided({d.name}, {b.shape}, {b.strides}, 0)"
+    return [f"{b.name} = {storage}  # reuses the storage of {d.name}", f"del {d.name}",
+            f"if poison: fill_garbage({b.name})"]
+
+
 def _body(program: Program, launch: Callable[[KernelLaunch, str], str], counters: Callable[[KernelLaunch], str],
-          ind: str, alloc: str) -> list[str]:
-    """The steps, with ``launch(step, args)`` printing each kernel launch, ``counters(step)`` the
-    counters of a staged launch and ``alloc`` the allocator."""
+          ind: str) -> list[str]:
+    """The steps, with ``launch(step, args)`` printing each kernel launch and ``counters(step)`` the
+    counters of a staged launch."""
     lines = [f"{ind}{i.name} = args[{i.index}]" for i in program.inputs]
     lines += [f"{ind}{c.name} = externs[{c.key}]" for c in program.constants]
     for step in program.steps:
         if isinstance(step, Allocate):
-            b = program.buffers[step.buffer]
-            lines.append(f"{ind}{b.name} = {alloc}({b.shape}, {b.strides}, {b.dtype}, '{b.device}')")
+            lines += [ind + line for line in allocate_lines(program, step)]
+        elif isinstance(step, Free):
+            lines.append(f"{ind}del {', '.join(step.names)}")
         elif isinstance(step, EmptyLaunch):
             lines.append(f"{ind}# {step.name}: nothing to compute (empty)")
         elif isinstance(step, KernelLaunch):
@@ -110,15 +125,16 @@ def wrapper_source(program: Program, functions: dict[str, str] | None = None) ->
 
     ind = "    "
     lines = [f"# minicomp wrapper for {program.name}", "import torch",
-             "from minicomp.runtime.support import (allocator, counter_keeper, counters, eager_strided, empty,",
-             "                                      ensure_contiguous, ensure_layout, lean_launcher, raw_stream,",
+             "from minicomp.runtime.support import (counter_keeper, counters, eager_strided, empty, ensure_contiguous,",
+             "                                      ensure_layout, fill_garbage, lean_launcher, poisoning, raw_stream,",
              "                                      tma_allocator)", "",
              "tma_allocator()  # scratch memory for TMA descriptors made inside kernels" if program.uses_tma else "",
              f"DEVICE_INDEX = {device}  # the CUDA device the kernels run on (None: Triton's interpreter)", "",
              "",
              "def call(args, kernels, externs, compiled):",
-             f'{ind}"""Triton\'s own launch path; notes each launch\'s compiled kernel in ``compiled``."""']
-    lines += _body(program, triton_launch, counters_call, ind, "empty")
+             f'{ind}"""Triton\'s own launch path; notes each launch\'s compiled kernel in ``compiled``."""',
+             f"{ind}poison = poisoning()  # MINICOMP_POISON: fresh and reused buffers start as garbage"]
+    lines += _body(program, triton_launch, counters_call, ind)
     lines += ["", "", "def bind(kernels, compiled, externs):",
               f'{ind}"""The lean path: every launch bound once to its compiled kernel (None if one cannot be)."""']
     for s in launches:
@@ -131,8 +147,8 @@ def wrapper_source(program: Program, functions: dict[str, str] | None = None) ->
         if s.counters:
             lines.append(f"{ind}{local[s.name]}_sync = counter_keeper(kernels[{s.name!r}], {s.counters}, "
                          f"'{program.buffers[s.args[0]].device}')")
-    lines += [f"{ind}alloc = allocator()", "", f"{ind}def run(args):",
+    lines += [f"{ind}poison = poisoning()  # read once, when bound", "", f"{ind}def run(args):",
               f"{ind}{ind}stream = raw_stream(DEVICE_INDEX)  # the current stream"]
-    lines += _body(program, lean_launch, kept, ind * 2, "alloc")
+    lines += _body(program, lean_launch, kept, ind * 2)
     lines += [f"{ind}return run"]
     return "\n".join(lines) + "\n"

@@ -2,11 +2,18 @@
 
 A ``Program`` is the graph's work as an ordered list of steps: allocate a buffer, launch a kernel (a
 ``Kernel`` or a ``StagedLaunch``: several kernels as one launch) on its grid, call a fallback op, pick
-one result of a fallback op that returned several, or note a launch with nothing to compute. Its
-buffer plan names every tensor the steps touch (shape, dtype, strides, device), its inputs come from
-the call's arguments, its constants are baked in, and its outputs are buffers, strided views of
-buffers or Python values. ``verify()`` checks that every name is defined before it is used and that
-grids are positive; ``str()`` is the readable form (``program.txt`` in the dumps).
+one result of a fallback op that returned several, note a launch with nothing to compute, or drop
+names nothing reads any more (``Free``). Its buffer plan names every tensor the steps touch (shape,
+dtype, strides, device), its inputs come from the call's arguments, its constants are baked in, and
+its outputs are buffers, strided views of buffers or Python values.
+
+The memory plan (``passes/memory_plan.py``) is part of the steps: an ``Allocate`` may take the storage
+of an earlier allocated buffer that is dead (``reuses``), and ``Free`` drops names after their last
+use. ``liveness()`` says which step last reads each name and which storages each name may view (a
+fallback op's result may be a view of its inputs, a ``TupleItem`` is part of its op's result);
+``footprint()`` the planned peak. ``verify()`` checks that every name is defined before it is used and
+not used after it is dropped, that grids are positive and that no storage is reused while something
+may still read it; ``str()`` is the readable form (``program.txt`` in the dumps).
 """
 from __future__ import annotations
 
@@ -74,14 +81,29 @@ class Constant:
 
 @dataclass(frozen=True)
 class Allocate:
-    """A fresh buffer of the plan (before its first writer)."""
+    """A buffer of the plan (before its first writer): fresh, or the storage of ``reuses``, an earlier
+    allocated buffer nothing reads any more (same device, dtype and storage bytes); that name ends
+    here. A reused buffer is poisoned like a fresh one (``MINICOMP_POISON``)."""
     buffer: str
+    reuses: str | None = None
 
     def __str__(self) -> str:
-        return f"alloc   {self.buffer}"
+        return f"alloc   {self.buffer}" + (f"  reuses {self.reuses}" if self.reuses else "")
 
     def format(self, buffers: dict[str, Buffer]) -> str:
-        return f"alloc   {buffers[self.buffer]}" if self.buffer in buffers else str(self)
+        if self.buffer not in buffers:
+            return str(self)
+        return f"alloc   {buffers[self.buffer]}" + (f"  reuses {self.reuses}" if self.reuses else "")
+
+
+@dataclass(frozen=True)
+class Free:
+    """Drop these names (the wrapper's ``del``) after their last use; a storage goes back to the
+    allocator once no name that may view it is left."""
+    names: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"free    {', '.join(self.names)}"
 
 
 @dataclass
@@ -157,6 +179,13 @@ class ExternCall:
         layout = f"  strides={self.strides}" if self.strides is not None else "  (several results)"
         return f"extern  {self.result} = {self.target}({', '.join(map(str, self.inputs))}){layout}"
 
+    @property
+    def may_view_inputs(self) -> bool:
+        """Whether the result may share storage with an input: yes unless the target is an ATen op
+        whose schema marks no result as an alias (PyTorch's contract: such results are fresh)."""
+        schema = getattr(self.target, "_schema", None)
+        return schema is None or any(r.alias_info is not None for r in schema.returns)
+
     def format(self, buffers: dict[str, Buffer]) -> str:
         """One line, with the result's type when it is one tensor."""
         if self.result not in buffers:
@@ -179,7 +208,36 @@ class TupleItem:
         return f"item    {buffers[self.result]} = {self.source}[{self.index}]" if self.result in buffers else str(self)
 
 
-Step = Union[Allocate, KernelLaunch, EmptyLaunch, ExternCall, TupleItem]
+Step = Union[Allocate, Free, KernelLaunch, EmptyLaunch, ExternCall, TupleItem]
+
+
+def step_uses(step: Step) -> tuple[str, ...]:
+    """The names a step reads (a view's base for a view). Not a use: an ``Allocate`` taking a dead
+    buffer's storage, a ``Free``."""
+    if isinstance(step, KernelLaunch):
+        return step.args
+    if isinstance(step, ExternCall):
+        return tuple(base_of(a.value) for a in step.inputs)
+    if isinstance(step, TupleItem):
+        return (step.source,)
+    return ()
+
+
+def step_defines(step: Step) -> str | None:
+    """The name a step defines, if any."""
+    if isinstance(step, Allocate):
+        return step.buffer
+    if isinstance(step, (ExternCall, TupleItem)):
+        return step.result
+    return None
+
+
+def storage_bytes(buffer: Buffer) -> int:
+    """The bytes ``torch.empty_strided`` allocates for the buffer: its extent (0 if it is empty)."""
+    if any(n == 0 for n in buffer.shape):
+        return 0
+    extent = 1 + sum((n - 1) * st for n, st in zip(buffer.shape, buffer.strides))
+    return extent * buffer.dtype.itemsize
 
 
 @dataclass(frozen=True)
@@ -200,6 +258,57 @@ class Literal:
 
     def __str__(self) -> str:
         return repr(self.value)
+
+
+@dataclass
+class Liveness:
+    """Where each name of a Program is defined and last read, and which storages it may view.
+
+    ``aliases[n]``: the names whose storage ``n`` may share, itself included: a fallback op may return
+    a view of any of its inputs (or a tuple holding them) unless its schema says it does not
+    (``ExternCall.may_view_inputs``), a ``TupleItem`` is part of its op's result, so their aliases
+    include their inputs'. ``death[s]``: the last step that may read the storage first
+    named ``s`` through any of those names; ``end`` (the step count) where a graph output may view it,
+    or for inputs and constants, which the program never gives back."""
+    defined: dict[str, int]             # name -> its defining step; -1 for inputs and constants
+    last_use: dict[str, int]            # name -> the last step that reads it; ``end`` for graph outputs
+    aliases: dict[str, frozenset[str]]
+    death: dict[str, int]
+    end: int
+
+    def live_after(self, name: str, step: int) -> bool:
+        """Whether some step after ``step`` (or a graph output) may read ``name``'s storage."""
+        return self.death[name] > step
+
+
+def liveness(program: "Program") -> Liveness:
+    """The liveness of ``program``'s names (see ``Liveness``); names it never defines are skipped."""
+    end = len(program.steps)
+    defined = {n: -1 for n in [i.name for i in program.inputs] + [c.name for c in program.constants]}
+    aliases = {n: frozenset([n]) for n in defined}
+    last_use: dict[str, int] = {}
+    for k, step in enumerate(program.steps):
+        for name in step_uses(step):
+            last_use[name] = k
+        name = step_defines(step)
+        if name is None:
+            continue
+        defined.setdefault(name, k)
+        views = isinstance(step, TupleItem) or isinstance(step, ExternCall) and step.may_view_inputs
+        reads = [n for n in step_uses(step) if n in aliases] if views else []
+        aliases[name] = frozenset([name]).union(*(aliases[n] for n in reads))
+    for out in program.outputs:
+        if isinstance(out, Returned):
+            last_use[base_of(out.value)] = end
+    for name in defined:
+        if defined[name] < 0:
+            last_use[name] = end
+    death: dict[str, int] = {}
+    for name, storages in aliases.items():
+        last = max(last_use.get(name, defined[name]), defined[name])
+        for s in storages:
+            death[s] = max(death.get(s, -1), last)
+    return Liveness(defined, last_use, aliases, death, end)
 
 
 @dataclass
@@ -230,11 +339,68 @@ class Program:
         """Some kernel reads a tile through a TMA descriptor (the wrapper sets up its scratch memory)."""
         return any(isinstance(s, TileLoad) for k in self.kernels for p in k.phases for s in p.inner)
 
+    def liveness(self) -> Liveness:
+        return liveness(self)
+
+    def footprint(self) -> tuple[int, int]:
+        """The peak bytes of the storages the program makes (allocations, fallback results) as
+        planned, and without the plan (each allocation fresh, nothing freed). A storage is counted
+        from the step that makes it until every name that may view it is dropped (``Free``, a reuse,
+        or the end); a fallback op's result counts whole even where it is a view (an upper bound)."""
+        live = self.liveness()
+        end = len(self.steps)
+        dropped: dict[str, int] = {}
+        root: dict[str, str] = {}       # a made name -> the name that first made its storage
+        made: dict[str, tuple[int, int]] = {}  # storage root -> (step, bytes)
+        for k, step in enumerate(self.steps):
+            if isinstance(step, Free):
+                dropped.update((n, k) for n in step.names)
+            elif isinstance(step, Allocate) and step.reuses is not None:
+                dropped[step.reuses] = k
+                root[step.buffer] = root.get(step.reuses, step.reuses)
+            elif step_defines(step) in self.buffers:  # a fresh allocation, a fallback op's result, an item
+                name = step_defines(step)
+                root[name] = name
+                made[name] = (k, storage_bytes(self.buffers[name]))
+        release = {r: made[r][0] for r in made}
+        for name, storages in live.aliases.items():
+            for s in storages:
+                if s in root:
+                    release[root[s]] = max(release[root[s]], dropped.get(name, end))
+        delta = [0] * (end + 2)
+        for r, (k, size) in made.items():
+            delta[k] += size
+            delta[release[r] + 1] -= size
+        peak = current = 0
+        for d in delta:
+            current += d
+            peak = max(peak, current)
+        unplanned = sum(storage_bytes(self.buffers[step_defines(s)]) for s in self.steps
+                        if step_defines(s) in self.buffers)
+        return peak, unplanned
+
+    def memory_summary(self) -> str:
+        """One line: buffers allocated, how many reuse a dead one's storage, planned peak bytes."""
+        allocs = [s for s in self.steps if isinstance(s, Allocate)]
+        reused = sum(s.reuses is not None for s in allocs)
+        freed = sum(len(s.names) for s in self.steps if isinstance(s, Free))
+        peak, unplanned = self.footprint()
+        return (f"memory plan: allocations {len(allocs)} ({reused} reusing a dead buffer's storage), "
+                f"names freed after their last use {freed}, peak {_size(peak)} ({_size(unplanned)} without "
+                f"the plan)")
+
     def verify(self) -> None:
         """Raise ``ProgramError`` unless every name is defined (an input, a constant, allocated or
-        returned by a fallback op) exactly once and before any use, every launch has a positive
-        grid, and every buffer a launch or an output names is in the plan."""
+        returned by a fallback op) exactly once and before any use, no name is used after it is
+        dropped (``Free``, or given to a reuse), every launch has a positive grid, every buffer a
+        launch or an output names is in the plan, and every reuse takes the storage of an allocated
+        buffer of the same device, dtype and bytes that nothing may read any more (through any alias)."""
         defined: set[str] = set()
+        dropped: dict[str, str] = {}
+        allocated: set[str] = set()
+        live = self.liveness()
+        returned = {base_of(o.value) for o in self.outputs if isinstance(o, Returned)}
+        fixed = {i.name for i in self.inputs} | {c.name for c in self.constants}
 
         def define(name: str, what: str) -> None:
             _check(name not in defined, f"{what} defines {name}, which is already defined")
@@ -244,14 +410,28 @@ class Program:
             name = base_of(value)
             _check(name in defined, f"{what} uses {name} before it is defined (allocated, an input, "
                                     f"a constant or a fallback op's result)")
+            _check(name not in dropped, f"{what} uses {name} after it is {dropped.get(name)}")
+
+        def drop(name: str, how: str, k: int) -> None:
+            _check(name in defined and name not in dropped, f"step {k} ({how}): {name} is not defined here")
+            _check(name not in fixed, f"step {k} ({how}): {name} is an input or a constant")
+            _check(name not in returned, f"step {k} ({how}): {name} is a graph output")
+            dropped[name] = how
         for i in self.inputs:
             define(i.name, f"input {i.index}")
         for c in self.constants:
             define(c.name, f"constant {c.key}")
-        for step in self.steps:
-            if isinstance(step, Allocate):
+        for k, step in enumerate(self.steps):
+            if isinstance(step, Free):
+                for name in step.names:
+                    drop(name, "freed", k)
+            elif isinstance(step, Allocate):
                 _check(step.buffer in self.buffers, f"alloc {step.buffer}: not in the buffer plan")
+                if step.reuses is not None:
+                    self._check_reuse(step, k, live, allocated)
+                    drop(step.reuses, f"reused by {step.buffer}", k)
                 define(step.buffer, "alloc")
+                allocated.add(step.buffer)
             elif isinstance(step, KernelLaunch):
                 what = f"launch {step.name}"
                 _check(len(step.grid) > 0 and all(isinstance(g, int) and g > 0 for g in step.grid),
@@ -274,6 +454,20 @@ class Program:
             if isinstance(out, Returned):
                 use(out.value, f"output {k}")
 
+    def _check_reuse(self, step: Allocate, k: int, live: Liveness, allocated: set[str]) -> None:
+        """``step`` may take the storage of ``step.reuses``: an allocated buffer of the same size class
+        that no later step nor output may read, through itself or any alias."""
+        donor, what = step.reuses, f"alloc {step.buffer} reusing {step.reuses}"
+        _check(donor in allocated, f"{what}: only an allocated buffer's storage can be reused")
+        a, b = self.buffers[donor], self.buffers[step.buffer]
+        _check((a.device, a.dtype) == (b.device, b.dtype) and storage_bytes(a) == storage_bytes(b) > 0,
+               f"{what}: {a} and {b} differ in device, dtype or storage bytes")
+        if live.live_after(donor, k):
+            readers = sorted(n for n, storages in live.aliases.items() if donor in storages)
+            raise ProgramError(f"{what}: {donor} is still live (read at step {live.death[donor]}"
+                               f"{' or by an output' if live.death[donor] == live.end else ''}; "
+                               f"names that may view it: {', '.join(readers)})")
+
     def __str__(self) -> str:
         lines = [f"program {self.name}"]
         lines += [f"input   {self.buffers[i.name]}  = args[{i.index}]" for i in self.inputs]
@@ -281,7 +475,16 @@ class Program:
         for step in self.steps:
             lines.append(step.format(self.buffers) if isinstance(step, (Allocate, ExternCall, TupleItem)) else str(step))
         lines.append(f"return  ({', '.join(map(str, self.outputs))})")
+        lines.append(f"# {self.memory_summary()}")
         return "\n".join(lines) + "\n"
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
 
 
 def _check(cond: bool, msg: str) -> None:

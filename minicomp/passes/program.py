@@ -1,6 +1,7 @@
 """Building the Program (``ir/program.py``) from a scheduled graph: the launch order, each launch's
 grid and options, the buffer plan (every intermediate allocated just before the launch that writes
-it first), the fallback ops' calls and the graph's results."""
+it first), the fallback ops' calls and the graph's results; then its memory plan
+(``memory_plan.py``: names freed after their last use, dead buffers' storage reused)."""
 from __future__ import annotations
 
 import networkx as nx
@@ -11,6 +12,7 @@ from ..ir.layout import buffer_strides, view_as_strided
 from ..ir.program import (Allocate, Buffer, Constant, EmptyLaunch, ExternArg, ExternCall, Input, KernelLaunch,
                           Literal, Operand, Program, Returned, TupleItem, Value, View)
 from ..templates import template_of
+from .memory_plan import plan_memory
 
 
 def launch_of_stage(graph: Graph) -> dict[str, StagedLaunch]:
@@ -72,10 +74,11 @@ def buffer_name(node: Node) -> str:
     return f"buf{node.id}"
 
 
-def build_program(graph: Graph, name: str, kernels: list[Kernel] | None = None) -> Program:
+def build_program(graph: Graph, name: str, kernels: list[Kernel] | None = None, memory: str | None = None) -> Program:
     """The Program of a scheduled graph. ``kernels``: the graph's kernels (``graph.kernels``) or a
-    variant of them (the autotuner tries one schedule at a time)."""
-    return _Builder(graph, name).build(graph.kernels if kernels is None else kernels)
+    variant of them (the autotuner tries one schedule at a time). ``memory``: the memory plan's mode
+    (``memory_plan.MODES``; None: ``MINICOMP_MEMORY_PLAN``, by default free and reuse)."""
+    return plan_memory(_Builder(graph, name).build(graph.kernels if kernels is None else kernels), memory)
 
 
 class _Builder:

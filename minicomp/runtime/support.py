@@ -16,24 +16,22 @@ def poisoning() -> bool:
     return os.environ.get("MINICOMP_POISON", "0") not in ("", "0")
 
 
-def empty(shape, strides, dtype, device) -> torch.Tensor:
-    """A fresh buffer; with ``MINICOMP_POISON=1`` filled with garbage (NaN, or a large integer) so a
-    kernel that leaves part of its output unwritten is caught by any comparison."""
+def empty(shape, strides, dtype, device, poison: bool | None = None) -> torch.Tensor:
+    """A fresh buffer; with ``MINICOMP_POISON=1`` filled with garbage (``fill_garbage``). ``poison``:
+    ``poisoning()`` as the caller read it (a wrapper reads it once per call), None to read it here."""
     t = torch.empty_strided(shape, strides, dtype=dtype, device=device)
-    if poisoning() and t.numel():
-        t.fill_(True if dtype == torch.bool else float("nan") if dtype.is_floating_point else 77)
+    if poisoning() if poison is None else poison:
+        fill_garbage(t)
     return t
 
 
-def allocator() -> Callable:
-    """``empty`` for a lean wrapper, decided when it is bound: without ``MINICOMP_POISON`` a plain
-    ``torch.empty_strided``, sparing each allocation the environment lookup."""
-    if poisoning():
-        return empty
-
-    def fresh(shape, strides, dtype, device) -> torch.Tensor:
-        return torch.empty_strided(shape, strides, dtype=dtype, device=device)
-    return fresh
+def fill_garbage(t: torch.Tensor) -> None:
+    """Fill a buffer about to be written with garbage (NaN, or a large integer) so a kernel that
+    leaves part of its output unwritten is caught by any comparison: every fresh buffer under
+    ``MINICOMP_POISON=1``, and every buffer that reuses a dead one's storage (a wrapper's ``call``
+    asks ``poisoning()`` once per call, its lean ``run`` once when it is bound)."""
+    if t.numel():
+        t.fill_(True if t.dtype == torch.bool else float("nan") if t.dtype.is_floating_point else 77)
 
 
 def ensure_contiguous(t: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,118 @@
+"""The memory plan of a Program: drop every name after its last use, and let an allocation take the
+storage of a dead buffer of the same size class instead of asking the allocator.
+
+Without it every intermediate lives until the wrapper returns, so the peak is the sum of all of them.
+Freeing (``Free`` -> ``del``) hands each storage back to PyTorch's caching allocator as soon as nothing
+may read it; that alone brings the peak near eager's. Reuse (``Allocate(reuses=...)``) also saves the
+allocation call: a buffer takes the storage of an earlier *allocated* buffer (never a fallback op's
+result, an input or a constant) on the same device, of the same dtype and the same storage bytes, once
+every name that may view that storage is past its last read (``Liveness``: a fallback op's result may
+be a view of its inputs). Exact bytes is the size class: intermediates of one model repeat their
+shapes (layers of one width), and a rounded-up class would keep the waste alive for as long as the
+storage is passed on; other sizes go back to the caching allocator, which reuses them itself.
+
+Holding a dead storage until a later allocation of its size would keep it out of the allocator in
+between; a reuse is taken only where that does not raise the planned peak above the free-only plan's.
+"""
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+
+from ..ir.program import Allocate, Free, Program, Returned, base_of, storage_bytes
+
+MODES = ("1", "free", "0")
+"""``MINICOMP_MEMORY_PLAN``: 1 (default) frees and reuses, ``free`` frees only, 0 plans nothing (every
+buffer fresh and alive until the wrapper returns: for measuring what the plan saves)."""
+
+
+def memory_plan_mode() -> str:
+    mode = os.environ.get("MINICOMP_MEMORY_PLAN", "1") or "1"
+    return mode if mode in MODES else "1"
+
+
+def plan_memory(program: Program, mode: str | None = None) -> Program:
+    """``program`` (fresh allocations, nothing freed) with its memory plan: ``Free`` steps after last
+    uses and allocations that reuse dead buffers' storage. ``mode``: see ``MODES`` (None: the
+    environment's)."""
+    mode = memory_plan_mode() if mode is None else mode
+    assert not any(isinstance(s, Free) or (isinstance(s, Allocate) and s.reuses) for s in program.steps), \
+        "plan_memory: the program is planned already"
+    if mode == "0":
+        return program
+    live = program.liveness()
+    donors = _reuses(program, live) if mode == "1" else {}
+    given = set(donors.values())
+    kept = {i.name for i in program.inputs} | {c.name for c in program.constants} | \
+        {base_of(o.value) for o in program.outputs if isinstance(o, Returned)}
+    frees: dict[int, list[str]] = defaultdict(list)
+    for name, k in live.defined.items():
+        if name not in kept and name not in given:
+            frees[max(k, live.last_use.get(name, k))].append(name)
+    steps = []
+    for k, step in enumerate(program.steps):
+        if isinstance(step, Allocate) and step.buffer in donors:
+            step = Allocate(step.buffer, donors[step.buffer])
+        steps.append(step)
+        if frees.get(k):
+            steps.append(Free(tuple(frees[k])))
+    return Program(program.name, program.inputs, program.constants, program.buffers, steps, program.outputs)
+
+
+def _reuses(program: Program, live) -> dict[str, str]:
+    """Allocated buffer -> the dead allocated buffer whose storage it takes. In step order, each
+    allocation takes the most recently dead storage of its size class (for a graph output: of its
+    shape and strides too), if holding that storage from its death until here keeps the planned peak
+    within the free-only plan's."""
+    curve = _free_only_curve(program, live)
+    peak = max(curve, default=0)
+    returned = {base_of(o.value) for o in program.outputs if isinstance(o, Returned)}
+    dead_at: dict[int, list[str]] = defaultdict(list)
+    for k, step in enumerate(program.steps):
+        if isinstance(step, Allocate) and live.death[step.buffer] < live.end:
+            dead_at[live.death[step.buffer]].append(step.buffer)
+    pool: dict[tuple, list[str]] = defaultdict(list)  # size class -> dead buffers, most recent last
+    donors: dict[str, str] = {}
+    dies: dict[str, int] = {}  # a storage's holder -> when its last occupant dies
+    for k, step in enumerate(program.steps):
+        if isinstance(step, Allocate):
+            buf = program.buffers[step.buffer]
+            size = storage_bytes(buf)
+            free = pool.get(_size_class(buf)) if size else None
+            if free and step.buffer in returned:  # the caller gets a plain tensor, not a reinterpreted one
+                free = [d for d in free if (program.buffers[d].shape, program.buffers[d].strides) ==
+                        (buf.shape, buf.strides)]
+            if free:
+                donor = free[-1]
+                held = range(dies[donor] + 1, k)
+                if all(curve[t] + size <= peak for t in held):
+                    pool[_size_class(buf)].remove(donor)
+                    donors[step.buffer] = donor
+                    for t in held:
+                        curve[t] += size
+        for name in dead_at.get(k, ()):
+            buf = program.buffers[name]
+            if storage_bytes(buf):
+                pool[_size_class(buf)].append(name)
+                dies[name] = k
+    return donors
+
+
+def _size_class(buf) -> tuple:
+    return buf.device, buf.dtype, storage_bytes(buf)
+
+
+def _free_only_curve(program: Program, live) -> list[int]:
+    """The bytes of made storages alive at each step if every storage went back to the allocator
+    right after the last step that may read it (fallback results counted whole)."""
+    delta = [0] * (live.end + 2)
+    for name, k in live.defined.items():
+        if k >= 0 and name in program.buffers:
+            size = storage_bytes(program.buffers[name])
+            delta[k] += size
+            delta[live.death[name] + 1] -= size
+    curve, current = [], 0
+    for d in delta[:live.end]:
+        current += d
+        curve.append(current)
+    return curve
