@@ -312,3 +312,22 @@ def test_own_counters_keep_a_graphs_counters_apart():
         assert support.kept_counters(kernel, 3, "cpu") is own
     assert own is not kept and support.kept_counters(kernel, 3, "cpu") is kept
     assert list(store.values())[0][1] is own
+
+
+def test_replay_check_compares_like_a_plain_run():
+    # a recording is checked by one replay against the warm-up: equal up to rounding, NaN where NaN
+    x = torch.randn(4, 5)
+    assert cuda_graphs._close(x, x.clone()) and cuda_graphs._close(x[:0], x[:0])
+    assert not cuda_graphs._close(x, torch.zeros_like(x)) and not cuda_graphs._close(x, x.t())
+    y = x.clone()
+    y[1, 2] = x[1, 2] = float("nan")
+    assert cuda_graphs._close(x, y)
+    b = x.bfloat16()
+    assert cuda_graphs._close(b, b * (1 + 2 ** -8)) and not cuda_graphs._close(b, b * 1.5)
+    assert cuda_graphs._close(torch.tensor([True, False]), torch.tensor([True, False]))
+
+
+def test_random_ops_are_not_replay_checked():
+    assert facts_of_fx(make_fx(lambda x: torch.rand_like(x) + x)(torch.randn(3))).random
+    assert not facts_of_fx(make_fx(lambda x: x + 1)(torch.randn(3))).random
+    assert cuda_graphs.facts_of_ops(["native_dropout.default"]).random

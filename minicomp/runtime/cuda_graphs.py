@@ -60,6 +60,7 @@ class GraphFacts:
     symbolic_inputs: tuple[str, ...] = ()        # placeholders with symbolic sizes (dynamic shapes)
     mutated_inputs: tuple[int, ...] = ()         # inputs an op of the graph writes
     uncapturable: tuple[str, ...] = ()           # ops that synchronize or have data-dependent shapes
+    random: bool = False                         # random ops: a replay draws new numbers (not checked)
 
 
 def _packet(target) -> str:
@@ -84,10 +85,11 @@ def facts_of_fx(gm: fx.GraphModule, static_inputs: Iterable[int] = ()) -> GraphF
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     position = {n: i for i, n in enumerate(placeholders)}
     symbolic = tuple(n.name for n in placeholders if _symbolic(n.meta.get("val", n.meta.get("example_value"))))
-    mutated, uncapturable = [], []
+    mutated, uncapturable, random = [], [], False
     for n in gm.graph.nodes:
         if n.op != "call_function":
             continue
+        random = random or _random(n.target)
         schema = getattr(n.target, "_schema", None)
         if schema is not None:
             for arg, value in zip(schema.arguments, n.args):
@@ -104,7 +106,7 @@ def facts_of_fx(gm: fx.GraphModule, static_inputs: Iterable[int] = ()) -> GraphF
         elif not symbolic and _symbolic(n.meta.get("val")):  # an unbacked size: data-dependent
             uncapturable.append(f"{_packet(n.target)} (data-dependent size)")
     return GraphFacts(frozenset(static_inputs), symbolic, tuple(sorted(set(mutated))),
-                      tuple(dict.fromkeys(uncapturable)))
+                      tuple(dict.fromkeys(uncapturable)), random)
 
 
 def _bool_index(n: fx.Node) -> bool:
@@ -120,8 +122,20 @@ def _bool_index(n: fx.Node) -> bool:
 def facts_of_ops(ops: Iterable[str], static_inputs: Iterable[int] = ()) -> GraphFacts:
     """The facts of a graph known only by the names of its fallback ops (a graph-cache entry: a plain
     inference graph with static sizes that writes no input)."""
+    ops = list(ops)
     return GraphFacts(frozenset(static_inputs),
-                      uncapturable=tuple(dict.fromkeys(_packet(o) for o in ops if _packet(o) in UNCAPTURABLE)))
+                      uncapturable=tuple(dict.fromkeys(_packet(o) for o in ops if _packet(o) in UNCAPTURABLE)),
+                      random=any(_random(o) for o in ops))
+
+
+def _random(target) -> bool:
+    """Whether an op (or its name) draws random numbers (PyTorch tags such ops)."""
+    if isinstance(target, str):
+        packet = getattr(torch.ops.aten, _packet(target), None) if _packet(target).isidentifier() else None
+        overloads = [getattr(packet, o) for o in packet.overloads()] if packet is not None else []
+    else:
+        overloads = [target]
+    return any(torch.Tag.nondeterministic_seeded in getattr(o, "tags", ()) for o in overloads)
 
 
 def static_input_indices(gm: fx.GraphModule | None = None) -> list[int]:
@@ -173,7 +187,7 @@ def wrap(fn: Callable, args, facts: GraphFacts, report, static_outputs: bool = F
     report.cuda_graph = "capturable: records at the next call"
     static = frozenset(i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
                        and (i in facts.static_inputs or isinstance(a, torch.nn.Parameter)))
-    return CudaGraphRunner(fn, args, static, report, static_outputs)
+    return CudaGraphRunner(fn, args, static, report, static_outputs, check_replay=not facts.random)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -194,8 +208,10 @@ class CudaGraphRunner:
     threads take turns (one set of static buffers); calls from several streams are ordered after each
     other (a call waits for the stream of the previous one), so replays never overlap."""
 
-    def __init__(self, fn: Callable, args, static: frozenset[int], report, static_outputs: bool):
-        self.fn, self.report, self.static_outputs = fn, report, static_outputs
+    def __init__(self, fn: Callable, args, static: frozenset[int], report, static_outputs: bool,
+                 check_replay: bool = True):
+        """``check_replay``: compare a first replay with the warm-up's results (not for random ops)."""
+        self.fn, self.report, self.static_outputs, self.check_replay = fn, report, static_outputs, check_replay
         self.device = next(a.device for a in args if isinstance(a, torch.Tensor))
         tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         self.static = [i for i in tensors if i in static]
@@ -217,11 +233,13 @@ class CudaGraphRunner:
         if self.plain is not None:
             return self.fn(args)
         with self.lock:
-            if self.plain is None and (self.graph is None or not self._static_inputs_in_place(args)):
-                self._record(args)
             if self.plain is not None:
                 return self.fn(args)
             self._after_previous_call()
+            if self.graph is None or not self._static_inputs_in_place(args):
+                self._record(args)
+                if self.plain is not None:
+                    return self.fn(args)
             self._copy_inputs(args)
             self.graph.replay()
             return self._results(args)
@@ -292,7 +310,6 @@ class CudaGraphRunner:
         self.graph = graph
         self.static_ptrs = [args[i].data_ptr() if i in self.static else None for i in range(len(args))]
         self.outputs = self._output_plan(args, static_args, outputs)
-        self.last_stream = None
         moved = f", re-recorded {self.recordings - 1} time(s) after static inputs moved" if self.recordings > 1 else ""
         results = "the graph's own buffers (overwritten by the next call)" if self.static_outputs else "copies"
         self.report.cuda_graph = (f"captured: {len(self.copied)} input(s) copied per call, {len(self.static)} "
@@ -324,7 +341,7 @@ class CudaGraphRunner:
         stream.wait_stream(caller)
         with torch.cuda.device(self.device), torch.cuda.stream(stream), own_counters(self.counters):
             self._copy_inputs(args)
-            self.fn(list(static_args))  # the warm-up: its results are dropped
+            expected = self.fn(list(static_args))  # the warm-up
         stream.synchronize()
         graph, error, outputs = torch.cuda.CUDAGraph(), None, None
         gc_was_enabled = gc.isenabled()
@@ -344,6 +361,8 @@ class CudaGraphRunner:
         finally:
             if gc_was_enabled:
                 gc.enable()
+        if error is None and self.check_replay:
+            error = _replay_differs(graph, stream, outputs, expected)
         caller.wait_stream(stream)
         if error is not None:
             raise error
@@ -367,7 +386,7 @@ class CudaGraphRunner:
             if ptr in inputs:
                 i = inputs[ptr]
                 ref = static_args[i]
-                same = out is args[i] or (out is ref and i in self.static)
+                same = out is ref  # the input itself (the wrapper returned it)
                 geometry = (tuple(out.shape), out.stride(), out.storage_offset() - ref.storage_offset())
                 plan.append(_Output("input", index=i, geometry=geometry, same=same))
                 continue
@@ -377,6 +396,32 @@ class CudaGraphRunner:
             if p.kind == "own" and p.value.numel():
                 p.dense = groups[p.index] == 1 and _dense(p.value)
         return plan
+
+
+class ReplayMismatch(RuntimeError):
+    pass
+
+
+def _replay_differs(graph, stream, outputs, expected) -> Exception | None:
+    """One replay on the warm-up's inputs must give the warm-up's results: a launch that went to
+    another stream than the capture's (a launcher holding on to a stream) would be missing from the
+    graph, and its outputs would keep what the pool held. Checked once per recording."""
+    with torch.cuda.stream(stream):
+        graph.replay()
+        for k, (got, want) in enumerate(zip(outputs, expected)):
+            if isinstance(got, torch.Tensor) and not _close(got, want):
+                return ReplayMismatch(f"a replay of the capture differs from a plain run in output {k}")
+    return None
+
+
+def _close(a: torch.Tensor, b) -> bool:
+    if not isinstance(b, torch.Tensor) or a.shape != b.shape:
+        return False
+    if not a.numel():
+        return True
+    tol = 2e-2 if a.dtype in (torch.float16, torch.bfloat16) else 1e-4
+    wide = torch.complex128 if a.is_complex() else torch.float64
+    return bool(torch.allclose(a.to(wide), b.to(wide), rtol=tol, atol=tol, equal_nan=True))
 
 
 def _static_buffer(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
