@@ -191,7 +191,8 @@ class _StandIn:
         self.replays += 1
         for out, new in zip(self.outputs, self.fn(list(self.static_args))):
             if isinstance(out, torch.Tensor) and out.numel() and out.data_ptr() != new.data_ptr():
-                out.copy_(new)
+                with torch.inference_mode():  # a replay writes memory; Python would refuse an inference tensor
+                    out.copy_(new)
 
 
 @pytest.fixture
@@ -331,3 +332,14 @@ def test_random_ops_are_not_replay_checked():
     assert facts_of_fx(make_fx(lambda x: torch.rand_like(x) + x)(torch.randn(3))).random
     assert not facts_of_fx(make_fx(lambda x: x + 1)(torch.randn(3))).random
     assert cuda_graphs.facts_of_ops(["native_dropout.default"]).random
+
+
+def test_runner_recorded_in_inference_mode_serves_calls_outside_it(stand_in):
+    def fn(args):
+        return (args[0] * 2,)
+    with torch.inference_mode():
+        x = torch.randn(3)
+        runner = CudaGraphRunner(fn, [x], frozenset(), Report("g"), False)
+        torch.testing.assert_close(runner([x])[0], x * 2)
+    y = torch.randn(3)
+    torch.testing.assert_close(runner([y])[0], y * 2)  # copies into the static buffer outside the mode

@@ -320,7 +320,8 @@ class CudaGraphRunner:
         static_args = list(args)
         for i in self.copied:
             if i not in self.buffers:
-                self.buffers[i], self.targets[i], index = _static_buffer(args[i])
+                with torch.inference_mode(False):  # normal tensors: later calls may run outside the mode
+                    self.buffers[i], self.targets[i], index = _static_buffer(args[i])
                 if index is not None:
                     self.sources[i] = index
             static_args[i] = self.buffers[i]
