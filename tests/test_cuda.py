@@ -381,11 +381,11 @@ def test_cuda_graph_of_staged_launches_replays_in_step_from_two_streams(fn, shap
     rep = minicomp.report()
     assert rep.kernels[0].template == template, rep.summary()
     streams = [torch.cuda.Stream() for _ in range(2)]
+    inputs = [[x * (k + 1) if k % 2 else torch.randn_like(x) for _ in streams] for k in range(4)]
     results = []
-    torch.cuda.synchronize()
-    for k in range(4):
-        for s in streams:
-            t = x * (k + 1) if k % 2 else torch.randn_like(x)
+    torch.cuda.synchronize()  # the inputs are ready before the other streams read them
+    for row in inputs:
+        for s, t in zip(streams, row):
             with torch.cuda.stream(s):
                 results.append((t, f(t)))
     torch.cuda.synchronize()
