@@ -101,6 +101,28 @@ def test_backend_marks_parameters_and_buffers_static_in_forward_and_backward(mon
     assert any(isinstance(forward[1][i], torch.nn.Parameter) for i in forward[0])
 
 
+def test_graph_cache_hit_marks_parameters_and_buffers_static(monkeypatch):
+    seen = []
+    real_wrap = cuda_graphs.wrap
+
+    def spy(fn, args, facts, report, static_outputs=False):
+        seen.append((report.from_cache, facts.static_inputs, list(args)))
+        return real_wrap(fn, args, facts, report, static_outputs)
+    monkeypatch.setattr(cuda_graphs, "wrap", spy)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6)).eval()
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        torch.compile(model, backend="minicomp", mode="reduce-overhead")(x)
+        torch._dynamo.reset()
+        f = torch.compile(model, backend="minicomp", mode="reduce-overhead")
+        f(x)
+        f(x)
+    from_cache, static, args = seen[-1]
+    assert from_cache
+    params = {id(t) for t in (*model.parameters(), *model.buffers())}
+    assert static == {i for i, a in enumerate(args) if id(a) in params} and len(static) >= 4  # Linear's and BN's (not its counter: unused in eval)
+
+
 # ------------------------------------------------------------------------------- fallback reasons
 
 def _cuda(*shape):
