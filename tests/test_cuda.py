@@ -364,8 +364,8 @@ def test_cuda_graph_parameters_are_not_copied_and_may_move():
         torch.testing.assert_close(f(x), lin(x))
         torch.testing.assert_close(f(x * 2), lin(x * 2))
     # recorded again (or, should Dynamo guard on the swap, compiled and captured anew)
-    assert "re-recorded 1 time(s)" in rep.cuda_graph or (minicomp.report() is not rep and _captured(minicomp.report())), \
-        rep.summary()
+    again = minicomp.report() is not rep and _captured(minicomp.report())
+    assert "re-recorded 1 time(s)" in rep.cuda_graph or again, rep.summary()
 
 
 @pytest.mark.parametrize("fn,shape,template", [
@@ -454,7 +454,8 @@ def test_cuda_graph_fallback_reasons_on_the_gpu(monkeypatch):
     for _ in range(3):
         (x,), s = _dev((4, 4)), torch.tensor(1.5)
         torch.testing.assert_close(g(x, s), x * s)
-    assert minicomp.report().cuda_graph.startswith("not captured: reads CPU tensor input(s)"), minicomp.report().summary()
+    rep = minicomp.report()
+    assert rep.cuda_graph.startswith("not captured: reads CPU tensor input(s)"), rep.summary()
 
 
 def test_cuda_graph_capture_error_falls_back_and_cuda_stays_usable(monkeypatch):

@@ -120,7 +120,8 @@ def test_graph_cache_hit_marks_parameters_and_buffers_static(monkeypatch):
     from_cache, static, args = seen[-1]
     assert from_cache
     params = {id(t) for t in (*model.parameters(), *model.buffers())}
-    assert static == {i for i, a in enumerate(args) if id(a) in params} and len(static) >= 4  # Linear's and BN's (not its counter: unused in eval)
+    # the Linear's and the BatchNorm's tensors (not its counter: unused in eval)
+    assert static == {i for i, a in enumerate(args) if id(a) in params} and len(static) >= 4
 
 
 # ------------------------------------------------------------------------------- fallback reasons
@@ -165,7 +166,8 @@ def _item_graph() -> torch.fx.GraphModule:
     """x * x.sum().item(), as Dynamo hands it over with capture_scalar_outputs (make_fx refuses it)."""
     g = torch.fx.Graph()
     x = g.placeholder("x")
-    s = g.call_function(torch.ops.aten._local_scalar_dense.default, (g.call_function(torch.ops.aten.sum.default, (x,)),))
+    total = g.call_function(torch.ops.aten.sum.default, (x,))
+    s = g.call_function(torch.ops.aten._local_scalar_dense.default, (total,))
     g.output((g.call_function(torch.ops.aten.mul.Tensor, (x, s)),))
     return torch.fx.GraphModule({}, g)
 
