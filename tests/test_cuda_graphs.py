@@ -337,6 +337,12 @@ def test_own_counters_keep_a_graphs_counters_apart():
         assert support.kept_counters(kernel, 3, "cpu") is own
     assert own is not kept and support.kept_counters(kernel, 3, "cpu") is kept
     assert list(store.values())[0][1] is own
+    # a lean wrapper's keeper, which remembers a stream's counters after its first launch, too
+    keeper = support.counter_keeper(kernel, 3, "cpu")
+    assert keeper(0) is kept
+    with support.own_counters(store):
+        assert keeper(0) is own
+    assert keeper(0) is kept and support._RECORDING == 0
 
 
 def test_replay_check_compares_like_a_plain_run():
