@@ -16,17 +16,26 @@ from .report import Report, report, reports, reports_since
 __version__ = "0.1.0"
 
 
-def compile(model: Callable, *, mode: str = "default", dump_dir: str | None = None) -> Callable:
+def compile(model: Callable, *, mode: str = "default", dump_dir: str | None = None,
+            static_outputs: bool = False) -> Callable:
     """Compile ``model`` (an ``nn.Module`` or a function of tensors) with minicomp.
 
-    ``mode``: ``"default"`` (heuristic schedules) or ``"max-autotune"``.
+    ``mode``, as torch.compile names them:
+      * ``"default"``: heuristic schedules (and tuned ones stored earlier), plain kernel launches;
+      * ``"reduce-overhead"``: each CUDA graph specialization captured in a CUDA graph and replayed
+        (inputs copied into static buffers, parameters and buffers not; ``report()`` says per graph
+        whether it was captured or why not);
+      * ``"max-autotune"``: schedules and GEMM backends measured on the GPU, and CUDA graphs;
+      * ``"max-autotune-no-cudagraphs"``: measured, plain launches.
     ``dump_dir``: write the FX graph, the IR after every pass, the kernels, the wrapper and a
     summary there (also ``MINICOMP_DUMP=dir``).
+    ``static_outputs`` (CUDA graphs only): return the graph's own output buffers instead of copies:
+    faster, but the next call of the same graph overwrites the results of the previous one.
     """
     if not callable(model):
         raise TypeError(f"minicomp.compile: model must be callable, got {type(model).__name__}")
     from .backend import Backend
-    return torch.compile(model, backend=Backend(mode=mode, dump_dir=dump_dir))
+    return torch.compile(model, backend=Backend(mode=mode, dump_dir=dump_dir, static_outputs=static_outputs))
 
 
 def _register_backend() -> None:

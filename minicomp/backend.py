@@ -17,6 +17,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 
 from . import graph_cache
 from .compiler import CompiledGraph, Options
+from .runtime import cuda_graphs
 from .frontend.interpolate_op import substitute_interpolate
 
 
@@ -61,7 +62,9 @@ class Backend:
         key = hit = None
         try:
             key = graph_cache.key(gm, example_inputs, self.options)
-            hit = key and graph_cache.lookup(key, rebuild=lambda args: self._trace(gm, args, None))
+            static = cuda_graphs.static_input_indices(gm) if self.options.cudagraphs else ()
+            hit = key and graph_cache.lookup(key, rebuild=lambda args: self._trace(gm, args, None),
+                                             options=self.options, static_inputs=static)
         except Exception as e:  # noqa: BLE001 - the cache never fails a model: compile as usual
             warnings.warn(f"minicomp: graph cache skipped ({type(e).__name__}: {e})")
         return hit or self._trace(gm, example_inputs, key)
@@ -72,21 +75,39 @@ class Backend:
         opts = self.options
         substitute_interpolate(gm)  # kept whole by AOTAutograd, lowered by minicomp (forward and backward)
 
+        static_names: set[str] = set()  # the forward's static inputs by name: the backward's are among them
+
+        def static_inputs(g: fx.GraphModule, forward: bool) -> list[int]:
+            """For CUDA graphs: which inputs are parameters and buffers (AOTAutograd knows, while it
+            compiles the forward; a backward receives those it saved under the forward's names)."""
+            if not opts.cudagraphs:
+                return []
+            names = [n.name for n in g.graph.nodes if n.op == "placeholder"]
+            if not forward:
+                return [i for i, name in enumerate(names) if name in static_names]
+            static = [i for i in cuda_graphs.static_input_indices() if i < len(names)]
+            static_names.update(names[i] for i in static)
+            return static
+
         def inference(g, _):
             store = key and graph_cache.plain_inference(gm, g)
-            return CompiledGraph(g, opts, "inference", functools.partial(graph_cache.remember, key) if store else None)
+            return CompiledGraph(g, opts, "inference", functools.partial(graph_cache.remember, key) if store else None,
+                                 static_inputs(g, True))
         return aot_module_simplified(
             gm, example_inputs,
-            fw_compiler=lambda g, _: CompiledGraph(g, opts, "forward"),
-            bw_compiler=lambda g, _: CompiledGraph(g, opts, "backward"),
+            fw_compiler=lambda g, _: CompiledGraph(g, opts, "forward", static_inputs=static_inputs(g, True)),
+            bw_compiler=lambda g, _: CompiledGraph(g, opts, "backward", static_inputs=static_inputs(g, False)),
             inference_compiler=inference,
             decompositions=decompositions(training=needs_autograd(gm, example_inputs)),
         )
 
 
-def minicomp_backend(gm: fx.GraphModule, example_inputs, **options):
-    """Entry point for ``torch.compile(model, backend="minicomp")``."""
-    return Backend(**options)(gm, example_inputs)
+def minicomp_backend(gm: fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):
+    """Entry point for ``torch.compile(model, backend="minicomp")``. torch.compile passes ``mode`` here
+    when it is not ``"default"`` (``mode="reduce-overhead"`` arrives as ``mode=...``), or ``options``
+    (a dict of ``Options`` fields: ``{"mode": "reduce-overhead", "static_outputs": True}``; torch.compile
+    takes ``mode`` or ``options``, not both)."""
+    return Backend(**{**(options or {}), **kwargs})(gm, example_inputs)
 
 
 __all__ = ["Backend", "minicomp_backend"]

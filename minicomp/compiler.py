@@ -16,7 +16,7 @@ import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 import torch.fx as fx
@@ -35,7 +35,7 @@ from .passes.schedule import schedule
 from .passes.pipelines import row_pipelines, split_combines
 from .passes.split_reductions import split_reductions
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
-from .runtime import cache
+from .runtime import cache, cuda_graphs
 from .signatures import LastCall, signature
 from .tuning import Tuner, tune
 
@@ -54,7 +54,9 @@ PIPELINE: list[Pass] = [
     Pass("tune", tune, "use stored tuned schedules; in max-autotune, measure each kernel's config space"),
 ]
 
-MODES = ("default", "max-autotune")
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+"""torch.compile's names: ``reduce-overhead`` captures CUDA graphs, ``max-autotune`` tunes and captures,
+``max-autotune-no-cudagraphs`` only tunes (``Options.autotune``, ``Options.cudagraphs``)."""
 _graph_ids = itertools.count()
 
 
@@ -84,11 +86,22 @@ class Options:
     mode: str = "default"
     dump_dir: str | None = None
     pipeline: list[Pass] = field(default_factory=lambda: list(PIPELINE))
+    static_outputs: bool = False  # CUDA graphs: return the graph's own output buffers (see cuda_graphs.py)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise ValueError(f"minicomp: mode must be one of {MODES}, got {self.mode!r}")
+            raise ValueError(f"minicomp: unknown mode {self.mode!r}; the modes are {', '.join(MODES)}")
         self.dump_dir = self.dump_dir or os.environ.get("MINICOMP_DUMP") or None
+
+    @property
+    def autotune(self) -> bool:
+        """Measure schedules and GEMM backends at compile time (``max-autotune*``)."""
+        return self.mode in ("max-autotune", "max-autotune-no-cudagraphs")
+
+    @property
+    def cudagraphs(self) -> bool:
+        """Run each CUDA specialization as a captured CUDA graph (``reduce-overhead``, ``max-autotune``)."""
+        return self.mode in ("reduce-overhead", "max-autotune")
 
     @property
     def strict(self) -> bool:
@@ -105,10 +118,12 @@ class CompiledGraph:
     _boxed_call = True
 
     def __init__(self, gm: fx.GraphModule, options: Options, kind: str = "forward",
-                 on_compiled: Callable | None = None):
+                 on_compiled: Callable | None = None, static_inputs: Iterable[int] = ()):
         """``on_compiled(signature, artifacts, report)`` hears of the first specialization compiled
-        (what the graph cache stores)."""
+        (what the graph cache stores). ``static_inputs``: inputs at fixed addresses (parameters,
+        buffers), which a CUDA graph does not copy."""
         self.gm, self.options, self.kind, self.on_compiled = gm, options, kind, on_compiled
+        self.static_inputs = frozenset(static_inputs)
         self.name = graph_name(kind)
         self._specializations: dict[tuple, Callable] = {}
         self._last: LastCall | None = None
@@ -135,6 +150,9 @@ class CompiledGraph:
             self._specializations[key] = fallback = self._fall_back(rep, "first run", e)
             self._remember(fallback, args)
             return fallback(args)
+        if self.options.cudagraphs:  # captured from the next call on, where it can be
+            facts = cuda_graphs.facts_of_fx(self.gm, self.static_inputs)
+            self._specializations[key] = fn = cuda_graphs.wrap(fn, args, facts, rep, self.options.static_outputs)
         self._remember(fn, args)
         if self.on_compiled and art is not None and len(self._specializations) == 1:
             self.on_compiled(key, art, rep)
@@ -203,7 +221,7 @@ class CompiledGraph:
             return {}
         key = cache.digest(f"{self.gm.code}|{signature(args)}|{target.name}|{triton.__version__}")
         choices = cache.load_tuned(key)
-        if choices is None and self.options.mode == "max-autotune":
+        if choices is None and self.options.autotune:
             choices = self._tune(args)
             cache.store_tuned(key, choices)
         return {int(k): v for k, v in (choices or {}).items()}
@@ -243,7 +261,7 @@ class CompiledGraph:
         lowering = Lowering(self.gm, args)
         graph = lowering.run()
         graph.gemm_choices = dict(gemm_choices or {})
-        graph.tuner = Tuner(self.options.mode, args, lambda g, kernels: self._assemble(g, kernels)[0])
+        graph.tuner = Tuner(self.options.autotune, args, lambda g, kernels: self._assemble(g, kernels)[0])
         validator = validation.Validator(self.gm, args) if validation.enabled() else None
         if validator:
             validator.check_graph("lowering", graph)

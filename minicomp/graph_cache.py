@@ -33,7 +33,7 @@ from . import validation
 from .assemble import Artifacts, load
 from .compiler import Options, graph_name
 from .report import Fallback, KernelInfo, Report, record
-from .runtime import cache
+from .runtime import cache, cuda_graphs
 from .runtime.executable import Executable
 from .signatures import LastCall, signature
 
@@ -69,7 +69,7 @@ def key(gm: fx.GraphModule, example_inputs, options: Options) -> str | None:
         device = torch.cuda.get_device_name(t.device) if t.is_cuda else t.device.type
         inputs.append((tuple(t.shape), t.stride(), t.dtype, device, t.requires_grad, t.data_ptr() % 16 == 0))
     passes = [f"{p.name}:{p.run.__module__}.{p.run.__qualname__}" for p in options.pipeline]
-    state = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.get_default_dtype(), options.mode,
+    state = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.get_default_dtype(), options.autotune,
              passes, _source_digest(), torch.__version__, triton.__version__, _tuned_state(),
              os.environ.get("MINICOMP_MEMORY_PLAN", "1"))  # the wrapper's memory plan
     return cache.digest(f"{gm.code}|{inputs}|{state}")
@@ -100,8 +100,11 @@ def remember(key: str, sig: tuple, art: Artifacts, rep: Report) -> None:
         warnings.warn(f"minicomp: could not store graph-cache entry {key}: {e}")
 
 
-def lookup(key: str, rebuild: Callable) -> CachedGraph | None:
-    """The stored graph, loaded and ready to call, or None (no entry, or a damaged one)."""
+def lookup(key: str, rebuild: Callable, options: Options | None = None,
+           static_inputs=()) -> CachedGraph | None:
+    """The stored graph, loaded and ready to call, or None (no entry, or a damaged one). With
+    ``options.cudagraphs`` it is captured in a CUDA graph from its second call on (``static_inputs``:
+    the Dynamo graph's parameters and buffers, not copied)."""
     start, before = time.perf_counter(), dict(cache.stats)
     entry = cache.load_graph(key)
     if not isinstance(entry, Entry):
@@ -117,15 +120,22 @@ def lookup(key: str, rebuild: Callable) -> CachedGraph | None:
                  from_cache=True, cache={k: cache.stats[k] - before.get(k, 0) for k in cache.stats})
     rep.compile_seconds = time.perf_counter() - start
     record(rep)
-    return CachedGraph(entry.signature, fn, rebuild)
+    capture = None
+    if options is not None and options.cudagraphs:
+        capture = cuda_graphs.facts_of_ops([f.op for f in entry.fallbacks], static_inputs)
+    return CachedGraph(entry.signature, fn, rebuild, rep, capture, bool(options and options.static_outputs))
 
 
 class CachedGraph:
     """What the backend hands Dynamo on a hit: the stored wrapper for the stored input signature;
     any other signature goes through AOTAutograd and the compiler (``rebuild(args)``) once."""
 
-    def __init__(self, sig: tuple, fn: Executable, rebuild: Callable):
+    def __init__(self, sig: tuple, fn: Executable, rebuild: Callable, report: Report | None = None,
+                 capture: cuda_graphs.GraphFacts | None = None, static_outputs: bool = False):
+        """``capture``: the graph's facts where CUDA graphs are on (its first call runs plainly, then
+        ``cuda_graphs.wrap`` decides), else None."""
         self.signature, self.fn, self.rebuild = sig, fn, rebuild
+        self.report, self._capture, self._static_outputs = report, capture, static_outputs
         self._traced: Callable | None = None
         self._last: LastCall | None = None  # the stored signature's last call (Dynamo checked its tensors)
 
@@ -136,7 +146,13 @@ class CachedGraph:
             return self.fn(list(args))
         if signature(args) == self.signature:
             self._last = LastCall(self.fn, args, last)
-            return self.fn(list(args))
+            facts, fn = self._capture, self.fn
+            if facts is None:
+                return fn(list(args))
+            self._capture = None  # the first call runs plainly; wrap decides with its arguments
+            out = fn(list(args))
+            self.fn = cuda_graphs.wrap(fn, args, facts, self.report, self._static_outputs)
+            return out
         if self._traced is None:
             self._traced = self.rebuild(list(args))
         return self._traced(*args)

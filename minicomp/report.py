@@ -39,6 +39,7 @@ class Report:
     dump_dir: str | None = None
     cache: dict = field(default_factory=dict)
     from_cache: bool = False  # loaded whole from the graph cache (no tracing, no codegen)
+    cuda_graph: str | None = None  # reduce-overhead / max-autotune: captured, or why not (one line)
 
     def summary(self) -> str:
         lines = [f"graph {self.graph}: {len(self.kernels)} kernel(s), {len(self.fallbacks)} fallback op(s), "
@@ -46,6 +47,8 @@ class Report:
                     else f"compiled in {self.compile_seconds:.2f}s")]
         if self.whole_graph_fallback:
             lines.append(f"whole graph runs in PyTorch: {self.whole_graph_fallback}")
+        if self.cuda_graph:
+            lines.append(f"CUDA graph: {self.cuda_graph}")
         if self.kernels:
             lines.append("kernels:")
             lines += [f"  {k}" for k in self.kernels]

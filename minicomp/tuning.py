@@ -38,9 +38,10 @@ from .templates import Context, template_of
 
 @dataclass
 class Tuner:
-    """What the ``tune`` pass needs from the compiler: the mode, the graph's inputs (shapes, dtypes and
-    integer values for random ones) and ``assemble(graph, kernels)`` -> the graph's callable."""
-    mode: str
+    """What the ``tune`` pass needs from the compiler: whether to measure (``Options.autotune``), the
+    graph's inputs (shapes, dtypes and integer values for random ones) and ``assemble(graph, kernels)``
+    -> the graph's callable."""
+    autotune: bool
     args: list
     assemble: Callable[[Graph, list[Kernel]], Callable]
 
@@ -60,7 +61,7 @@ def tune(graph: Graph) -> Graph:
             continue
         key = structural_key(kernel, graph.target)
         tuned = cache.load_tuned(key)
-        if tuned is None and tuner.mode == "max-autotune":
+        if tuned is None and tuner.autotune:
             tuned = _measure(graph, i, ctx, tuner)
             cache.store_tuned(key, tuned)
         try:

@@ -1,6 +1,7 @@
 """Small helpers the generated wrappers call."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -89,6 +90,10 @@ def counter_keeper(kernel, n: int, device: str) -> Callable[[int], torch.Tensor]
     per_stream: dict[int, torch.Tensor] = {}
 
     def kept(stream: int) -> torch.Tensor:
+        if _RECORDING:  # a CUDA graph is being recorded (rarely): in its thread, its own counters
+            own = _own_counters(kernel, n, device)
+            if own is not None:
+                return own
         sync = per_stream.get(stream)
         if sync is None:
             sync = per_stream[stream] = kept_counters(kernel, n, device, stream)
@@ -101,7 +106,11 @@ def kept_counters(kernel, n: int, device: str, stream: int | None = None) -> tor
     launch ``e`` of a pipeline of ``T`` programs draws tickets ``e*T .. e*T+T-1`` and waits for ``(e+1)``
     times a row's program count; a split-combine's group ends where its count reaches a multiple of
     the group's size. Sound because a GPU launch, once queued, runs whole, and launches on one stream
-    run in order; another stream gets counters of its own."""
+    run in order; another stream gets counters of its own. Inside ``own_counters(store)`` (a CUDA
+    graph's warm-up and capture) they come from ``store`` instead."""
+    own = _own_counters(kernel, n, device) if _RECORDING else None
+    if own is not None:
+        return own
     if stream is None:  # a lean wrapper passes the current stream it has (``counter_keeper``)
         stream = torch.cuda.current_stream(device).cuda_stream if device.startswith("cuda") else 0
     key = (id(kernel), device, stream)
@@ -110,6 +119,39 @@ def kept_counters(kernel, n: int, device: str, stream: int | None = None) -> tor
         with _COUNTERS_LOCK:  # two threads starting on one stream must share one set
             entry = _COUNTERS.setdefault(key, (kernel, torch.zeros(n, dtype=torch.int64, device=device)))
     return entry[1]  # the kernel is kept alive with its counters: its id is not reused
+
+
+_OWN_COUNTERS = threading.local()
+_RECORDING = 0  # open ``own_counters`` blocks in the process: launches look for a store only then
+
+
+@contextlib.contextmanager
+def own_counters(store: dict):
+    """Staged launches made by this thread meanwhile take their counters from ``store`` (filled on
+    first use) instead of the kept ones: a captured CUDA graph's counters are its own
+    (``runtime/cuda_graphs.py`` says why that keeps replays sound)."""
+    global _RECORDING
+    outer = getattr(_OWN_COUNTERS, "store", None)
+    with _COUNTERS_LOCK:
+        _RECORDING += 1
+    _OWN_COUNTERS.store = store
+    try:
+        yield store
+    finally:
+        _OWN_COUNTERS.store = outer
+        with _COUNTERS_LOCK:
+            _RECORDING -= 1
+
+
+def _own_counters(kernel, n: int, device: str) -> torch.Tensor | None:
+    """This thread's ``own_counters`` store's counters for ``kernel`` (made on first use), or None."""
+    store = getattr(_OWN_COUNTERS, "store", None)
+    if store is None:
+        return None
+    key = (id(kernel), device)
+    if key not in store:
+        store[key] = (kernel, torch.zeros(n, dtype=torch.int64, device=device))
+    return store[key][1]
 
 
 def raw_stream(device_index: int | None) -> int | None:
