@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -359,6 +360,7 @@ class CudaGraphRunner:
                         graph.capture_end()  # also after an error: the stream leaves capture mode
                     except Exception as e:  # noqa: BLE001
                         error = error or e
+                        _release_generators()
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -456,3 +458,18 @@ def _clone_storage(t: torch.Tensor) -> torch.UntypedStorage:
     flat = torch.empty(storage.nbytes(), dtype=torch.uint8, device=t.device)
     flat.copy_(torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage))
     return flat.untyped_storage()
+
+
+def _release_generators() -> None:
+    """After a capture that failed to end, take the CUDA random generators out of capture mode.
+    ``CUDAGraph.capture_end`` raises before it tells them the capture is over (torch 2.11-2.13), and
+    every later random op would then fail ("Offset increment outside graph capture"): an empty capture
+    on the current (capture) stream begins and ends their capture cleanly."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "the CUDA Graph is empty": it is meant to be
+            empty = torch.cuda.CUDAGraph()
+            empty.capture_begin(capture_error_mode="thread_local")
+            empty.capture_end()
+    except Exception:  # noqa: BLE001 - the generators stay as they are; nothing else to try
+        pass
