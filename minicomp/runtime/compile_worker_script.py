@@ -5,7 +5,8 @@ start) and then, per request, imports the generated kernel module by its file pa
 ``ASTSource`` the parent's launch would hand Triton and calls ``triton.compile``, which writes
 Triton's on-disk cache; the parent's own compile of the same source then finds it there.
 
-Protocol (length-prefixed pickles): requests on stdin; replies on the original stdout, which is kept
+Started with the parent's target (``backend arch warp_size``), it first compiles a tiny kernel for it
+(``_warm_up``). Protocol (length-prefixed pickles): requests on stdin; replies on the original stdout, which is kept
 for them alone (fd 1 is pointed at stderr, so a print in Triton cannot corrupt a reply). First reply
 ``("ready", pid)`` once Triton is imported, then ``("ok", seconds)`` or ``("error", text)`` per
 request. End of stdin (the parent closed it or died) ends the worker.
@@ -57,6 +58,46 @@ def _compile(request: dict, modules: dict) -> None:
     triton.compile(src, target=request["target"], options=request["options"])
 
 
+_WARM_UP = """
+import triton
+import triton.language as tl
+
+@triton.jit
+def warm_up(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + i, tl.exp(tl.load(x_ptr + i, mask=i < n)) + 1.0, mask=i < n)
+"""
+
+
+def _warm_up(target) -> None:
+    """Compile a tiny kernel for ``target`` into a throw-away cache: a process's first compile costs
+    about 0.4 s more than the next ones (backend and MLIR set-up, ptxas version checks), paid here
+    while the parent still lowers its graph."""
+    import shutil
+    import tempfile
+
+    import triton
+    from triton.compiler import ASTSource
+    folder = tempfile.mkdtemp(prefix="minicomp-warm-up-")
+    old = os.environ.get("TRITON_CACHE_DIR")
+    try:
+        path = os.path.join(folder, "warm_up.py")
+        with open(path, "w") as f:
+            f.write(_WARM_UP)
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(folder, "cache")
+        fn = _kernel(path, "warm_up", {})
+        signature = {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+        triton.compile(ASTSource(fn, signature, {(3,): 128}), target=target, options={})
+    except Exception:  # noqa: BLE001 - only a warm-up
+        pass
+    finally:
+        if old is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = old
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0] or ".") == here:
@@ -66,7 +107,10 @@ def main() -> None:
     os.dup2(2, 1)
     inp = sys.stdin.buffer
     import triton  # noqa: F401 - the start-up cost, paid before the first request
-    from triton.compiler import ASTSource  # noqa: F401
+    if len(sys.argv) == 4:  # the parent's target: backend, arch, warp size
+        from triton.backends.compiler import GPUTarget
+        backend, arch, warp_size = sys.argv[1:]
+        _warm_up(GPUTarget(backend, int(arch) if arch.isdigit() else arch, int(warp_size)))
     _send(out, ("ready", os.getpid()))
     modules: dict = {}
     while True:
