@@ -144,6 +144,9 @@ def load(path: Path, interpret: bool = False) -> ModuleType:
     return _modules[key]
 
 
+FEW_JOBS = 4  # about 0.1-0.2 s of compile each, two at a time on threads: less than a worker's start-up
+
+
 def precompile(jobs: list[tuple]) -> None:
     """Compile Triton kernels before their first launch finds them in Triton's cache. ``jobs``:
     (jit function, argument dtypes, launch keywords). Each job's compile goes to a worker process
@@ -152,14 +155,15 @@ def precompile(jobs: list[tuple]) -> None:
     thread per function waits on its worker and then finds the kernel in Triton's cache, building
     Triton 3.6's launcher meanwhile. The variants of one function (kernels are named by content, so
     launches with other dtypes or options can share it) go one after another in one thread: the
-    ``triton_shims`` hooks swap the function's ``compile`` while they run. A one-kernel graph does
-    not wait for workers still importing Triton. ``MINICOMP_COMPILE_WORKERS=0``: threads only. A
+    ``triton_shims`` hooks swap the function's ``compile`` while they run. A graph of ``FEW_JOBS``
+    kernels or fewer does not wait for workers still starting (~0.9 s on the H200 host: importing
+    Triton and a warm-up compile); it compiles here in less. ``MINICOMP_COMPILE_WORKERS=0``: threads only. A
     kernel that fails here is compiled at its launch as usual."""
     from concurrent.futures import ThreadPoolExecutor
 
     from . import compile_workers
     pool = compile_workers.start()
-    if pool is not None and len(jobs) == 1 and not pool.any_ready():
+    if pool is not None and len(jobs) <= FEW_JOBS and not pool.any_ready():
         pool = None
     done_elsewhere: list[bool] = []
 
