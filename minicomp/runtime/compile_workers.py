@@ -44,8 +44,14 @@ MAX_FAILURES = 3  # workers crashing or hanging this many times in a row, none c
 stats = {"sent": 0, "compiled": 0, "errors": 0, "crashed": 0, "timed_out": 0, "unpicklable": 0, "disabled": 0,
          "started": 0}
 _lock = threading.Lock()
+_stats_lock = threading.Lock()
 _pool: Pool | None = None
 _registered: list[bool] = []  # shutdown() registered with atexit
+
+
+def _count(key: str) -> None:
+    with _stats_lock:  # jobs finish on several threads
+        stats[key] += 1
 
 
 def wanted_workers() -> int:
@@ -106,7 +112,7 @@ class _Worker:
                                      stderr=subprocess.DEVNULL, close_fds=True)
         self.ready = False  # Triton imported (its first message read)
         self.lock = threading.Lock()  # held by the job using it (pipe reads are not shared)
-        stats["started"] += 1
+        _count("started")
 
     def poll_ready(self) -> bool:
         """Whether the worker has imported Triton; never waits (False while another job uses it)."""
@@ -299,20 +305,21 @@ def compile_elsewhere(pool: Pool, src, target, options: dict | None) -> bool:
     import triton
     try:
         fn = src.fn.fn  # the Python function under @triton.jit: its file is the generated module
-        env = dict(os.environ, TRITON_CACHE_DIR=str(triton.knobs.cache.dir))
-        job = {"path": fn.__code__.co_filename, "function": fn.__name__, "signature": src.signature,
+        # absolute paths: the parent's working folder may have changed since the worker started
+        env = dict(os.environ, TRITON_CACHE_DIR=os.path.abspath(triton.knobs.cache.dir))
+        job = {"path": os.path.abspath(fn.__code__.co_filename), "function": fn.__name__, "signature": src.signature,
                "constants": src.constants, "attrs": src.attrs, "target": target, "options": options,
                "env": env}
         if target is None or options is None or not os.path.isfile(job["path"]):
             raise ValueError("not a launch's compile of a generated file")
         data = pickle.dumps(job)
     except Exception:  # noqa: BLE001 - an odd job compiles in the parent
-        stats["unpicklable"] += 1
+        _count("unpicklable")
         return False
-    stats["sent"] += 1
-    kind, detail = pool.run(data)
-    if kind == "ok":
-        stats["compiled"] += 1
-        return True
-    stats["errors" if kind == "error" else kind] += 1
-    return False
+    _count("sent")
+    try:
+        kind, _ = pool.run(data)
+    except Exception:  # noqa: BLE001 - the pool closed under it, say: the parent compiles it
+        kind = "crashed"
+    _count({"ok": "compiled", "error": "errors"}.get(kind, kind))
+    return kind == "ok"
