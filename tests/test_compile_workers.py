@@ -163,9 +163,10 @@ def test_a_compile_error_in_the_worker_is_reported_and_the_worker_kept(sm90, tmp
         before = dict(compile_workers.stats)
         assert not compile_workers.compile_elsewhere(pool, Source(), GPUTarget("cuda", 90, 32), {})
         assert compile_workers.stats["errors"] == before["errors"] + 1
-        assert pool.failures == 0 and pool._workers[0].proc.poll() is None  # a Triton error: the worker serves on
-        with pytest.raises(Exception, match="undefined_name"):  # the parent's compile reports it as the launch would
-            triton.compile(triton.compiler.ASTSource(module.broken, Source.signature), target=GPUTarget("cuda", 90, 32))
+        assert pool.failures == 0 and pool._workers[0].proc.poll() is None  # a Triton error: it serves on
+        with pytest.raises(Exception, match="undefined_name"):  # the parent's compile reports it, as the launch
+            src = triton.compiler.ASTSource(module.broken, Source.signature)
+            triton.compile(src, target=GPUTarget("cuda", 90, 32))
     finally:
         pool.close()
 

@@ -6,10 +6,11 @@ start) and then, per request, imports the generated kernel module by its file pa
 Triton's on-disk cache; the parent's own compile of the same source then finds it there.
 
 Started with the parent's target (``backend arch warp_size``), it first compiles a tiny kernel for it
-(``_warm_up``). Protocol (length-prefixed pickles): requests on stdin; replies on the original stdout, which is kept
-for them alone (fd 1 is pointed at stderr, so a print in Triton cannot corrupt a reply). First reply
-``("ready", pid)`` once Triton is imported, then ``("ok", seconds)`` or ``("error", text)`` per
-request. End of stdin (the parent closed it or died) ends the worker.
+(``_warm_up``). Protocol (length-prefixed pickles): requests on stdin; replies on the original
+stdout, kept for them alone (fd 1 is pointed at stderr, so a print in a kernel module or in Triton
+cannot garble a reply). First reply ``("ready", pid)`` once Triton is imported (and warmed up), then
+``("ok", seconds)`` or ``("error", text)`` per request. End of stdin (the parent closed it or died)
+ends the worker; Ctrl-C is ignored (the parent handles it).
 """
 import importlib.util
 import os

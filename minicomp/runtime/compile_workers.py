@@ -307,9 +307,9 @@ def compile_elsewhere(pool: Pool, src, target, options: dict | None) -> bool:
         fn = src.fn.fn  # the Python function under @triton.jit: its file is the generated module
         # absolute paths: the parent's working folder may have changed since the worker started
         env = dict(os.environ, TRITON_CACHE_DIR=os.path.abspath(triton.knobs.cache.dir))
-        job = {"path": os.path.abspath(fn.__code__.co_filename), "function": fn.__name__, "signature": src.signature,
-               "constants": src.constants, "attrs": src.attrs, "target": target, "options": options,
-               "env": env}
+        job = {"path": os.path.abspath(fn.__code__.co_filename), "function": fn.__name__,
+               "signature": src.signature, "constants": src.constants, "attrs": src.attrs,
+               "target": target, "options": options, "env": env}
         if target is None or options is None or not os.path.isfile(job["path"]):
             raise ValueError("not a launch's compile of a generated file")
         data = pickle.dumps(job)
