@@ -98,9 +98,8 @@ def test_a_worker_fills_tritons_cache_and_the_parents_compile_hits_it(sm90):
     # and the parent's compile for the launch hits it too: a fresh function object, same file
     cache._modules.clear()
     (again,) = _jobs(lambda x: torch.sigmoid(x) * x + 1, (1000,))
-    start = time.perf_counter()
     triton_shims.compile_ahead(*again)
-    assert _files(sm90) == seen["after worker"] and time.perf_counter() - start < 1.0
+    assert _files(sm90) == seen["after worker"]
 
 
 def test_precompile_sends_every_kernel_to_the_workers(sm90):

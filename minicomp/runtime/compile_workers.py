@@ -210,8 +210,8 @@ class Pool:
                 return
             try:
                 self._workers[slot] = _Worker(self.command)
-            except OSError:
-                pass  # run() tries again, and counts the failure
+            except Exception:  # noqa: BLE001 - run() tries again, and counts the failure
+                pass
             self._idle.put(slot)
         _warm_up_parent()
 
@@ -227,7 +227,10 @@ class Pool:
         """Run one pickled job on the next idle worker: ("ok", seconds), ("error", text) from Triton,
         ("crashed" | "timed_out", text) when the worker died or hung (it is replaced), or
         ("disabled", text) once workers have failed ``MAX_FAILURES`` times in a row."""
-        slot = self._idle.get()
+        try:
+            slot = self._idle.get(timeout=self.job_timeout)
+        except queue.Empty:
+            return "timed_out", "no worker free"
         try:
             if not self.usable:
                 return "disabled", f"pool closed or {self.failures} worker failures in a row"
@@ -237,7 +240,7 @@ class Pool:
                     worker.stop()
                 try:
                     worker = self._workers[slot] = _Worker(self.command)
-                except OSError as e:
+                except Exception as e:  # noqa: BLE001 - OSError, say
                     self._workers[slot] = None
                     self.failures += 1
                     return "crashed", f"cannot start a worker: {e}"
