@@ -52,8 +52,10 @@ class LastCall:
 
     def matches(self, args) -> bool:
         """Whether ``args`` has the signature of the call this was made from (given Dynamo's guards)."""
-        if len(args) != len(self.pointers) or (self.stable and not _same_pointers(args, self.pointers, self.stable)):
+        if len(args) != len(self.pointers):
             return False
+        if self.stable and not _same_pointers(args if type(args) is list else list(args), self.pointers, self.stable):
+            return False  # (the C check takes a list, not a tuple)
         for i, want in self.moving:
             a = args[i]
             if isinstance(a, torch.Tensor):

@@ -13,6 +13,7 @@ from minicomp.signatures import LastCall, signature
 
 
 def _pointers_equal(tensors, pointers, indices):  # what the CUDA build's C helper computes
+    assert type(tensors) is list, "the C helper takes a list, not a tuple"
     return all(tensors[i].data_ptr() == pointers[i] for i in indices)
 
 
@@ -31,6 +32,7 @@ def test_last_call_matches_exactly_when_the_signature_would(pointer_check):
     assert not last.matches([w, b, x, 4])                             # a symbolic size changed
     assert not last.matches([w, b, x, 3.0])                           # same value, another type
     assert not last.matches([w, b, x])                                # another arity
+    assert last.matches((w, b, torch.randn(4, 8), 3))                 # a tuple (graph_cache.CachedGraph)
     moved = torch.randn(65)[1:].view(8, 8)                            # a parameter's storage moved
     assert signature([moved, b, x, 3]) != signature([w, b, x, 3])
     assert not last.matches([moved, b, x, 3])

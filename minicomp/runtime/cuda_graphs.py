@@ -257,7 +257,7 @@ class CudaGraphRunner:
     def _static_inputs_in_place(self, args) -> bool:
         check = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
         if check is not None:
-            return check(args, self.static_ptrs, self.static)
+            return check(args if type(args) is list else list(args), self.static_ptrs, self.static)  # a list only
         return all(args[i].data_ptr() == self.static_ptrs[i] for i in self.static)
 
     def _copy_inputs(self, args) -> None:
