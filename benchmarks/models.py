@@ -96,9 +96,14 @@ class Job:
 
 def jobs(args: argparse.Namespace) -> list[Job]:
     keys = [k.strip().lower() for item in args.only for k in item.split(",") if k.strip()]
+    specs = suite_models(args.dry_run)
+    names = {spec.name.lower() for spec in specs}
+
+    def chosen(name: str) -> bool:  # a key that is a model's whole name means that model only ("t5")
+        return any(k == name if k in names else k in name for k in keys)
     out = []
-    for spec in suite_models(args.dry_run):
-        if keys and not any(k in spec.name.lower() for k in keys):
+    for spec in specs:
+        if keys and not chosen(spec.name.lower()):
             continue
         batches = args.batches or ((1, 2) if args.dry_run else spec.batches)
         out += [Job(spec, b) for b in batches]
@@ -436,7 +441,7 @@ def write_results(meta: dict, rows: list[dict], args: argparse.Namespace) -> Non
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--only", action="append", default=[], metavar="SUBSTRING",
-                   help="the models whose name contains one of these (repeatable, comma-separated)")
+                   help="the models whose name contains one of these, or is one of them (repeatable, comma-separated)")
     p.add_argument("--batches", type=lambda s: tuple(int(b) for b in s.split(",")), default=None,
                    help="batch sizes for every model, comma-separated (default: 1 and the model's serving batch)")
     p.add_argument("--no-inductor", action="store_true", help="skip Inductor (eager and minicomp only)")
