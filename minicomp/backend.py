@@ -19,7 +19,6 @@ from . import graph_cache
 from .compiler import CompiledGraph, Options
 from .runtime import cuda_graphs
 from .frontend.interpolate_op import substitute_interpolate
-from .runtime import compile_workers
 
 
 # Decompositions that are right only where no backward reads the op's outputs. AOTAutograd applies the
@@ -74,8 +73,6 @@ class Backend:
         """AOTAutograd, then one ``CompiledGraph`` per graph; a plain inference graph with a cache key
         is stored in the graph cache once compiled."""
         opts = self.options
-        if any(isinstance(a, torch.Tensor) and a.is_cuda for a in example_inputs):
-            compile_workers.start()  # non-blocking: workers import Triton while AOTAutograd and lowering run
         substitute_interpolate(gm)  # kept whole by AOTAutograd, lowered by minicomp (forward and backward)
 
         static_names: set[str] = set()  # the forward's static inputs by name: the backward's are among them

@@ -18,9 +18,9 @@ import warnings
 from pathlib import Path
 from types import ModuleType
 
-from .triton_shims import compile_ahead, compile_ahead_elsewhere, interpreting
+from .triton_shims import compile_ahead, interpreting
 
-stats = {"written": 0, "reused": 0, "repaired": 0, "graphs_reused": 0, "compiled_in_workers": 0}
+stats = {"written": 0, "reused": 0, "repaired": 0, "graphs_reused": 0}
 _modules: dict[tuple[str, bool], ModuleType] = {}
 _fallback_dir: Path | None = None
 _writable: set[Path] = set()
@@ -144,45 +144,24 @@ def load(path: Path, interpret: bool = False) -> ModuleType:
     return _modules[key]
 
 
-FEW_JOBS = 4  # about 0.1-0.2 s of compile each, two at a time on threads: less than a worker's start-up
-
-
 def precompile(jobs: list[tuple]) -> None:
     """Compile Triton kernels before their first launch finds them in Triton's cache. ``jobs``:
-    (jit function, argument dtypes, launch keywords). Each job's compile goes to a worker process
-    (``compile_workers``: Triton's compile is mostly GIL-bound Python, so threads alone gained only
-    about 2x on the H200 host's 16 cores); a job no worker could do is compiled here, as before. A
-    thread per function waits on its worker and then finds the kernel in Triton's cache, building
-    Triton 3.6's launcher meanwhile. The variants of one function (kernels are named by content, so
-    launches with other dtypes or options can share it) go one after another in one thread: the
-    ``triton_shims`` hooks swap the function's ``compile`` while they run. A graph of ``FEW_JOBS``
-    kernels or fewer does not wait for workers still starting (~0.9 s on the H200 host: importing
-    Triton and a warm-up compile); it compiles here in less. ``MINICOMP_COMPILE_WORKERS=0``: threads only. A
-    kernel that fails here is compiled at its launch as usual."""
+    (jit function, argument dtypes, launch keywords). Threads, not processes: Triton releases the GIL
+    in its MLIR passes and ptxas (about 2x on the H200 host with 16 cores), while a process pool costs
+    3-4 s to start (measured), longer than a graph's whole compile. A kernel that fails here is
+    compiled at its launch as usual. The variants of one function (kernels are named by content, so
+    launches with other dtypes or options can share it) compile one after another in one thread:
+    ``triton_shims.compile_ahead`` swaps the function's ``compile`` while it runs."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from . import compile_workers
-    pool = compile_workers.start()
-    if pool is not None and len(jobs) <= FEW_JOBS and not pool.any_ready():
-        pool = None
-    done_elsewhere: list[bool] = []
-
-    def elsewhere(src, target, options) -> None:
-        done_elsewhere.append(compile_workers.compile_elsewhere(pool, src, target, options))
 
     def compile_variants(variants: list[tuple]) -> None:
         for fn, dtypes, options in variants:
             try:
-                if pool is None:
-                    compile_ahead(fn, dtypes, options)
-                else:
-                    compile_ahead_elsewhere(fn, dtypes, options, elsewhere)
+                compile_ahead(fn, dtypes, options)
             except Exception:  # noqa: BLE001 - the launch compiles it again and reports any error
                 pass
     by_function: dict[int, list[tuple]] = {}
     for job in jobs:
         by_function.setdefault(id(job[0]), []).append(job)
-    threads = min(len(by_function), max(os.cpu_count() or 1, pool.size if pool else 0))
-    with ThreadPoolExecutor(max_workers=threads) as executor:
-        list(executor.map(compile_variants, by_function.values()))
-    stats["compiled_in_workers"] += sum(done_elsewhere)
+    with ThreadPoolExecutor(max_workers=min(len(by_function), os.cpu_count() or 1)) as pool:
+        list(pool.map(compile_variants, by_function.values()))

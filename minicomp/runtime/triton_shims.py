@@ -188,28 +188,3 @@ def _c_launch(launcher) -> tuple | None:
         return launcher.launch, launcher.launch_cooperative_grid, launcher.launch_pdl
     except Exception:  # noqa: BLE001 - another shape: its Python entry point
         return None
-
-
-def compile_ahead_elsewhere(fn, dtypes: list, options: dict, elsewhere) -> None:
-    """``compile_ahead``, with Triton's compile first handed to ``elsewhere(src, target, options)``
-    (a worker process that fills Triton's on-disk cache: ``compile_workers``); the compile here then
-    finds the kernel in that cache. The hook sits where the launch calls ``fn.compile(src, target=,
-    options=)``, so ``elsewhere`` gets exactly what the launch would hand Triton (one binding pass,
-    no second warm-up), and on Triton 3.6 the launcher builds alongside while the worker compiles.
-    ``elsewhere`` must not raise; whatever it did not do is compiled here."""
-    from triton.runtime import driver
-    try:
-        fn.device_caches[driver.active.get_current_device()]  # Triton sets fn.compile when it first builds this
-        compile = fn.compile
-    except Exception:  # noqa: BLE001 - internals differ: compile here
-        compile_ahead(fn, dtypes, options)
-        return
-
-    def hand_over(src, *args, **kwargs):
-        elsewhere(src, kwargs.get("target"), kwargs.get("options"))
-        return compile(src, *args, **kwargs)
-    fn.compile = hand_over
-    try:
-        compile_ahead(fn, dtypes, options)
-    finally:
-        fn.compile = compile
