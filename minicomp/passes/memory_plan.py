@@ -19,7 +19,8 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-from ..ir.program import Allocate, Free, Program, Returned, base_of, storage_bytes
+from ..ir.program import (Allocate, Free, KernelLaunch, Program, Returned, base_of, fresh_storage,
+                          in_place_problem, storage_bytes)
 
 MODES = ("1", "free", "0")
 """``MINICOMP_MEMORY_PLAN``: 1 (default) frees and reuses, ``free`` frees only, 0 plans nothing (every
@@ -33,16 +34,16 @@ def memory_plan_mode() -> str:
 
 def plan_memory(program: Program, mode: str | None = None) -> Program:
     """``program`` (fresh allocations, nothing freed) with its memory plan: ``Free`` steps after last
-    uses and allocations that reuse dead buffers' storage. ``mode``: see ``MODES`` (None: the
-    environment's)."""
+    uses and allocations that reuse dead buffers' storage, or write over a launch's input in place.
+    ``mode``: see ``MODES`` (None: the environment's)."""
     mode = memory_plan_mode() if mode is None else mode
     assert not any(isinstance(s, Free) or (isinstance(s, Allocate) and s.reuses) for s in program.steps), \
         "plan_memory: the program is planned already"
     if mode == "0":
         return program
     live = program.liveness()
-    donors = _reuses(program, live) if mode == "1" else {}
-    given = set(donors.values())
+    reuses = _reuses(program, live) if mode == "1" else {}
+    given = {a.reuses for a in reuses.values() if not a.in_place}  # in place, the donor is freed after its launch
     kept = {i.name for i in program.inputs} | {c.name for c in program.constants} | \
         {base_of(o.value) for o in program.outputs if isinstance(o, Returned)}
     frees: dict[int, list[str]] = defaultdict(list)
@@ -51,31 +52,64 @@ def plan_memory(program: Program, mode: str | None = None) -> Program:
             frees[max(k, live.last_use.get(name, k))].append(name)
     steps = []
     for k, step in enumerate(program.steps):
-        if isinstance(step, Allocate) and step.buffer in donors:
-            step = Allocate(step.buffer, donors[step.buffer])
+        if isinstance(step, Allocate):
+            step = reuses.get(step.buffer, step)
         steps.append(step)
         if frees.get(k):
             steps.append(Free(tuple(frees[k])))
     return Program(program.name, program.inputs, program.constants, program.buffers, steps, program.outputs)
 
 
-def _reuses(program: Program, live) -> dict[str, str]:
-    """Allocated buffer -> the dead allocated buffer whose storage it takes. In step order, each
-    allocation takes the most recently dead storage of its size class (for a graph output: of its
-    shape and strides too), if holding that storage from its death until here keeps the planned peak
-    within the free-only plan's."""
+def _in_place(program: Program, live) -> dict[str, tuple[int, str]]:
+    """Allocated buffer -> (its step, the launch argument it is written over in place): for each launch,
+    each buffer allocated right before it may take the storage of an argument the launch reads for the
+    last time, if ``in_place_problem`` finds nothing against it (the first such argument)."""
+    owned = {fresh_storage(s) for s in program.steps} - {None}
+    found: dict[str, tuple[int, str]] = {}
+    taken: set[str] = set()
+    for j, launch in enumerate(program.steps):
+        if not isinstance(launch, KernelLaunch):
+            continue
+        k = j
+        while k > 0 and isinstance(program.steps[k - 1], Allocate):
+            k -= 1
+        for i in range(k, j):
+            buffer = program.steps[i].buffer
+            for donor in launch.args:
+                if donor in owned and donor not in taken and live.death.get(donor) == j and \
+                        in_place_problem(program, live, i, buffer, donor) is None:
+                    found[buffer] = (i, donor)
+                    taken.add(donor)
+                    break
+    return found
+
+
+def _reuses(program: Program, live) -> dict[str, Allocate]:
+    """Allocated buffer -> its ``Allocate`` taking another's storage. First in place (``_in_place``:
+    it always lowers the peak); then, in step order, each other allocation takes the most recently
+    dead storage of its size class (for a graph output: of its shape and strides too) that the
+    program made (allocated, or a fallback op's fresh result), if holding that storage from its
+    death until here keeps the planned peak within that of the plan that frees (and writes in place)
+    only."""
+    in_place = _in_place(program, live)
+    reuses = {b: Allocate(b, donor, in_place=True) for b, (_, donor) in in_place.items()}
     curve = _free_only_curve(program, live)
+    for buffer, (k, donor) in in_place.items():  # one storage from the allocation to the donor's launch
+        size = storage_bytes(program.buffers[buffer])
+        for t in range(k, live.death[donor] + 1):
+            curve[t] -= size
     peak = max(curve, default=0)
     returned = {base_of(o.value) for o in program.outputs if isinstance(o, Returned)}
+    donated = {donor for _, donor in in_place.values()}
     dead_at: dict[int, list[str]] = defaultdict(list)
-    for k, step in enumerate(program.steps):
-        if isinstance(step, Allocate) and live.death[step.buffer] < live.end:
-            dead_at[live.death[step.buffer]].append(step.buffer)
+    for step in program.steps:
+        name = fresh_storage(step)
+        if name is not None and name not in donated and live.death[name] < live.end:
+            dead_at[live.death[name]].append(name)
     pool: dict[tuple, list[str]] = defaultdict(list)  # size class -> dead buffers, most recent last
-    donors: dict[str, str] = {}
     dies: dict[str, int] = {}  # a storage's holder -> when its last occupant dies
     for k, step in enumerate(program.steps):
-        if isinstance(step, Allocate):
+        if isinstance(step, Allocate) and step.buffer not in in_place:
             buf = program.buffers[step.buffer]
             size = storage_bytes(buf)
             free = pool.get(_size_class(buf)) if size else None
@@ -87,7 +121,7 @@ def _reuses(program: Program, live) -> dict[str, str]:
                 held = range(dies[donor] + 1, k)
                 if all(curve[t] + size <= peak for t in held):
                     pool[_size_class(buf)].remove(donor)
-                    donors[step.buffer] = donor
+                    reuses[step.buffer] = Allocate(step.buffer, donor)
                     for t in held:
                         curve[t] += size
         for name in dead_at.get(k, ()):
@@ -95,7 +129,7 @@ def _reuses(program: Program, live) -> dict[str, str]:
             if storage_bytes(buf):
                 pool[_size_class(buf)].append(name)
                 dies[name] = k
-    return donors
+    return reuses
 
 
 def _size_class(buf) -> tuple:
