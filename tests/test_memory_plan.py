@@ -1,8 +1,10 @@
-"""The memory plan (passes/memory_plan.py): names freed after their last use, dead allocated buffers'
-storage reused. Checked on the Programs of real compiles by a liveness computed here, apart from the
-pass and from ``Program.liveness`` (storage epochs: every read must see its storage as it was when the
-name was defined); results compared with eager; a kernel that leaves part of a *reused* buffer
-unwritten is caught by the poisoning; the planned peak drops on a chain."""
+"""The memory plan (passes/memory_plan.py): names freed after their last use, dead buffers' storage
+reused (allocated ones and fallback ops' fresh results), pointwise results written in place over an
+input read for the last time. Checked on the Programs of real compiles by a liveness computed here,
+apart from the pass and from ``Program.liveness`` (storage epochs: every read must see its storage as
+it was when the name was defined); results compared with eager; a kernel that leaves part of a
+*reused* buffer unwritten is caught by the poisoning; the planned peak drops on a chain and where a
+batch norm writes over a convolution's output."""
 from __future__ import annotations
 
 import itertools
@@ -685,6 +687,7 @@ def test_a_fresh_fallback_result_is_a_donor():
 def test_verify_rejects_broken_in_place_writes(case):
     buffers = _buffers(arg0=8, a=8, b=8, c=8, v=8)
     view_a = ExternCall("v", 1, aten.permute.default, (ExternArg("a"),), ((Operand(0), [0]), {}), (1,))
+    flipped = 7 - Affine.of(Var("x", 8))
     program, message = {
         "not pointwise": (_in_place_program(consumer=_elementwise("k1", ("a",), "b", "reduction")),
                           "k1 is not one pointwise kernel"),
@@ -693,7 +696,7 @@ def test_verify_rejects_broken_in_place_writes(case):
             "b": Buffer("b", (2, 4), torch.float32, (1, 2), torch.device("cpu"))}), "differ in shape, strides"),
         "read again later": (_in_place_program(after=(Allocate("c"), _elementwise("k2", ("a", "b"), "c"))),
                              "a is not read for the last time by k1"),
-        "read elsewhere": (_in_place_program(consumer=_elementwise("k1", ("a",), "b", index=7 - Affine.of(Var("x", 8)))),
+        "read elsewhere": (_in_place_program(consumer=_elementwise("k1", ("a",), "b", index=flipped)),
                            "reads a at another index"),
         "read after the store": (_in_place_program(consumer=_elementwise("k1", ("a",), "b", store_first=True)),
                                  "reads a after it stores b"),

@@ -1,18 +1,24 @@
-"""The memory plan of a Program: drop every name after its last use, and let an allocation take the
-storage of a dead buffer of the same size class instead of asking the allocator.
+"""The memory plan of a Program: drop every name after its last use, let a pointwise kernel write its
+result over an input it reads for the last time, and let an allocation take the storage of a dead
+buffer of the same size class instead of asking the allocator.
 
 Without it every intermediate lives until the wrapper returns, so the peak is the sum of all of them.
 Freeing (``Free`` -> ``del``) hands each storage back to PyTorch's caching allocator as soon as nothing
-may read it; that alone brings the peak near eager's. Reuse (``Allocate(reuses=...)``) also saves the
-allocation call: a buffer takes the storage of an earlier *allocated* buffer (never a fallback op's
-result, an input or a constant) on the same device, of the same dtype and the same storage bytes, once
-every name that may view that storage is past its last read (``Liveness``: a fallback op's result may
-be a view of its inputs). Exact bytes is the size class: intermediates of one model repeat their
-shapes (layers of one width), and a rounded-up class would keep the waste alive for as long as the
-storage is passed on; other sizes go back to the caching allocator, which reuses them itself.
+may read it; that alone brings the peak near eager's. Writing in place (``Allocate(in_place=True)``)
+goes below it where a pointwise kernel's output would otherwise sit next to its dying input (a batch
+norm after a fallback convolution, ResNet's peak); ``ir.program.in_place_problem`` says when each
+element is read before it is overwritten. Reuse (``Allocate(reuses=...)``) also saves the allocation
+call: a buffer takes the storage of an earlier one the program made (allocated, or a fallback op's
+result that its schema says is fresh; never an input or a constant) on the same device, of the same
+dtype and the same storage bytes, once every name that may view that storage is past its last read
+(``Liveness``: a fallback op's result may be a view of its inputs). Exact bytes is the size class:
+intermediates of one model repeat their shapes (layers of one width), and a rounded-up class would
+keep the waste alive for as long as the storage is passed on; other sizes go back to the caching
+allocator, which reuses them itself.
 
 Holding a dead storage until a later allocation of its size would keep it out of the allocator in
-between; a reuse is taken only where that does not raise the planned peak above the free-only plan's.
+between; a reuse is taken only where that does not raise the planned peak above that of the plan
+that frees and writes in place only.
 """
 from __future__ import annotations
 
