@@ -25,7 +25,7 @@ from typing import Any, Union
 
 import torch
 
-from .kernel import Kernel, Load, StagedLaunch, Store, TileLoad
+from .kernel import Compute, Kernel, Load, Masked, StagedLaunch, Store, TileLoad
 from .types import short_dtype
 
 
@@ -338,10 +338,11 @@ def in_place_problem(program: "Program", live: Liveness, k: int, buffer: str, do
     ``donor``'s storage; None when it may. It may when the launch after it (past other allocations
     only) is one pointwise kernel that writes ``buffer`` and is the last reader of ``donor``'s storage
     (no other name may view it), both buffers have the same shape, strides, dtype and device, the
-    kernel runs one iteration per element, and every load of ``donor`` comes before the kernel's
-    first store to ``buffer`` at that store's own index. As the kernel writes every element of
-    ``buffer`` once, each element of ``donor`` is read by the lane that overwrites it, before it does
-    (a kernel's statements run in order); no other lane reads it."""
+    kernel runs one iteration per element, every load of ``donor`` comes before the kernel's first
+    store to ``buffer`` at that store's own index, and the stored value is computed from them. As the
+    kernel writes every element of ``buffer`` once, each element of ``donor`` is read only where it
+    is overwritten, by a store that waits for that read (it needs the value), whatever threads the
+    compiler gives the load and the store."""
     j = k + 1
     while j < len(program.steps) and isinstance(program.steps[j], Allocate):
         j += 1
@@ -362,16 +363,24 @@ def in_place_problem(program: "Program", live: Liveness, k: int, buffer: str, do
         return f"{launch.name} does not run one iteration per element of {buffer}"
     reads = {arg.name for arg, name in zip(kernel.args, launch.args) if name == donor}
     writes = {arg.name for arg, name in zip(kernel.args, launch.args) if name == buffer}
-    stored, loaded = set(), set()
+    stored, loaded, values = set(), set(), set()
+    from_donor: set[str] = set()  # the values computed from the donor's loads
     for s in (s for p in kernel.phases for s in p.outer + p.inner):
         if isinstance(s, Store) and s.buffer in writes:
             stored.add(s.index)
+            values.add(s.value)
         elif getattr(s, "buffer", None) in reads:
             if not isinstance(s, Load) or stored:
                 return f"{launch.name} reads {donor} after it stores {buffer}, or not by a load"
             loaded.add(s.index)
+            from_donor.add(s.var)
+        elif isinstance(s, Compute) and from_donor.intersection(a for a in s.args if isinstance(a, str)) or \
+                isinstance(s, Masked) and s.value in from_donor:
+            from_donor.add(s.var)
     if len(stored) != 1 or loaded - stored:
         return f"{launch.name} reads {donor} at another index than it stores {buffer}"
+    if values - from_donor:
+        return f"{launch.name} stores {buffer} with a value not computed from {donor}"
     return None
 
 

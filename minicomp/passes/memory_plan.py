@@ -29,7 +29,7 @@ from ..ir.program import (Allocate, Free, KernelLaunch, Program, Returned, base_
                           in_place_problem, storage_bytes)
 
 MODES = ("1", "free", "0")
-"""``MINICOMP_MEMORY_PLAN``: 1 (default) frees and reuses, ``free`` frees only, 0 plans nothing (every
+"""``MINICOMP_MEMORY_PLAN``: 1 (default) frees, writes in place and reuses, ``free`` frees only, 0 plans nothing (every
 buffer fresh and alive until the wrapper returns: for measuring what the plan saves)."""
 
 
