@@ -8,21 +8,24 @@ dtype, strides, device), its inputs come from the call's arguments, its constant
 its outputs are buffers, strided views of buffers or Python values.
 
 The memory plan (``passes/memory_plan.py``) is part of the steps: an ``Allocate`` may take the storage
-of an earlier allocated buffer that is dead (``reuses``), and ``Free`` drops names after their last
-use. ``liveness()`` says which step last reads each name and which storages each name may view (a
-fallback op's result may be a view of its inputs, a ``TupleItem`` is part of its op's result);
+of an earlier buffer the program made that is dead (``reuses``), or that the launch it is made for
+reads for the last time, element by element before writing it (``in_place``), and ``Free`` drops
+names after their last use. ``liveness()`` says which step last reads each name and which storages
+each name may view (a fallback op's result may be a view of its inputs, a ``TupleItem`` is part of
+its op's result);
 ``footprint()`` the planned peak. ``verify()`` checks that every name is defined before it is used and
 not used after it is dropped, that grids are positive and that no storage is reused while something
 may still read it; ``str()`` is the readable form (``program.txt`` in the dumps).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Union
 
 import torch
 
-from .kernel import Kernel, StagedLaunch, TileLoad
+from .kernel import Compute, Kernel, Load, Masked, StagedLaunch, Store, TileLoad
 from .types import short_dtype
 
 
@@ -82,18 +85,26 @@ class Constant:
 @dataclass(frozen=True)
 class Allocate:
     """A buffer of the plan (before its first writer): fresh, or the storage of ``reuses``, an earlier
-    allocated buffer nothing reads any more (same device, dtype and storage bytes); that name ends
-    here. A reused buffer is poisoned like a fresh one (``MINICOMP_POISON``)."""
+    buffer the program made (allocated, or a fallback op's fresh result) of the same device, dtype and
+    storage bytes. Without ``in_place`` nothing reads the donor any more and its name ends here; the
+    buffer is poisoned like a fresh one (``MINICOMP_POISON``). With ``in_place`` the launch right after
+    (past other allocations only) reads the donor for the last time and writes the buffer over it
+    (``in_place_problem`` says when that is safe); the donor's name lives until that launch's ``Free``,
+    and the buffer is not poisoned (it holds the launch's input)."""
     buffer: str
     reuses: str | None = None
+    in_place: bool = False
+
+    def _reuse(self) -> str:
+        return f"  reuses {self.reuses}{' in place' if self.in_place else ''}" if self.reuses else ""
 
     def __str__(self) -> str:
-        return f"alloc   {self.buffer}" + (f"  reuses {self.reuses}" if self.reuses else "")
+        return f"alloc   {self.buffer}" + self._reuse()
 
     def format(self, buffers: dict[str, Buffer]) -> str:
         if self.buffer not in buffers:
             return str(self)
-        return f"alloc   {buffers[self.buffer]}" + (f"  reuses {self.reuses}" if self.reuses else "")
+        return f"alloc   {buffers[self.buffer]}" + self._reuse()
 
 
 @dataclass(frozen=True)
@@ -311,6 +322,68 @@ def liveness(program: "Program") -> Liveness:
     return Liveness(defined, last_use, aliases, death, end)
 
 
+def fresh_storage(step: Step) -> str | None:
+    """The name of a storage ``step`` makes that nothing else views, which a later allocation may
+    take: an allocated buffer, or the result of a fallback op that returns one tensor and whose ATen
+    schema marks no alias (``ExternCall.may_view_inputs``); None for other steps."""
+    if isinstance(step, Allocate):
+        return step.buffer
+    if isinstance(step, ExternCall) and step.strides is not None and not step.may_view_inputs:
+        return step.result
+    return None
+
+
+def in_place_problem(program: "Program", live: Liveness, k: int, buffer: str, donor: str) -> str | None:
+    """Why ``Allocate(buffer, reuses=donor, in_place=True)`` at step ``k`` may not write ``buffer`` over
+    ``donor``'s storage; None when it may. It may when the launch after it (past other allocations
+    only) is one pointwise kernel that writes ``buffer`` and is the last reader of ``donor``'s storage
+    (no other name may view it), both buffers have the same shape, strides, dtype and device, the
+    kernel runs one iteration per element, every load of ``donor`` comes before the kernel's first
+    store to ``buffer`` at that store's own index, and the stored value is computed from them. As the
+    kernel writes every element of ``buffer`` once, each element of ``donor`` is read only where it
+    is overwritten, by a store that waits for that read (it needs the value), whatever threads the
+    compiler gives the load and the store."""
+    j = k + 1
+    while j < len(program.steps) and isinstance(program.steps[j], Allocate):
+        j += 1
+    launch = program.steps[j] if j < len(program.steps) else None
+    if not isinstance(launch, KernelLaunch) or buffer not in launch.writes:
+        return f"the next launch does not write {buffer}"
+    kernel = launch.kernel
+    if isinstance(kernel, StagedLaunch) or kernel.schedule.template != "pointwise":
+        return f"{launch.name} is not one pointwise kernel"
+    if donor not in launch.args or donor in launch.writes or live.death.get(donor) != j:
+        return f"{donor} is not read for the last time by {launch.name}"
+    if live.aliases.get(donor) != {donor} or any(donor in live.aliases.get(a, ()) for a in launch.args if a != donor):
+        return f"another name may view {donor}'s storage"
+    a, b = program.buffers[donor], program.buffers[buffer]
+    if (a.shape, a.strides, a.dtype, a.device) != (b.shape, b.strides, b.dtype, b.device) or not storage_bytes(b):
+        return f"{a} and {b} differ in shape, strides, dtype or device (or are empty)"
+    if len(kernel.args) != len(launch.args) or math.prod(v.size for v in kernel.vars.values()) != math.prod(b.shape):
+        return f"{launch.name} does not run one iteration per element of {buffer}"
+    reads = {arg.name for arg, name in zip(kernel.args, launch.args) if name == donor}
+    writes = {arg.name for arg, name in zip(kernel.args, launch.args) if name == buffer}
+    stored, loaded, values = set(), set(), set()
+    from_donor: set[str] = set()  # the values computed from the donor's loads
+    for s in (s for p in kernel.phases for s in p.outer + p.inner):
+        if isinstance(s, Store) and s.buffer in writes:
+            stored.add(s.index)
+            values.add(s.value)
+        elif getattr(s, "buffer", None) in reads:
+            if not isinstance(s, Load) or stored:
+                return f"{launch.name} reads {donor} after it stores {buffer}, or not by a load"
+            loaded.add(s.index)
+            from_donor.add(s.var)
+        elif isinstance(s, Compute) and from_donor.intersection(a for a in s.args if isinstance(a, str)) or \
+                isinstance(s, Masked) and s.value in from_donor:
+            from_donor.add(s.var)
+    if len(stored) != 1 or loaded - stored:
+        return f"{launch.name} reads {donor} at another index than it stores {buffer}"
+    if values - from_donor:
+        return f"{launch.name} stores {buffer} with a value not computed from {donor}"
+    return None
+
+
 @dataclass
 class Program:
     """A graph's work in launch order."""
@@ -356,7 +429,8 @@ class Program:
             if isinstance(step, Free):
                 dropped.update((n, k) for n in step.names)
             elif isinstance(step, Allocate) and step.reuses is not None:
-                dropped[step.reuses] = k
+                if not step.in_place:  # in place, the donor's name lives until its launch's Free
+                    dropped[step.reuses] = k
                 root[step.buffer] = root.get(step.reuses, step.reuses)
             elif step_defines(step) in self.buffers:  # a fresh allocation, a fallback op's result, an item
                 name = step_defines(step)
@@ -380,12 +454,14 @@ class Program:
         return peak, unplanned
 
     def memory_summary(self) -> str:
-        """One line: buffers allocated, how many reuse a dead one's storage, planned peak bytes."""
+        """One line: buffers allocated, how many reuse a dead one's storage (in place), planned peak bytes."""
         allocs = [s for s in self.steps if isinstance(s, Allocate)]
         reused = sum(s.reuses is not None for s in allocs)
+        in_place = sum(s.in_place for s in allocs)
         freed = sum(len(s.names) for s in self.steps if isinstance(s, Free))
         peak, unplanned = self.footprint()
-        return (f"memory plan: allocations {len(allocs)} ({reused} reusing a dead buffer's storage), "
+        return (f"memory plan: allocations {len(allocs)} ({reused} reusing a dead buffer's storage, "
+                f"{in_place} in place), "
                 f"names freed after their last use {freed}, peak {_size(peak)} ({_size(unplanned)} without "
                 f"the plan)")
 
@@ -393,11 +469,14 @@ class Program:
         """Raise ``ProgramError`` unless every name is defined (an input, a constant, allocated or
         returned by a fallback op) exactly once and before any use, no name is used after it is
         dropped (``Free``, or given to a reuse), every launch has a positive grid, every buffer a
-        launch or an output names is in the plan, and every reuse takes the storage of an allocated
-        buffer of the same device, dtype and bytes that nothing may read any more (through any alias)."""
+        launch or an output names is in the plan, and every reuse takes the storage of a buffer the
+        program made (allocated, or a fallback op's fresh result) of the same device, dtype and bytes
+        that nothing may read any more (through any alias), or, in place, that only the launch it is
+        made for reads any more (``in_place_problem``)."""
         defined: set[str] = set()
         dropped: dict[str, str] = {}
-        allocated: set[str] = set()
+        owned: set[str] = set()           # storages a reuse may take (``fresh_storage``)
+        in_place: dict[str, str] = {}     # donor -> the buffer written over it
         live = self.liveness()
         returned = {base_of(o.value) for o in self.outputs if isinstance(o, Returned)}
         fixed = {i.name for i in self.inputs} | {c.name for c in self.constants}
@@ -428,10 +507,17 @@ class Program:
             elif isinstance(step, Allocate):
                 _check(step.buffer in self.buffers, f"alloc {step.buffer}: not in the buffer plan")
                 if step.reuses is not None:
-                    self._check_reuse(step, k, live, allocated)
-                    drop(step.reuses, f"reused by {step.buffer}", k)
+                    _check(step.reuses not in in_place, f"alloc {step.buffer} reusing {step.reuses}: its storage "
+                                                        f"went to {in_place.get(step.reuses)} in place")
+                    self._check_reuse(step, k, live, owned)
+                    if step.in_place:
+                        _check(step.reuses in defined and step.reuses not in dropped,
+                               f"step {k} (in place): {step.reuses} is not defined here")
+                        in_place[step.reuses] = step.buffer
+                    else:
+                        drop(step.reuses, f"reused by {step.buffer}", k)
                 define(step.buffer, "alloc")
-                allocated.add(step.buffer)
+                owned.add(step.buffer)
             elif isinstance(step, KernelLaunch):
                 what = f"launch {step.name}"
                 _check(len(step.grid) > 0 and all(isinstance(g, int) and g > 0 for g in step.grid),
@@ -446,6 +532,8 @@ class Program:
                 define(step.result, f"extern {step.target}")
                 _check(step.strides is None or step.result in self.buffers,
                        f"extern {step.result}: not in the buffer plan")
+                if fresh_storage(step):
+                    owned.add(step.result)
             elif isinstance(step, TupleItem):
                 use(step.source, f"item {step.result}")
                 define(step.result, "item")
@@ -454,15 +542,20 @@ class Program:
             if isinstance(out, Returned):
                 use(out.value, f"output {k}")
 
-    def _check_reuse(self, step: Allocate, k: int, live: Liveness, allocated: set[str]) -> None:
-        """``step`` may take the storage of ``step.reuses``: an allocated buffer of the same size class
-        that no later step nor output may read, through itself or any alias."""
+    def _check_reuse(self, step: Allocate, k: int, live: Liveness, owned: set[str]) -> None:
+        """``step`` may take the storage of ``step.reuses``: a storage the program made of the same size
+        class that no later step nor output may read, through itself or any alias; in place, that
+        only the launch ``step`` is made for reads, as ``in_place_problem`` asks."""
         donor, what = step.reuses, f"alloc {step.buffer} reusing {step.reuses}"
-        _check(donor in allocated, f"{what}: only an allocated buffer's storage can be reused")
+        _check(donor in owned, f"{what}: only an allocated buffer's storage or a fallback op's fresh result "
+                               f"can be reused")
         a, b = self.buffers[donor], self.buffers[step.buffer]
         _check((a.device, a.dtype) == (b.device, b.dtype) and storage_bytes(a) == storage_bytes(b) > 0,
                f"{what}: {a} and {b} differ in device, dtype or storage bytes")
-        if live.live_after(donor, k):
+        if step.in_place:
+            problem = in_place_problem(self, live, k, step.buffer, donor)
+            _check(problem is None, f"{what} in place: {problem}")
+        elif live.live_after(donor, k):
             readers = sorted(n for n, storages in live.aliases.items() if donor in storages)
             raise ProgramError(f"{what}: {donor} is still live (read at step {live.death[donor]}"
                                f"{' or by an output' if live.death[donor] == live.end else ''}; "
