@@ -75,14 +75,19 @@ def test_graph_cache_hit_reports_the_reason_too():
 
 # ---------------------------------------------------------------------------------- static inputs
 
-def test_backend_marks_parameters_and_buffers_static_in_forward_and_backward(monkeypatch):
-    seen = []
-    real_wrap = cuda_graphs.wrap
+def _spy_on_wrap(monkeypatch, about) -> list:
+    """(``about(report)``, the static inputs, the arguments) of every ``cuda_graphs.wrap`` call."""
+    seen, real_wrap = [], cuda_graphs.wrap
 
     def spy(fn, args, facts, report, static_outputs=False):
-        seen.append((report.graph, facts.static_inputs, list(args)))
+        seen.append((about(report), facts.static_inputs, list(args)))
         return real_wrap(fn, args, facts, report, static_outputs)
     monkeypatch.setattr(cuda_graphs, "wrap", spy)
+    return seen
+
+
+def test_backend_marks_parameters_and_buffers_static_in_forward_and_backward(monkeypatch):
+    seen = _spy_on_wrap(monkeypatch, lambda report: report.graph)
     model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
     f = torch.compile(model, backend="minicomp", mode="reduce-overhead")
     x = torch.randn(5, 4, requires_grad=True)
@@ -102,13 +107,7 @@ def test_backend_marks_parameters_and_buffers_static_in_forward_and_backward(mon
 
 
 def test_graph_cache_hit_marks_parameters_and_buffers_static(monkeypatch):
-    seen = []
-    real_wrap = cuda_graphs.wrap
-
-    def spy(fn, args, facts, report, static_outputs=False):
-        seen.append((report.from_cache, facts.static_inputs, list(args)))
-        return real_wrap(fn, args, facts, report, static_outputs)
-    monkeypatch.setattr(cuda_graphs, "wrap", spy)
+    seen = _spy_on_wrap(monkeypatch, lambda report: report.from_cache)
     model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6)).eval()
     x = torch.randn(3, 4)
     with torch.no_grad():
