@@ -17,6 +17,7 @@ from typing import Callable
 
 from ..ir.program import (Allocate, EmptyLaunch, ExternCall, Free, KernelLaunch, Literal, Program, TupleItem,
                           Value, View)
+from ..ir.types import contiguous_strides
 
 
 def value_expr(value: Value) -> str:
@@ -27,17 +28,9 @@ def value_expr(value: Value) -> str:
            f"{value.base}.storage_offset() + {value.offset})"
 
 
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
-
-
 def _layout(program: Program, name: str, value: str, strides: tuple[int, ...]) -> str:
     """A fallback result made to have the layout kernels assume (``runtime/support.py``)."""
-    if strides == _contiguous(program.buffers[name].shape):
+    if strides == contiguous_strides(program.buffers[name].shape):
         return f"ensure_contiguous({value})"
     return f"ensure_layout({value}, {strides})"
 

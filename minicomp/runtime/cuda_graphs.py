@@ -38,6 +38,8 @@ import torch.fx as fx
 
 from .support import own_counters
 
+_same_pointers = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)  # CUDA builds
+
 MAX_RECORDINGS = 8
 """Recordings per specialization (the first, then one per move of a static input) before its calls
 fall back to plain launches: a parameter that moves on every call would otherwise record every call."""
@@ -255,9 +257,8 @@ class CudaGraphRunner:
 
     # --- per call ----------------------------------------------------------------------------
     def _static_inputs_in_place(self, args) -> bool:
-        check = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
-        if check is not None:
-            return check(args if type(args) is list else list(args), self.static_ptrs, self.static)  # a list only
+        if _same_pointers is not None:
+            return _same_pointers(args if type(args) is list else list(args), self.static_ptrs, self.static)  # a list only
         return all(args[i].data_ptr() == self.static_ptrs[i] for i in self.static)
 
     def _copy_inputs(self, args) -> None:

@@ -173,6 +173,12 @@ def lean_launcher(fn, kernel, grid: tuple[int, ...], options: dict) -> Callable 
 _CUDA_LAUNCHER_36 = ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
 
 
+@functools.lru_cache(maxsize=None)
+def _call_parameters(cls: type) -> list[str]:
+    """The parameter names of a launcher class's ``__call__`` (read once per class, not per launch bound)."""
+    return list(inspect.signature(cls.__call__).parameters)
+
+
 def _c_launch(launcher) -> tuple | None:
     """(C launch, cooperative grid, PDL) of a Triton 3.6 ``CudaLauncher`` whose kernel needs no global
     or profiling scratch: its ``__call__`` only allocates those and then calls
@@ -181,8 +187,7 @@ def _c_launch(launcher) -> tuple | None:
     launcher (Triton 3.9's passes its arguments differently: it keeps its Python entry point)."""
     try:
         cls = type(launcher)
-        if cls.__name__ != "CudaLauncher" or \
-                list(inspect.signature(cls.__call__).parameters) != _CUDA_LAUNCHER_36 or \
+        if cls.__name__ != "CudaLauncher" or _call_parameters(cls) != _CUDA_LAUNCHER_36 or \
                 launcher.global_scratch_size or launcher.profile_scratch_size:
             return None
         return launcher.launch, launcher.launch_cooperative_grid, launcher.launch_pdl
