@@ -121,9 +121,15 @@ def _pow_scalar(L, x, e):
         return L.elementwise("identity", x, kind=PROMO.BOOL_TO_LONG)
     if e == 2:
         return L.elementwise("mul", x, x, kind=PROMO.BOOL_TO_LONG)
-    # eager takes sqrt for ** 0.5 (edge cases differ from pow: -0.0, -inf), except for half on CPU
-    if e == 0.5 and is_float(x.dtype) and (x.type.device.type == "cuda" or x.dtype.itemsize >= 4):
-        return L.elementwise("sqrt", x, kind=PROMO.BOOL_TO_LONG)
+    # eager takes sqrt for ** 0.5 (edge cases differ from pow: -0.0, -inf) and x*x*x for ** 3, except
+    # for half on CPU. x*x*x also keeps gelu-tanh's GEMM epilogue small: the pow helper made that one
+    # kernel take 3 s of Triton compile (LLVM + ptxas), GPT-2's whole cold compile's critical path
+    if is_float(x.dtype) and (x.type.device.type == "cuda" or x.dtype.itemsize >= 4):
+        if e == 0.5:
+            return L.elementwise("sqrt", x, kind=PROMO.BOOL_TO_LONG)
+        if e == 3:
+            square = L.elementwise("mul", x, x, kind=PROMO.BOOL_TO_LONG)
+            return L.elementwise("mul", square, x, kind=PROMO.BOOL_TO_LONG)
     if not is_float(x.dtype) and not isinstance(e, float):
         if e < 0:
             raise Unsupported("integer tensor to a negative power")
