@@ -1,0 +1,281 @@
+"""Convolutions in minicomp's IR: rewrite chosen ``aten.convolution`` externs (2-D, not transposed) into
+nodes the templates already run, so bias, batch norm, activations and casts fuse into the same kernel.
+
+* **1x1** (stride 1, no padding, groups 1) and **groups=1** convolutions become a ``matmul`` over
+  views, accumulated in fp32: the input read through an *im2col* index map (each output position's
+  ``Cin*KH*KW`` window, out-of-bounds taps masked to 0; for a 1x1 convolution a plain reshape), the
+  weight through a reshape. Nothing is materialized: the GEMM template loads its operand tiles
+  through the index maps. Two forms, chosen by the input's layout:
+
+  - NCHW input: per image ``W[Cout, K] @ X[K, OH*OW]``, batched over N (K ordered ``c, kh, kw``).
+    The product is the output in NCHW order, so its pointwise consumers fuse as GEMM epilogue.
+  - channels-last input: ``X[N*OH*OW, K] @ Wt[K, Cout]`` (K ordered ``kh, kw, c``, contiguous
+    along ``c``); the product is the output in NHWC order, viewed back to ``N, Cout, OH, OW``. Its
+    consumers (iterating NCHW) read it transposed, so they do not fuse as epilogue today.
+
+* **depthwise** (groups == Cin, Cout a multiple of Cin) becomes ``sum`` over a ``[N, Cout, OH, OW,
+  KH, KW]`` window view of the input times the broadcast weight: the reduction template, with
+  batch norm and activation fused as reduction epilogue.
+
+Bias is an ordinary add after the product and the result is cast to the input's dtype, as eager
+computes (fp32 accumulation, one rounding). Grouped convolutions with 1 < groups < Cin stay in
+cuDNN (see ``GROUPED_REASON``).
+
+Which convolutions are rewritten: ``MINICOMP_CONV`` = ``cudnn`` (none), ``ir`` (every one this
+pass can lower) or ``auto`` (default; ``heuristic``). Every choice is a decision in the report; a
+convolution kept as extern has its fallback reason replaced by the choice's.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ..ir.expr import Affine, Range, index_vars, unravel
+from ..ir.graph import Graph, Node
+from ..ir.target import Target
+from ..ir.types import short_dtype
+
+MODES = ("cudnn", "ir", "auto")
+AUTO_IR_KINDS = ("1x1", "depthwise")
+"""The kinds ``auto`` runs in the IR on the GPU (a first guess, to be tuned on the H200: 1x1
+convolutions are plain GEMMs with fused epilogues; depthwise ones are memory-bound windows that
+cuDNN runs poorly). Larger groups=1 kernels stay in cuDNN's implicit GEMM until measured otherwise."""
+GROUPED_REASON = ("grouped convolution (1 < groups < Cin): as one matmul it would be block-diagonal "
+                  "(groups times the work), and a matmul per group has only Cin/groups channels of K "
+                  "and Cout/groups of N, too narrow for tensor-core tiles (tl.dot needs 16); kept in cuDNN")
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def conv_mode() -> str:
+    """``MINICOMP_CONV`` (``cudnn``, ``ir`` or ``auto``, the default)."""
+    mode = os.environ.get("MINICOMP_CONV", "auto") or "auto"
+    if mode not in MODES:
+        raise ValueError(f"MINICOMP_CONV={mode!r}: expected one of {', '.join(MODES)}")
+    return mode
+
+
+@dataclass(frozen=True)
+class Conv:
+    """One 2-D convolution extern, read off its arguments."""
+    node: Node
+    x: Node
+    w: Node
+    bias: Node | None
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    groups: int
+    channels_last: bool  # the layout eager hands the input in
+
+    @property
+    def kind(self) -> str:
+        """``1x1``, ``im2col`` (any other groups=1), ``depthwise`` or ``grouped``."""
+        cin, (kh, kw) = self.x.shape[1], self.w.shape[2:]
+        if self.groups == 1:
+            plain = (kh, kw) == (1, 1) and self.stride == (1, 1) and self.padding == (0, 0)
+            return "1x1" if plain else "im2col"
+        if self.groups == cin and self.w.shape[0] % cin == 0:
+            return "depthwise"
+        return "grouped"
+
+    def describe(self) -> str:
+        n, cin, h, w = self.x.shape
+        cout, _, kh, kw = self.w.shape
+        return (f"conv {self.node.name} {self.kind} {n}x{cin}x{h}x{w} -> {cout} {kh}x{kw} stride={self.stride} "
+                f"padding={self.padding} dilation={self.dilation} groups={self.groups} {short_dtype(self.x.dtype)}"
+                f"{' channels-last' if self.channels_last else ''}")
+
+
+def parse(node: Node) -> tuple[Conv | None, str]:
+    """The convolution of an extern node, or None and why this pass cannot lower it."""
+    target = node.attrs.get("target")
+    if target is not torch.ops.aten.convolution.default:
+        return None, "not a convolution"
+    args, kwargs = node.attrs["arg_tree"]
+    names = [a.name for a in target._schema.arguments]
+    bound = {**dict(zip(names, args)), **kwargs}
+    x, w, bias = bound["input"], bound["weight"], bound.get("bias")
+    if bound.get("transposed"):
+        return None, "transposed convolution"
+    if not isinstance(x, Node) or x.type.ndim != 4 or w.type.ndim != 4:
+        return None, "not a 2-D convolution"
+    if x.dtype not in _FLOATS or w.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
+        return None, f"dtypes {x.dtype}/{w.dtype}"
+    if node.type.numel == 0 or x.type.numel == 0 or w.type.numel == 0:
+        return None, "zero-size"
+    params = [bound.get(k) for k in ("stride", "padding", "dilation")]
+    if not all(isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(v, int) for v in p) for p in params):
+        return None, "stride/padding/dilation not two ints each"
+    strides = (node.attrs.get("input_strides") or [None])[0] or x.attrs.get("strides")
+    n, c, h, wd = x.shape
+    channels_last = strides is not None and c > 1 and h * wd > 1 and strides[1] == 1
+    return Conv(node, x, w, bias, *(tuple(p) for p in params), bound["groups"], channels_last), ""
+
+
+def precision(conv: Conv) -> str:
+    """fp32 products use TF32 where cuDNN would (CUDA, ``torch.backends.cudnn.allow_tf32``)."""
+    if conv.x.dtype != torch.float32 or conv.x.type.device.type != "cuda":
+        return "ieee"
+    return "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
+
+
+def heuristic(conv: Conv, target: Target) -> tuple[bool, str]:
+    """``auto``'s choice (True: the IR) and why."""
+    if not target.is_cuda:
+        return False, "CPU: oneDNN's convolution is faster than the Triton interpreter"
+    if conv.kind in ("1x1", "im2col") and precision(conv) == "ieee":
+        return False, "IEEE fp32 (cudnn.allow_tf32 off): no tensor cores; gemm_backend would send it to cuBLAS"
+    if conv.kind in AUTO_IR_KINDS:
+        return True, f"{conv.kind} in AUTO_IR_KINDS: fused epilogue"
+    return False, f"{conv.kind}: cuDNN's implicit GEMM (not in AUTO_IR_KINDS)"
+
+
+def conv_lowering(graph: Graph) -> Graph:
+    """Rewrite the chosen convolution externs into IR (see the module docstring)."""
+    mode = conv_mode()
+    for node in [n for n in graph.nodes if n.op == "extern"]:
+        conv, why_not = parse(node)
+        if conv is None:
+            continue
+        if conv.kind == "grouped":
+            use_ir, reason = False, GROUPED_REASON
+        elif mode != "auto":
+            use_ir, reason = mode == "ir", f"MINICOMP_CONV={mode}"
+        else:
+            use_ir, reason = heuristic(conv, graph.target)
+        if not use_ir:
+            graph.decisions.append(f"{conv.describe()}: cuDNN/oneDNN extern ({reason})")
+            _note_reason(graph, node, f"convolution kept as extern: {reason}")
+            continue
+        how = {"1x1": "matmul over a reshape", "im2col": "matmul over an im2col view",
+               "depthwise": "window sum (reduction)"}[conv.kind]
+        graph.decisions.append(f"{conv.describe()}: IR {how} ({reason})")
+        result = _depthwise(graph, conv) if conv.kind == "depthwise" else _as_matmul(graph, conv)
+        graph.replace_all_uses(node, result)
+        graph.nodes.remove(node)
+        _drop_fallback(graph, node)
+    graph.recompute_users()
+    return graph
+
+
+# --- the rewrites -----------------------------------------------------------------------------------
+
+def _window(conv: Conv, n, c, oh, ow, kh, kw) -> tuple[tuple[Affine, ...], tuple[Range, ...]]:
+    """The input index read by output position ``(oh, ow)``'s tap ``(kh, kw)`` of channel ``c`` of image
+    ``n`` (expressions), and the conditions that it lies inside the input (padding reads 0)."""
+    (sh, sw), (ph, pw), (dh, dw) = conv.stride, conv.padding, conv.dilation
+    _, _, height, width = conv.x.shape
+    h = Affine.of(oh) * sh + Affine.of(kh) * dh - ph
+    w = Affine.of(ow) * sw + Affine.of(kw) * dw - pw
+    mask = []
+    for e, size in ((h, height), (w, width)):
+        r = Range(e, 0, size).simplified()
+        if r is not True:
+            mask.append(r)
+    return (Affine.of(n), Affine.of(c), h, w), tuple(mask)
+
+
+def _as_matmul(graph: Graph, conv: Conv) -> Node:
+    node, x, w = conv.node, conv.x, conv.w
+    n, cin, _, _ = x.shape
+    cout, _, kh, kw = w.shape
+    _, _, oh, ow = node.shape
+    k, p = cin * kh * kw, oh * ow
+    add = _adder(graph, node)
+    fill = 0.0
+    if not conv.channels_last:  # per image: W[Cout, K] @ X[K, OH*OW], K = (c, kh, kw)
+        i = index_vars((n, k, p))
+        c, r, s = unravel(i[1], (cin, kh, kw))
+        y, z = unravel(i[2], (oh, ow))
+        index, mask = _window(conv, i[0], c, y, z, r, s)
+        b = add("view", [x], x.type.with_(shape=(n, k, p)), index=index, mask=mask, fill=fill, kind="im2col")
+        j = index_vars((n, cout, k))
+        a = add("view", [w], w.type.with_(shape=(n, cout, k)),
+                index=(Affine.of(j[1]), *unravel(j[2], (cin, kh, kw))), mask=(), fill=None, kind="view")
+        mm = add("matmul", [a, b], node.type.with_(shape=(n, cout, p), dtype=torch.float32),
+                 precision=precision(conv))
+        o = index_vars(node.shape)
+        out = add("view", [mm], mm.type.with_(shape=node.shape),
+                  index=(Affine.of(o[0]), Affine.of(o[1]), Affine.of(o[2]) * ow + o[3]), mask=(), fill=None,
+                  kind="reshape")
+    else:  # channels-last: X[N*OH*OW, K] @ Wt[K, Cout], K = (kh, kw, c)
+        i = index_vars((n * p, k))
+        img, y, z = unravel(i[0], (n, oh, ow))
+        r, s, c = unravel(i[1], (kh, kw, cin))
+        index, mask = _window(conv, img, c, y, z, r, s)
+        a = add("view", [x], x.type.with_(shape=(n * p, k)), index=index, mask=mask, fill=fill, kind="im2col")
+        j = index_vars((k, cout))
+        r, s, c = unravel(j[0], (kh, kw, cin))
+        b = add("view", [w], w.type.with_(shape=(k, cout)), index=(Affine.of(j[1]), c, r, s), mask=(), fill=None,
+                kind="view")
+        mm = add("matmul", [a, b], node.type.with_(shape=(n * p, cout), dtype=torch.float32),
+                 precision=precision(conv))
+        o = index_vars(node.shape)
+        out = add("view", [mm], mm.type.with_(shape=node.shape),
+                  index=(Affine.of(o[0]) * p + Affine.of(o[2]) * ow + o[3], Affine.of(o[1])), mask=(), fill=None,
+                  kind="permute")
+    return _finish(graph, conv, out)
+
+
+def _depthwise(graph: Graph, conv: Conv) -> Node:
+    """``sum over (kh, kw) of x[n, co // m, window] * w[co, 0, kh, kw]`` in fp32 (m: the channel multiplier)."""
+    node, x, w = conv.node, conv.x, conv.w
+    n, cin, _, _ = x.shape
+    cout, _, kh, kw = w.shape
+    _, _, oh, ow = node.shape
+    add = _adder(graph, node)
+    shape = (n, cout, oh, ow, kh, kw)
+    i = index_vars(shape)
+    index, mask = _window(conv, i[0], Affine.of(i[1]) // (cout // cin), i[2], i[3], i[4], i[5])
+    xs = add("view", [x], x.type.with_(shape=shape), index=index, mask=mask, fill=0.0, kind="window")
+    ws = add("view", [w], w.type.with_(shape=shape), index=(Affine.of(i[1]), Affine.of(0), Affine.of(i[4]),
+                                                          Affine.of(i[5])), mask=(), fill=None, kind="expand")
+    f32 = torch.float32
+    xs, ws = _cast(add, xs, f32), _cast(add, ws, f32)
+    prod = add("pointwise", [xs, ws], xs.type, fn="mul", args=(xs, ws), params={})
+    total = add("reduce", [prod], prod.type.with_(shape=(n, cout, oh, ow, 1, 1)), fn="sum", axes=(4, 5))
+    o = index_vars(node.shape)
+    out = add("view", [total], total.type.with_(shape=node.shape),
+              index=(*(Affine.of(v) for v in o), Affine.of(0), Affine.of(0)), mask=(), fill=None, kind="reshape")
+    return _finish(graph, conv, out)
+
+
+def _finish(graph: Graph, conv: Conv, acc: Node) -> Node:
+    """``acc`` (fp32, the convolution's shape) plus the bias, cast to the convolution's dtype."""
+    add = _adder(graph, conv.node)
+    if conv.bias is not None:
+        o = index_vars(acc.shape)
+        bias = add("view", [conv.bias], conv.bias.type.with_(shape=acc.shape), index=(Affine.of(o[1]),), mask=(),
+                   fill=None, kind="expand")
+        bias = _cast(add, bias, torch.float32)
+        acc = add("pointwise", [acc, bias], acc.type, fn="add", args=(acc, bias), params={})
+    return _cast(add, acc, conv.node.dtype)
+
+
+def _adder(graph: Graph, before: Node):
+    """``graph.add`` placing nodes before ``before``, with its provenance."""
+    def add(op, inputs, type, **attrs) -> Node:
+        return graph.add(op, inputs, type, before.origin, before=before, **attrs)
+    return add
+
+
+def _cast(add, x: Node, dtype: torch.dtype) -> Node:
+    if x.dtype == dtype:
+        return x
+    return add("pointwise", [x], x.type.with_(dtype=dtype), fn="cast", args=(x,), params={"to": dtype})
+
+
+def _note_reason(graph: Graph, node: Node, reason: str) -> None:
+    """The report's fallback entry for ``node`` says why it stayed an extern."""
+    old = (node.origin[0] if node.origin else "convolution.default", node.attrs["reason"])
+    if old in graph.fallbacks:
+        graph.fallbacks[graph.fallbacks.index(old)] = (old[0], reason)
+    node.attrs["reason"] = reason
+
+
+def _drop_fallback(graph: Graph, node: Node) -> None:
+    entry = (node.origin[0] if node.origin else "convolution.default", node.attrs["reason"])
+    if entry in graph.fallbacks:
+        graph.fallbacks.remove(entry)
