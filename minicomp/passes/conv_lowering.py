@@ -4,14 +4,16 @@ nodes the templates already run, so bias, batch norm, activations and casts fuse
 * **1x1** (stride 1, no padding, groups 1) and **groups=1** convolutions become a ``matmul`` over
   views, accumulated in fp32: the input read through an *im2col* index map (each output position's
   ``Cin*KH*KW`` window, out-of-bounds taps masked to 0; for a 1x1 convolution a plain reshape), the
-  weight through a reshape. Nothing is materialized: the GEMM template loads its operand tiles
-  through the index maps. Two forms, chosen by the input's layout:
+  weight through a reshape. K is ordered ``c, kh, kw`` for an NCHW input and ``kh, kw, c`` for a
+  channels-last one, so the operand loads run along the input's contiguous dimension. Two forms
+  (``matmul_form``):
 
-  - NCHW input: per image ``W[Cout, K] @ X[K, OH*OW]``, batched over N (K ordered ``c, kh, kw``).
-    The product is the output in NCHW order, so its pointwise consumers fuse as GEMM epilogue.
-  - channels-last input: ``X[N*OH*OW, K] @ Wt[K, Cout]`` (K ordered ``kh, kw, c``, contiguous
-    along ``c``); the product is the output in NHWC order, viewed back to ``N, Cout, OH, OW``. Its
-    consumers (iterating NCHW) read it transposed, so they do not fuse as epilogue today.
+  - ``batched``: per image ``W[Cout, K] @ X[K, OH*OW]``, batched over N. The product is the output
+    in NCHW order, so its pointwise consumers (bias, batch norm, activation: NCHW-indexed) fuse as
+    GEMM epilogue, and the kernel stores at whatever strides the result gets.
+  - ``rows``: ``X[N*OH*OW, K] @ Wt[K, Cout]``: taller tiles, the product in NHWC order, viewed back
+    to ``N, Cout, OH, OW``. NCHW-indexed consumers would read it transposed in a kernel of their own,
+    so it is taken only for a channels-last input with nothing to fuse.
 
 * **depthwise** (groups == Cin, Cout a multiple of Cin) becomes ``sum`` over a ``[N, Cout, OH, OW,
   KH, KW]`` window view of the input times the broadcast weight: the reduction template, with
@@ -114,9 +116,9 @@ def parse(node: Node) -> tuple[Conv | None, str]:
     return Conv(node, x, w, bias, *(tuple(p) for p in params), bound["groups"], channels_last), ""
 
 
-def precision(conv: Conv) -> str:
+def precision(conv: Conv, target: Target) -> str:
     """fp32 products use TF32 where cuDNN would (CUDA, ``torch.backends.cudnn.allow_tf32``)."""
-    if conv.x.dtype != torch.float32 or conv.x.type.device.type != "cuda":
+    if conv.x.dtype != torch.float32 or not target.is_cuda:
         return "ieee"
     return "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
 
@@ -125,7 +127,7 @@ def heuristic(conv: Conv, target: Target) -> tuple[bool, str]:
     """``auto``'s choice (True: the IR) and why."""
     if not target.is_cuda:
         return False, "CPU: oneDNN's convolution is faster than the Triton interpreter"
-    if conv.kind in ("1x1", "im2col") and precision(conv) == "ieee":
+    if conv.kind in ("1x1", "im2col") and conv.x.dtype == torch.float32 and precision(conv, target) == "ieee":
         return False, "IEEE fp32 (cudnn.allow_tf32 off): no tensor cores; gemm_backend would send it to cuBLAS"
     if conv.kind in AUTO_IR_KINDS:
         return True, f"{conv.kind} in AUTO_IR_KINDS: fused epilogue"
@@ -135,6 +137,7 @@ def heuristic(conv: Conv, target: Target) -> tuple[bool, str]:
 def conv_lowering(graph: Graph) -> Graph:
     """Rewrite the chosen convolution externs into IR (see the module docstring)."""
     mode = conv_mode()
+    graph.recompute_users()
     for node in [n for n in graph.nodes if n.op == "extern"]:
         conv, why_not = parse(node)
         if conv is None:
@@ -149,10 +152,13 @@ def conv_lowering(graph: Graph) -> Graph:
             graph.decisions.append(f"{conv.describe()}: cuDNN/oneDNN extern ({reason})")
             _note_reason(graph, node, f"convolution kept as extern: {reason}")
             continue
-        how = {"1x1": "matmul over a reshape", "im2col": "matmul over an im2col view",
-               "depthwise": "window sum (reduction)"}[conv.kind]
+        if conv.kind == "depthwise":
+            how, result = "window sum (reduction)", _depthwise(graph, conv)
+        else:
+            form = matmul_form(conv)
+            view = "a reshape" if conv.kind == "1x1" else "an im2col view"
+            how, result = f"{form} matmul over {view}", _as_matmul(graph, conv, form)
         graph.decisions.append(f"{conv.describe()}: IR {how} ({reason})")
-        result = _depthwise(graph, conv) if conv.kind == "depthwise" else _as_matmul(graph, conv)
         graph.replace_all_uses(node, result)
         graph.nodes.remove(node)
         _drop_fallback(graph, node)
@@ -177,46 +183,60 @@ def _window(conv: Conv, n, c, oh, ow, kh, kw) -> tuple[tuple[Affine, ...], tuple
     return (Affine.of(n), Affine.of(c), h, w), tuple(mask)
 
 
-def _as_matmul(graph: Graph, conv: Conv) -> Node:
+def matmul_form(conv: Conv) -> str:
+    """``batched`` (per image ``W @ X``: the product is NCHW-ordered, so NCHW-indexed consumers fuse
+    as epilogue) or ``rows`` (``X @ Wt`` over all ``N*OH*OW`` positions: NHWC-ordered, taller
+    tiles). ``rows`` for a channels-last input whose result has no pointwise consumer to fuse
+    (its bias and cast are applied before the view back)."""
+    fusible = any(u.op == "pointwise" for u in conv.node.users)
+    return "rows" if conv.channels_last and not fusible else "batched"
+
+
+def _k_index(k, conv: Conv) -> tuple[Affine, Affine, Affine]:
+    """``(c, kh, kw)`` of reduction index ``k``: ordered ``c, kh, kw`` (NCHW input: runs of ``kw``
+    are contiguous) or ``kh, kw, c`` (channels-last input: runs of ``c`` are)."""
+    cin, (kh, kw) = conv.x.shape[1], conv.w.shape[2:]
+    if conv.channels_last:
+        r, s, c = unravel(k, (kh, kw, cin))
+        return c, r, s
+    return unravel(k, (cin, kh, kw))
+
+
+def _as_matmul(graph: Graph, conv: Conv, form: str) -> Node:
     node, x, w = conv.node, conv.x, conv.w
     n, cin, _, _ = x.shape
     cout, _, kh, kw = w.shape
     _, _, oh, ow = node.shape
     k, p = cin * kh * kw, oh * ow
     add = _adder(graph, node)
-    fill = 0.0
-    if not conv.channels_last:  # per image: W[Cout, K] @ X[K, OH*OW], K = (c, kh, kw)
+    o = index_vars(node.shape)
+    if form == "batched":  # per image: W[Cout, K] @ X[K, OH*OW]
         i = index_vars((n, k, p))
-        c, r, s = unravel(i[1], (cin, kh, kw))
-        y, z = unravel(i[2], (oh, ow))
-        index, mask = _window(conv, i[0], c, y, z, r, s)
-        b = add("view", [x], x.type.with_(shape=(n, k, p)), index=index, mask=mask, fill=fill, kind="im2col")
+        c, r, s = _k_index(i[1], conv)
+        index, mask = _window(conv, i[0], c, *unravel(i[2], (oh, ow)), r, s)
+        b = add("view", [x], x.type.with_(shape=(n, k, p)), index=index, mask=mask, fill=0.0, kind="im2col")
         j = index_vars((n, cout, k))
-        a = add("view", [w], w.type.with_(shape=(n, cout, k)),
-                index=(Affine.of(j[1]), *unravel(j[2], (cin, kh, kw))), mask=(), fill=None, kind="view")
+        c, r, s = _k_index(j[2], conv)
+        a = add("view", [w], w.type.with_(shape=(n, cout, k)), index=(Affine.of(j[1]), c, r, s), mask=(),
+                fill=None, kind="view")
         mm = add("matmul", [a, b], node.type.with_(shape=(n, cout, p), dtype=torch.float32),
-                 precision=precision(conv))
-        o = index_vars(node.shape)
-        out = add("view", [mm], mm.type.with_(shape=node.shape),
-                  index=(Affine.of(o[0]), Affine.of(o[1]), Affine.of(o[2]) * ow + o[3]), mask=(), fill=None,
-                  kind="reshape")
-    else:  # channels-last: X[N*OH*OW, K] @ Wt[K, Cout], K = (kh, kw, c)
+                 precision=precision(conv, graph.target))
+        back = (Affine.of(o[0]), Affine.of(o[1]), Affine.of(o[2]) * ow + o[3])
+    else:  # all positions: X[N*OH*OW, K] @ Wt[K, Cout]
         i = index_vars((n * p, k))
+        c, r, s = _k_index(i[1], conv)
         img, y, z = unravel(i[0], (n, oh, ow))
-        r, s, c = unravel(i[1], (kh, kw, cin))
         index, mask = _window(conv, img, c, y, z, r, s)
-        a = add("view", [x], x.type.with_(shape=(n * p, k)), index=index, mask=mask, fill=fill, kind="im2col")
+        a = add("view", [x], x.type.with_(shape=(n * p, k)), index=index, mask=mask, fill=0.0, kind="im2col")
         j = index_vars((k, cout))
-        r, s, c = unravel(j[0], (kh, kw, cin))
+        c, r, s = _k_index(j[0], conv)
         b = add("view", [w], w.type.with_(shape=(k, cout)), index=(Affine.of(j[1]), c, r, s), mask=(), fill=None,
                 kind="view")
         mm = add("matmul", [a, b], node.type.with_(shape=(n * p, cout), dtype=torch.float32),
-                 precision=precision(conv))
-        o = index_vars(node.shape)
-        out = add("view", [mm], mm.type.with_(shape=node.shape),
-                  index=(Affine.of(o[0]) * p + Affine.of(o[2]) * ow + o[3], Affine.of(o[1])), mask=(), fill=None,
-                  kind="permute")
-    return _finish(graph, conv, out)
+                 precision=precision(conv, graph.target))
+        back = (Affine.of(o[0]) * p + Affine.of(o[2]) * ow + o[3], Affine.of(o[1]))
+    out = _finish(graph, conv, mm)
+    return add("view", [out], out.type.with_(shape=node.shape), index=back, mask=(), fill=None, kind="reshape")
 
 
 def _depthwise(graph: Graph, conv: Conv) -> Node:
@@ -243,7 +263,7 @@ def _depthwise(graph: Graph, conv: Conv) -> Node:
 
 
 def _finish(graph: Graph, conv: Conv, acc: Node) -> Node:
-    """``acc`` (fp32, the convolution's shape) plus the bias, cast to the convolution's dtype."""
+    """``acc`` (fp32; output channels along dim 1) plus the bias, cast to the convolution's dtype."""
     add = _adder(graph, conv.node)
     if conv.bias is not None:
         o = index_vars(acc.shape)
