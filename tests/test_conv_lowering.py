@@ -53,6 +53,7 @@ CASES = {
     "3x3-s2-p1": ((3, 3, 7, 9), (5, 3, 3, 3), 2, 1, 1, 1, True, F32, False, "im2col .* IR batched matmul over an im2col"),
     "3x3-p2-d2-bf16": ((1, 4, 9, 7), (3, 4, 3, 3), 1, 2, 2, 1, False, BF16, False, "im2col"),
     "5x3-asym-f16": ((2, 3, 8, 5), (4, 3, 5, 3), (2, 1), (2, 0), 1, 1, True, F16, False, "im2col"),
+    "pad-only-output": ((1, 2, 1, 1), (3, 2, 1, 1), 5, 2, 1, 1, True, F32, False, "im2col"),  # every tap padding
     "3x3-cl-bias": ((2, 5, 6, 7), (4, 5, 3, 3), 2, 1, 1, 1, True, F32, True, "im2col .* channels-last: IR rows"),
     "3x3-cl-rows-d2": ((1, 3, 7, 7), (4, 3, 3, 3), 1, 1, 2, 1, False, BF16, True, "im2col .* channels-last: IR rows"),
     "dw-mult2-s2": ((3, 4, 7, 6), (8, 1, 3, 3), 2, 1, 1, 4, True, F32, False, "depthwise .* window sum"),
@@ -111,6 +112,18 @@ def test_grouped_convolution_stays_extern_and_says_why(ir):
     (fallback,) = report.fallbacks
     assert "grouped convolution (1 < groups < Cin)" in fallback.reason, report.summary()
     assert "cuDNN/oneDNN extern" in conv_decisions(report)[0]
+
+
+@pytest.mark.parametrize("kind", ["transposed", "1-d", "3-d"])
+def test_convolutions_it_does_not_lower_stay_extern_with_a_decision(ir, kind):
+    fn, args, why = {
+        "transposed": (lambda x, w: F.conv_transpose2d(x, w, stride=2), (rand(1, 3, 4, 4), rand(3, 2, 3, 3)),
+                       "transposed convolution"),
+        "1-d": (lambda x, w: F.conv1d(x, w), (rand(2, 3, 9), rand(4, 3, 3)), "not a 2-D convolution"),
+        "3-d": (lambda x, w: F.conv3d(x, w), (rand(1, 2, 3, 4, 4), rand(2, 2, 1, 2, 2)), "not a 2-D convolution"),
+    }[kind]
+    report = compile_and_compare(fn, *args, fallbacks=1)
+    assert conv_decisions(report) and why in conv_decisions(report)[0], report.summary()
 
 
 def test_auto_keeps_onednn_on_the_cpu_and_cudnn_mode_keeps_every_convolution(monkeypatch):

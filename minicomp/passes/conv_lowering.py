@@ -141,6 +141,8 @@ def conv_lowering(graph: Graph) -> Graph:
     for node in [n for n in graph.nodes if n.op == "extern"]:
         conv, why_not = parse(node)
         if conv is None:
+            if node.attrs.get("target") is torch.ops.aten.convolution.default:
+                graph.decisions.append(f"conv {node.name}: cuDNN/oneDNN extern (not lowered: {why_not})")
             continue
         if conv.kind == "grouped":
             use_ir, reason = False, GROUPED_REASON
@@ -178,8 +180,8 @@ def _window(conv: Conv, n, c, oh, ow, kh, kw) -> tuple[tuple[Affine, ...], tuple
     mask = []
     for e, size in ((h, height), (w, width)):
         r = Range(e, 0, size).simplified()
-        if r is not True:
-            mask.append(r)
+        if r is not True:  # never valid (an output of padding only): the unsimplified range, read as the fill
+            mask.append(Range(e, 0, size) if r is False else r)
     return (Affine.of(n), Affine.of(c), h, w), tuple(mask)
 
 
