@@ -28,7 +28,7 @@ from . import validation
 from .errors import MinicompError
 from .frontend.lowering import Lowering
 from .ir.target import Target
-from .passes.conv_lowering import conv_lowering
+from .passes.conv_lowering import conv_lowering, tunable as conv_tunable
 from .passes.fusion import fusion
 from .passes.gemm_choice import gemm_backend
 from .passes.manager import Pass, run_pipeline
@@ -234,7 +234,7 @@ class CompiledGraph:
         configs are measured per kernel by the ``tune`` pass of the candidate's build (max-autotune),
         so the template's time is its best config's."""
         from triton.testing import do_bench
-        matmuls = [n for n in Lowering(self.gm, args).run().nodes if n.op == "matmul"]
+        matmuls = [n for n in Lowering(self.gm, args).run().nodes if n.op == "matmul" or conv_tunable(n)]
         inputs = [torch.randn_like(a) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
 
         def measure(choices):

@@ -31,7 +31,7 @@ def ir(monkeypatch):
     monkeypatch.setenv("MINICOMP_CONV", "ir")
 
 
-def conv_decisions(report) -> list[str]:
+def conv_decisions(report) -> list[str]:  # a Report or a Graph
     return [d for d in report.decisions if d.startswith("conv ")]
 
 
@@ -205,6 +205,20 @@ def test_auto_on_the_h200_takes_1x1_and_depthwise_and_schedules_them(monkeypatch
     assert [": IR " in d for d in decisions] == [True, False, True, False], decisions
     assert {k.schedule.template for k in kernels} >= {"gemm", "reduction"}, [k.schedule for k in kernels]
     assert all(not k.schedule.interpreted for k in kernels)
+
+
+@pytest.mark.parametrize("measured", ["aten", "triton"])
+def test_a_measured_choice_overrides_the_heuristic(measured):
+    """max-autotune's GEMM tuner measures convolutions too (``tunable``) and fixes the choice in
+    ``graph.gemm_choices`` under the extern's id: ``aten`` keeps cuDNN, anything else takes the IR."""
+    x, w = rand(2, 16, 4, 4, dtype=BF16), rand(16, 16, 3, 3, dtype=BF16)  # auto: a 3x3 stays in cuDNN
+    gm = make_fx(lambda x, w: F.conv2d(x, w, padding=1), decomposition_table=decompositions())(x, w)
+    graph = Lowering(gm, [x, w]).run()
+    (conv,) = [n for n in graph.nodes if conv_lowering.tunable(n)]
+    graph.target, graph.gemm_choices = H200, {conv.id: measured}
+    graph = conv_lowering.conv_lowering(graph)
+    (d,) = conv_decisions(graph)
+    assert "measured (max-autotune)" in d and (": IR " in d) == (measured != "aten"), d
 
 
 @pytest.mark.parametrize("tf32", [True, False])

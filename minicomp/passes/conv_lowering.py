@@ -24,7 +24,8 @@ computes (fp32 accumulation, one rounding). Grouped convolutions with 1 < groups
 cuDNN (see ``GROUPED_REASON``).
 
 Which convolutions are rewritten: ``MINICOMP_CONV`` = ``cudnn`` (none), ``ir`` (every one this
-pass can lower) or ``auto`` (default; ``heuristic``). Every choice is a decision in the report; a
+pass can lower) or ``auto`` (default: the choice max-autotune measured, as for matmuls, in
+``graph.gemm_choices``; else ``heuristic``). Every choice is a decision in the report; a
 convolution kept as extern has its fallback reason replaced by the choice's.
 """
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ..ir.expr import Affine, Range, index_vars, unravel
 from ..ir.graph import Graph, Node
 from ..ir.target import Target
 from ..ir.types import short_dtype
+from .gemm_choice import ATEN
 
 MODES = ("cudnn", "ir", "auto")
 AUTO_IR_KINDS = ("1x1", "depthwise")
@@ -134,6 +136,13 @@ def heuristic(conv: Conv, target: Target) -> tuple[bool, str]:
     return False, f"{conv.kind}: cuDNN's implicit GEMM (not in AUTO_IR_KINDS)"
 
 
+def tunable(node: Node) -> bool:
+    """Whether max-autotune should measure ``node`` both ways (a convolution this pass can lower, under
+    ``auto``): the compiler's GEMM tuner then fixes ``graph.gemm_choices[node.id]`` (``aten``: cuDNN)."""
+    conv, _ = parse(node) if node.op == "extern" else (None, "")
+    return conv is not None and conv.kind != "grouped" and conv_mode() == "auto"
+
+
 def conv_lowering(graph: Graph) -> Graph:
     """Rewrite the chosen convolution externs into IR (see the module docstring)."""
     mode = conv_mode()
@@ -148,6 +157,8 @@ def conv_lowering(graph: Graph) -> Graph:
             use_ir, reason = False, GROUPED_REASON
         elif mode != "auto":
             use_ir, reason = mode == "ir", f"MINICOMP_CONV={mode}"
+        elif node.id in graph.gemm_choices:
+            use_ir, reason = graph.gemm_choices[node.id] != ATEN, "measured (max-autotune)"
         else:
             use_ir, reason = heuristic(conv, graph.target)
         if not use_ir:
