@@ -155,12 +155,16 @@ def test_ieee_fp32_product_sent_to_cublas_reads_a_copied_im2col(ir, monkeypatch)
 
 
 def test_training_gradients_through_the_ir_forward(ir):
-    """The forward's convolutions run in the IR; the backward keeps convolution_backward (cuDNN)."""
-    def fn(x, w1, b1, w2):
-        return F.conv2d(F.conv2d(x, w1, b1, padding=1).relu(), w2, stride=2)
-    reports = compare_gradients(fn, rand(2, 3, 5, 6), rand(4, 3, 3, 3) / 3, rand(4), rand(2, 4, 1, 1) / 2)
+    """The forward's convolutions (3x3, depthwise before a training-mode batch norm, strided 1x1) run in
+    the IR; the backward keeps convolution_backward (cuDNN)."""
+    def fn(x, w1, b1, wd, gamma, beta, w2):
+        y = F.conv2d(x, w1, b1, padding=1).relu()
+        y = F.batch_norm(F.conv2d(y, wd, padding=1, groups=4), None, None, gamma, beta, training=True)
+        return F.conv2d(y, w2, stride=2)
+    reports = compare_gradients(fn, rand(2, 3, 5, 6), rand(4, 3, 3, 3) / 3, rand(4), rand(8, 1, 3, 3) / 3,
+                                rand(8), rand(8), rand(2, 8, 1, 1) / 2)
     forward = next(r for r in reports if "forward" in r.graph)
-    assert len([d for d in conv_decisions(forward) if ": IR " in d]) == 2, forward.summary()
+    assert len([d for d in conv_decisions(forward) if ": IR " in d]) == 3, forward.summary()
     assert not forward.fallbacks, forward.summary()
     backward = next(r for r in reports if "backward" in r.graph)
     assert {f.op for f in backward.fallbacks} == {"convolution_backward.default"}, backward.summary()
