@@ -16,12 +16,14 @@ which path minicomp took (its decision) and its kernel count. Writes the rows as
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import statistics
 import sys
 import tempfile
+import types
 from dataclasses import dataclass
 
 import torch
@@ -105,21 +107,39 @@ def rel_error(out, ref) -> float:
     return ((out.float() - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-6)).item()
 
 
-def minicomp_variant(fn, args, mode: str):
-    """``fn`` compiled with ``MINICOMP_CONV=mode`` (read when the graph compiles: at the first call)."""
+def fresh(fn, tag: str):
+    """A copy of ``fn`` with its own code object: Dynamo caches compiled frames per code object, so each
+    variant compiles once and keeps its own (no ``torch._dynamo.reset()`` between variants, which would
+    make the earlier ones recompile at their next call)."""
+    code = fn.__code__.replace(co_name=f"{fn.__code__.co_name}_{tag}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+
+
+@contextlib.contextmanager
+def conv_env(mode: str):
     old = os.environ.get("MINICOMP_CONV")
     os.environ["MINICOMP_CONV"] = mode
     try:
-        torch._dynamo.reset()
-        compiled = minicomp.compile(fn)
-        out = compiled(*args)
-        report = minicomp.report()
+        yield
     finally:
         if old is None:
             os.environ.pop("MINICOMP_CONV")
         else:
             os.environ["MINICOMP_CONV"] = old
-    return compiled, out, report
+
+
+def minicomp_variant(fn, args, mode: str):
+    """``fn`` compiled with ``MINICOMP_CONV=mode`` (read when the graph compiles: at the first call;
+    the calls timed later set it too, so a recompile could not change the variant)."""
+    compiled = minicomp.compile(fresh(fn, f"mc_{mode}"))
+    with conv_env(mode):
+        out = compiled(*args)
+    report = minicomp.report()
+
+    def call(*a):
+        with conv_env(mode):
+            return compiled(*a)
+    return call, out, report
 
 
 def time_all(fns: dict, rounds: int, device: str) -> dict:
@@ -134,6 +154,7 @@ def time_all(fns: dict, rounds: int, device: str) -> dict:
 
 
 def run_row(s: Shape, dtype, epilogue: bool, layout: str, device: str, rounds: int, inductor: bool) -> dict:
+    torch._dynamo.reset()  # the previous row's compiled frames
     args = inputs(s, dtype, device, layout == "cl")
     fn = make_fn(s, epilogue)
     row = dict(shape=s.name, dtype=str(dtype).replace("torch.", ""), epilogue="bn+" + s.act if epilogue else "none",
@@ -143,8 +164,7 @@ def run_row(s: Shape, dtype, epilogue: bool, layout: str, device: str, rounds: i
         variants, errors = {"eager": lambda: fn(*args)}, {}
         try:
             if inductor:
-                torch._dynamo.reset()
-                ind = torch.compile(fn)
+                ind = torch.compile(fresh(fn, "inductor"))
                 errors["inductor"] = rel_error(ind(*args), ref)
                 variants["inductor"] = lambda: ind(*args)
         except Exception as e:  # noqa: BLE001 - a row records the failure
