@@ -8,8 +8,9 @@
 Shapes are ResNet-50's and MobileNetV3-Large's representative convolutions at batch 32 (1x1, 3x3,
 strided, 7x7 stem, depthwise 3x3 and 5x5), each alone and followed by an eval-mode batch norm and its
 activation (relu; hardswish for MobileNet), NCHW inputs unless ``--layouts`` adds ``cl`` (channels-last).
-Times are medians of interleaved rounds of ``do_bench`` (ms, host time included: one launch or a few);
-TFLOP/s counts the convolution's multiply-adds only. Every variant is checked against eager on the same
+Times are medians of interleaved rounds of ``do_bench`` (ms, host time included: one launch or a few),
+beside the GPU time per call from torch.profiler (every kernel, copy and memset) and minicomp's launches
+per call; TFLOP/s (of the IR variant's wall time) counts the convolution's multiply-adds only. Every variant is checked against eager on the same
 inputs (max abs error over max abs value, printed; fp32 runs TF32 where cuDNN does). The table shows
 which path minicomp took (its decision) and its kernel count. Writes the rows as JSON to the given path.
 """
@@ -153,6 +154,23 @@ def time_all(fns: dict, rounds: int, device: str) -> dict:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def gpu_profile(fns: dict, calls: int = 5) -> dict:
+    """Per variant: GPU ms per call (the summed durations of every kernel, copy and memset
+    torch.profiler saw) and launches per call."""
+    from torch.profiler import ProfilerActivity, profile
+    out = {}
+    for k, fn in fns.items():
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+        gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        out[f"{k}_gpu_ms"] = sum(e.time_range.elapsed_us() for e in gpu) / calls / 1e3
+        out[f"{k}_launches"] = len(gpu) / calls
+    return out
+
+
 def run_row(s: Shape, dtype, epilogue: bool, layout: str, device: str, rounds: int, inductor: bool) -> dict:
     torch._dynamo.reset()  # the previous row's compiled frames
     args = inputs(s, dtype, device, layout == "cl")
@@ -179,6 +197,8 @@ def run_row(s: Shape, dtype, epilogue: bool, layout: str, device: str, rounds: i
             if report.whole_graph_fallback:
                 row[f"minicomp_{mode}_whole_graph_fallback"] = report.whole_graph_fallback
         times = time_all(variants, rounds, device)
+        if device == "cuda":
+            row.update(gpu_profile(variants))
     row.update({f"{k}_ms": v for k, v in times.items()}, **{f"{k}_rel_err": v for k, v in errors.items()})
     return row
 
@@ -194,16 +214,18 @@ def path_taken(row) -> str:
 
 def table(rows: list[dict]) -> str:
     head = ("| shape | dtype | layout | epilogue | eager ms | inductor ms | mc ir ms | mc cudnn ms | ir/eager | "
-            "ir TFLOP/s | ir path | ir kernels | max rel err (ind, ir, cudnn) |")
-    lines = [head, "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]
+            "GPU ms eager/ind/ir/cudnn | ir launches | ir TFLOP/s | ir path | max rel err (ind, ir, cudnn) |")
+    lines = [head, "|---|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|"]
     for r in rows:
         ms = lambda k: r.get(f"{k}_ms", float("nan"))  # noqa: E731
         err = lambda k: f"{r.get(f'{k}_rel_err', float('nan')):.1e}"  # noqa: E731
         tflops = r["gflop"] / ms("minicomp_ir") if ms("minicomp_ir") == ms("minicomp_ir") else float("nan")
+        gpu = "/".join(f"{r.get(f'{k}_gpu_ms', float('nan')):.3f}"
+                       for k in ("eager", "inductor", "minicomp_ir", "minicomp_cudnn"))
         lines.append(f"| {r['shape']} | {r['dtype']} | {r['layout']} | {r['epilogue']} | {ms('eager'):.3f} | "
                      f"{ms('inductor'):.3f} | {ms('minicomp_ir'):.3f} | {ms('minicomp_cudnn'):.3f} | "
-                     f"{ms('minicomp_ir') / ms('eager'):.2f} | {tflops:.0f} | {path_taken(r)} | "
-                     f"{r.get('minicomp_ir_kernels')} | {err('inductor')}, {err('minicomp_ir')}, {err('minicomp_cudnn')} |")
+                     f"{ms('minicomp_ir') / ms('eager'):.2f} | {gpu} | {r.get('minicomp_ir_launches', float('nan')):.0f} | "
+                     f"{tflops:.0f} | {path_taken(r)} | {err('inductor')}, {err('minicomp_ir')}, {err('minicomp_cudnn')} |")
     return "\n".join(lines)
 
 
