@@ -114,13 +114,14 @@ def test_grouped_convolution_stays_extern_and_says_why(ir):
     assert "cuDNN/oneDNN extern" in conv_decisions(report)[0]
 
 
-@pytest.mark.parametrize("kind", ["transposed", "1-d", "3-d"])
+@pytest.mark.parametrize("kind", ["transposed", "1-d", "3-d", "zero-size"])
 def test_convolutions_it_does_not_lower_stay_extern_with_a_decision(ir, kind):
     fn, args, why = {
         "transposed": (lambda x, w: F.conv_transpose2d(x, w, stride=2), (rand(1, 3, 4, 4), rand(3, 2, 3, 3)),
                        "transposed convolution"),
         "1-d": (lambda x, w: F.conv1d(x, w), (rand(2, 3, 9), rand(4, 3, 3)), "not a 2-D convolution"),
         "3-d": (lambda x, w: F.conv3d(x, w), (rand(1, 2, 3, 4, 4), rand(2, 2, 1, 2, 2)), "not a 2-D convolution"),
+        "zero-size": (lambda x, w: F.conv2d(x, w), (rand(0, 3, 4, 4), rand(2, 3, 3, 3)), "zero-size"),
     }[kind]
     report = compile_and_compare(fn, *args, fallbacks=1)
     assert conv_decisions(report) and why in conv_decisions(report)[0], report.summary()
