@@ -235,3 +235,35 @@ def test_fp32_follows_cudnn_allow_tf32(monkeypatch, tf32):
     assert ("IEEE fp32" in d) != tf32 and (": IR " in d) == tf32, d
     precisions = [n.attrs["precision"] for n in graph.nodes if n.op == "matmul"]
     assert precisions == (["tf32"] if tf32 else []), precisions
+
+
+# --- on a GPU (skipped without one): real tile sizes, TMA for plain operands, TF32 for fp32 ---------
+
+GPU_CASES = {  # input, weight, stride, padding, groups
+    "1x1": ((4, 64, 17, 15), (96, 64, 1, 1), 1, 0, 1),
+    "3x3-s2": ((4, 32, 17, 15), (64, 32, 3, 3), 2, 1, 1),
+    "7x7-s2-stem": ((2, 3, 33, 31), (16, 3, 7, 7), 2, 3, 1),
+    "dw3x3": ((4, 48, 17, 15), (48, 1, 3, 3), 1, 1, 48),
+    "dw5x5-s2-mult2": ((4, 24, 17, 15), (48, 1, 5, 5), 2, 2, 24),
+}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("layout", ["nchw", "cl"])
+@pytest.mark.parametrize("dtype", [BF16, F32, F16], ids=["bf16", "f32", "f16"])
+@pytest.mark.parametrize("name", GPU_CASES)
+def test_cuda_convolutions_in_the_ir_match_cudnn(ir, name, dtype, layout):
+    xs, ws, stride, padding, groups = GPU_CASES[name]
+    x = torch.randn(xs, device="cuda", dtype=dtype)
+    w = torch.randn(ws, device="cuda", dtype=dtype) / (ws[1] * ws[2] * ws[3]) ** 0.5
+    b, scale, shift = (torch.randn(ws[0], device="cuda", dtype=dtype) for _ in range(3))
+    if layout == "cl":
+        x = x.to(memory_format=torch.channels_last)
+
+    def fn(x, w, b, scale, shift):
+        y = F.conv2d(x, w, b, stride=stride, padding=padding, groups=groups)
+        return y, torch.relu(y * scale[:, None, None] + shift[:, None, None])
+    t = dict(atol=3e-2, rtol=3e-2) if dtype != F32 else dict(atol=1e-2, rtol=1e-2)  # cuDNN's TF32 vs ours
+    report = compile_and_compare(fn, x, w, b, scale, shift, fallbacks=0, **t)
+    (d,) = conv_decisions(report)
+    assert ": IR " in d, d
