@@ -194,21 +194,23 @@ def _scheduled(fn, args, target):
     return graph, graph.kernels
 
 
-def test_auto_on_the_h200_takes_1x1_and_depthwise_and_schedules_them(monkeypatch):
-    """``auto`` for a GPU target (scheduled on the CPU, nothing runs): 1x1 and depthwise in the IR,
-    3x3 and grouped in cuDNN; fp32 with TF32 off stays in cuDNN."""
-    x = rand(32, 16, 8, 8, dtype=BF16)
+def test_auto_on_the_h200_takes_only_the_measured_winners(monkeypatch):
+    """``auto`` for a GPU target (scheduled on the CPU, nothing runs): a half-precision 1x1 into 256
+    channels over 14x14 pixels in the IR; a 1x1 into fewer channels, 3x3, depthwise and grouped in
+    cuDNN (``AUTO_IR_MIN_COUT``: what the H200 measured)."""
+    x = rand(2, 16, 14, 14, dtype=BF16)
 
-    def fn(x, w1, w3, wd, wg):
-        return F.conv2d(x, w1) + F.conv2d(x, w3, padding=1) + F.conv2d(x, wd, padding=1, groups=16) \
+    def fn(x, w1, w1narrow, w3, wd, wg):
+        wide = F.conv2d(x, w1) + F.conv2d(x, w3, padding=1) + F.conv2d(x, wd, padding=1, groups=16) \
             + F.conv2d(x, wg, padding=1, groups=4)
-    ws = [rand(16, 16, 1, 1, dtype=BF16), rand(16, 16, 3, 3, dtype=BF16), rand(16, 1, 3, 3, dtype=BF16),
-          rand(16, 4, 3, 3, dtype=BF16)]
+        return wide, F.conv2d(x, w1narrow)
+    ws = [rand(256, 16, 1, 1, dtype=BF16), rand(64, 16, 1, 1, dtype=BF16), rand(256, 16, 3, 3, dtype=BF16),
+          rand(256, 1, 3, 3, dtype=BF16), rand(256, 4, 3, 3, dtype=BF16)]
     graph, kernels = _scheduled(fn, [x, *ws], H200)
     decisions = [d for d in graph.decisions if d.startswith("conv ")]
-    assert [d.split()[2] for d in decisions] == ["1x1", "im2col", "depthwise", "grouped"], decisions
-    assert [": IR " in d for d in decisions] == [True, False, True, False], decisions
-    assert {k.schedule.template for k in kernels} >= {"gemm", "reduction"}, [k.schedule for k in kernels]
+    assert [d.split()[2] for d in decisions] == ["1x1", "im2col", "depthwise", "grouped", "1x1"], decisions
+    assert [": IR " in d for d in decisions] == [True, False, False, False, False], decisions
+    assert "gemm" in {k.schedule.template for k in kernels}, [k.schedule for k in kernels]
     assert all(not k.schedule.interpreted for k in kernels)
 
 
@@ -228,13 +230,17 @@ def test_a_measured_choice_overrides_the_heuristic(measured):
 
 @pytest.mark.parametrize("tf32", [True, False])
 def test_fp32_follows_cudnn_allow_tf32(monkeypatch, tf32):
-    """fp32 convolutions use TF32 where cuDNN would; with TF32 off ``auto`` keeps them in cuDNN."""
+    """fp32 convolutions in the IR use TF32 where cuDNN would; ``auto`` keeps fp32 in cuDNN (measured
+    faster), saying why: IEEE with TF32 off, else the heuristic."""
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
-    graph, _ = _scheduled(lambda x, w: F.conv2d(x, w), [rand(2, 16, 4, 4), rand(16, 16, 1, 1)], H200)
+    args = [rand(2, 16, 14, 14), rand(256, 16, 1, 1)]
+    graph, _ = _scheduled(lambda x, w: F.conv2d(x, w), args, H200)
     (d,) = [d for d in graph.decisions if d.startswith("conv ")]
-    assert ("IEEE fp32" in d) != tf32 and (": IR " in d) == tf32, d
+    assert ("IEEE fp32" in d) != tf32 and ": IR " not in d, d
+    monkeypatch.setenv("MINICOMP_CONV", "ir")
+    graph, _ = _scheduled(lambda x, w: F.conv2d(x, w), args, H200)
     precisions = [n.attrs["precision"] for n in graph.nodes if n.op == "matmul"]
-    assert precisions == (["tf32"] if tf32 else []), precisions
+    assert precisions == (["tf32"] if tf32 else []), precisions  # IEEE fp32: gemm_backend takes cuBLAS
 
 
 # --- on a GPU (skipped without one): real tile sizes, TMA for plain operands, TF32 for fp32 ---------

@@ -42,10 +42,14 @@ from ..ir.types import short_dtype
 from .gemm_choice import ATEN
 
 MODES = ("cudnn", "ir", "auto")
-AUTO_IR_KINDS = ("1x1", "depthwise")
-"""The kinds ``auto`` runs in the IR on the GPU (a first guess, to be tuned on the H200: 1x1
-convolutions are plain GEMMs with fused epilogues; depthwise ones are memory-bound windows that
-cuDNN runs poorly). Larger groups=1 kernels stay in cuDNN's implicit GEMM until measured otherwise."""
+AUTO_IR_MIN_COUT = 256
+AUTO_IR_MIN_PIXELS = 196
+"""``auto`` runs a convolution in the IR on the GPU only where it measured faster than cuDNN with the
+same epilogue (H200, batch 32, ResNet-50/MobileNetV3 shapes, ``benchmarks/conv_kernels.py``; results
+in benchmarks/results/2026-11-23-conv-kernels-*): 1x1, stride 1, fp16/bf16, at least 256 output
+channels over at least 14x14 pixels (0.6-0.7x cuDNN's GPU time). Elsewhere cuDNN won: 1x1 into 64
+channels (2.3x), over 7x7 pixels (1.2x) or in fp32 (up to 2.6x); im2col 3x3 (2.5-12x: div/mod address
+math per element, no TMA); depthwise as a window reduction (1.2-4.4x)."""
 GROUPED_REASON = ("grouped convolution (1 < groups < Cin): as one matmul it would be block-diagonal "
                   "(groups times the work), and a matmul per group has only Cin/groups channels of K "
                   "and Cout/groups of N, too narrow for tensor-core tiles (tl.dot needs 16); kept in cuDNN")
@@ -131,9 +135,14 @@ def heuristic(conv: Conv, target: Target) -> tuple[bool, str]:
         return False, "CPU: oneDNN's convolution is faster than the Triton interpreter"
     if conv.kind in ("1x1", "im2col") and conv.x.dtype == torch.float32 and precision(conv, target) == "ieee":
         return False, "IEEE fp32 (cudnn.allow_tf32 off): no tensor cores; gemm_backend would send it to cuBLAS"
-    if conv.kind in AUTO_IR_KINDS:
-        return True, f"{conv.kind} in AUTO_IR_KINDS: fused epilogue"
-    return False, f"{conv.kind}: cuDNN's implicit GEMM (not in AUTO_IR_KINDS)"
+    if conv.kind != "1x1":
+        return False, f"{conv.kind}: cuDNN measured faster (see AUTO_IR_MIN_COUT)"
+    n, cin, h, w = conv.x.shape
+    cout = conv.w.shape[0]
+    if conv.x.dtype == torch.float32 or cout < AUTO_IR_MIN_COUT or h * w < AUTO_IR_MIN_PIXELS:
+        return False, (f"1x1 {short_dtype(conv.x.dtype)} into {cout} channels over {h}x{w}: cuDNN measured faster "
+                       f"(the IR wins in half precision from {AUTO_IR_MIN_COUT} channels and {AUTO_IR_MIN_PIXELS} pixels)")
+    return True, "1x1 GEMM with a fused epilogue (measured faster than cuDNN at this size)"
 
 
 def tunable(node: Node) -> bool:
