@@ -28,6 +28,7 @@ from . import validation
 from .errors import MinicompError
 from .frontend.lowering import Lowering
 from .ir.target import Target
+from .passes.conv_lowering import conv_lowering, tunable as conv_tunable
 from .passes.fusion import fusion
 from .passes.gemm_choice import gemm_backend
 from .passes.manager import Pass, run_pipeline
@@ -46,6 +47,7 @@ PIPELINE: list[Pass] = [
     Pass("algebraic_simplification", algebraic_simplification, "drop copies and round-trip casts"),
     Pass("view_folding", view_folding, "compose view chains into one index map"),
     Pass("split_reductions", split_reductions, "online softmax for long rows; chunked reductions with few outputs"),
+    Pass("conv_lowering", conv_lowering, "rewrite chosen convolutions into matmuls over im2col views / window sums"),
     Pass("gemm_backend", gemm_backend, "choose the Triton GEMM template or cuBLAS for each matmul"),
     Pass("fusion", fusion, "group compute nodes into kernels"),
     Pass("schedule", schedule, "choose templates and block sizes, build kernels"),
@@ -232,7 +234,7 @@ class CompiledGraph:
         configs are measured per kernel by the ``tune`` pass of the candidate's build (max-autotune),
         so the template's time is its best config's."""
         from triton.testing import do_bench
-        matmuls = [n for n in Lowering(self.gm, args).run().nodes if n.op == "matmul"]
+        matmuls = [n for n in Lowering(self.gm, args).run().nodes if n.op == "matmul" or conv_tunable(n)]
         inputs = [torch.randn_like(a) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
 
         def measure(choices):

@@ -71,7 +71,8 @@ def key(gm: fx.GraphModule, example_inputs, options: Options) -> str | None:
     passes = [f"{p.name}:{p.run.__module__}.{p.run.__qualname__}" for p in options.pipeline]
     state = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.get_default_dtype(), options.autotune,
              passes, _source_digest(), torch.__version__, triton.__version__, _tuned_state(),
-             os.environ.get("MINICOMP_MEMORY_PLAN", "1"))  # the wrapper's memory plan
+             os.environ.get("MINICOMP_MEMORY_PLAN", "1"),  # the wrapper's memory plan
+             os.environ.get("MINICOMP_CONV", "auto"))  # which convolutions run in the IR (conv_lowering)
     return cache.digest(f"{gm.code}|{inputs}|{state}")
 
 

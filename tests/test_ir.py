@@ -17,6 +17,7 @@ from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import minicomp
+from minicomp.passes.conv_lowering import conv_lowering
 from minicomp.passes.gemm_choice import gemm_backend
 from minicomp.backend import Backend
 from minicomp.compiler import PIPELINE, Options
@@ -974,14 +975,14 @@ def test_schedule_load_offsets_match_eager_views(name, fn):
 
 def test_pipeline_is_a_list_of_named_documented_passes():
     names = ["dce", "cse", "constant_folding", "algebraic_simplification", "view_folding", "split_reductions",
-             "gemm_backend", "fusion", "schedule", "pipelines", "split_combines", "tune"]
+             "conv_lowering", "gemm_backend", "fusion", "schedule", "pipelines", "split_combines", "tune"]
     assert minicomp.PIPELINE is PIPELINE
     assert isinstance(PIPELINE, list) and all(isinstance(p, Pass) for p in PIPELINE)
     assert [p.name for p in PIPELINE] == names
     assert len({p.name for p in PIPELINE}) == len(PIPELINE)
     assert all(p.doc.strip() and callable(p.run) for p in PIPELINE)
     assert [p.run for p in PIPELINE] == [dce, cse, constant_folding, algebraic_simplification, view_folding,
-                                         split_reductions, gemm_backend, fusion, schedule, row_pipelines,
+                                         split_reductions, conv_lowering, gemm_backend, fusion, schedule, row_pipelines,
                                          split_combines, tune]
     opts = Options()
     assert opts.pipeline == PIPELINE and opts.pipeline is not PIPELINE  # a copy: safe to edit

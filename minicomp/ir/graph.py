@@ -111,7 +111,8 @@ class Graph:
         # lowering: (aten op, reason) for every op that runs in PyTorch (an extern node)
         self.fallbacks: list[tuple[str, str]] = []
         # the compiler (GEMM autotuning) -> gemm_backend: a fixed choice per matmul node id
-        # ("aten", or one of passes.schedule.GEMM_CONFIGS)
+        # ("aten", or one of passes.schedule.GEMM_CONFIGS); -> conv_lowering: per convolution extern id
+        # ("aten": cuDNN, else the IR)
         self.gemm_choices: dict[int, str] = {}
         # fusion -> schedule, pipelines: the kernels' node groups, in graph order
         self.groups: list[Group] = []

@@ -1,0 +1,323 @@
+"""Convolutions in minicomp's IR: rewrite chosen ``aten.convolution`` externs (2-D, not transposed) into
+nodes the templates already run, so bias, batch norm, activations and casts fuse into the same kernel.
+
+* **1x1** (stride 1, no padding, groups 1) and **groups=1** convolutions become a ``matmul`` over
+  views, accumulated in fp32: the input read through an *im2col* index map (each output position's
+  ``Cin*KH*KW`` window, out-of-bounds taps masked to 0; for a 1x1 convolution a plain reshape), the
+  weight through a reshape. K is ordered ``c, kh, kw`` for an NCHW input and ``kh, kw, c`` for a
+  channels-last one, so the operand loads run along the input's contiguous dimension. Two forms
+  (``matmul_form``):
+
+  - ``batched``: per image ``W[Cout, K] @ X[K, OH*OW]``, batched over N. The product is the output
+    in NCHW order, so its pointwise consumers (bias, batch norm, activation: NCHW-indexed) fuse as
+    GEMM epilogue, and the kernel stores at whatever strides the result gets.
+  - ``rows``: ``X[N*OH*OW, K] @ Wt[K, Cout]``: taller tiles, the product in NHWC order, viewed back
+    to ``N, Cout, OH, OW``. NCHW-indexed consumers would read it transposed in a kernel of their own,
+    so it is taken only for a channels-last input with nothing to fuse.
+
+* **depthwise** (groups == Cin, Cout a multiple of Cin) becomes ``sum`` over a ``[N, Cout, OH, OW,
+  KH, KW]`` window view of the input times the broadcast weight: the reduction template, with
+  batch norm and activation fused as reduction epilogue.
+
+Bias is an ordinary add after the product and the result is cast to the input's dtype, as eager
+computes (fp32 accumulation, one rounding). Grouped convolutions with 1 < groups < Cin stay in
+cuDNN (see ``GROUPED_REASON``).
+
+Which convolutions are rewritten: ``MINICOMP_CONV`` = ``cudnn`` (none), ``ir`` (every one this
+pass can lower) or ``auto`` (default: the choice max-autotune measured, as for matmuls, in
+``graph.gemm_choices``; else ``heuristic``). Every choice is a decision in the report; a
+convolution kept as extern has its fallback reason replaced by the choice's.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ..ir.expr import Affine, Range, index_vars, unravel
+from ..ir.graph import Graph, Node
+from ..ir.target import Target
+from ..ir.types import short_dtype
+from .gemm_choice import ATEN
+
+MODES = ("cudnn", "ir", "auto")
+AUTO_IR_MIN_COUT = 256
+AUTO_IR_MIN_PIXELS = 196
+"""``auto`` runs a convolution in the IR on the GPU only where it measured faster than cuDNN with the
+same epilogue (H200, batch 32, ResNet-50/MobileNetV3 shapes, ``benchmarks/conv_kernels.py``; results
+in benchmarks/results/2026-11-23-conv-kernels-*): 1x1, stride 1, fp16/bf16, at least 256 output
+channels over at least 14x14 pixels (0.6-0.7x cuDNN's GPU time). Elsewhere cuDNN won: 1x1 into 64
+channels (2.3x), over 7x7 pixels (1.2x) or in fp32 (up to 2.6x); im2col 3x3 (2.5-12x: div/mod address
+math per element, no TMA); depthwise as a window reduction (1.2-4.4x)."""
+GROUPED_REASON = ("grouped convolution (1 < groups < Cin): as one matmul it would be block-diagonal "
+                  "(groups times the work), and a matmul per group has only Cin/groups channels of K "
+                  "and Cout/groups of N, too narrow for tensor-core tiles (tl.dot needs 16); kept in cuDNN")
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def conv_mode() -> str:
+    """``MINICOMP_CONV`` (``cudnn``, ``ir`` or ``auto``, the default)."""
+    mode = os.environ.get("MINICOMP_CONV", "auto") or "auto"
+    if mode not in MODES:
+        raise ValueError(f"MINICOMP_CONV={mode!r}: expected one of {', '.join(MODES)}")
+    return mode
+
+
+@dataclass(frozen=True)
+class Conv:
+    """One 2-D convolution extern, read off its arguments."""
+    node: Node
+    x: Node
+    w: Node
+    bias: Node | None
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    groups: int
+    channels_last: bool  # the layout eager hands the input in
+
+    @property
+    def kind(self) -> str:
+        """``1x1``, ``im2col`` (any other groups=1), ``depthwise`` or ``grouped``."""
+        cin, (kh, kw) = self.x.shape[1], self.w.shape[2:]
+        if self.groups == 1:
+            plain = (kh, kw) == (1, 1) and self.stride == (1, 1) and self.padding == (0, 0)
+            return "1x1" if plain else "im2col"
+        if self.groups == cin and self.w.shape[0] % cin == 0:
+            return "depthwise"
+        return "grouped"
+
+    def describe(self) -> str:
+        n, cin, h, w = self.x.shape
+        cout, _, kh, kw = self.w.shape
+        return (f"conv {self.node.name} {self.kind} {n}x{cin}x{h}x{w} -> {cout} {kh}x{kw} stride={self.stride} "
+                f"padding={self.padding} dilation={self.dilation} groups={self.groups} {short_dtype(self.x.dtype)}"
+                f"{' channels-last' if self.channels_last else ''}")
+
+
+def parse(node: Node) -> tuple[Conv | None, str]:
+    """The convolution of an extern node, or None and why this pass cannot lower it."""
+    target = node.attrs.get("target")
+    if target is not torch.ops.aten.convolution.default:
+        return None, "not a convolution"
+    args, kwargs = node.attrs["arg_tree"]
+    names = [a.name for a in target._schema.arguments]
+    bound = {**dict(zip(names, args)), **kwargs}
+    x, w, bias = bound["input"], bound["weight"], bound.get("bias")
+    if bound.get("transposed"):
+        return None, "transposed convolution"
+    if not isinstance(x, Node) or x.type.ndim != 4 or w.type.ndim != 4:
+        return None, "not a 2-D convolution"
+    if x.dtype not in _FLOATS or w.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
+        return None, f"dtypes {x.dtype}/{w.dtype}"
+    if node.type.numel == 0 or x.type.numel == 0 or w.type.numel == 0:
+        return None, "zero-size"
+    params = [bound.get(k) for k in ("stride", "padding", "dilation")]
+    if not all(isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(v, int) for v in p) for p in params):
+        return None, "stride/padding/dilation not two ints each"
+    strides = (node.attrs.get("input_strides") or [None])[0] or x.attrs.get("strides")
+    n, c, h, wd = x.shape
+    channels_last = strides is not None and c > 1 and h * wd > 1 and strides[1] == 1
+    return Conv(node, x, w, bias, *(tuple(p) for p in params), bound["groups"], channels_last), ""
+
+
+def precision(conv: Conv, target: Target) -> str:
+    """fp32 products use TF32 where cuDNN would (CUDA, ``torch.backends.cudnn.allow_tf32``)."""
+    if conv.x.dtype != torch.float32 or not target.is_cuda:
+        return "ieee"
+    return "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
+
+
+def heuristic(conv: Conv, target: Target) -> tuple[bool, str]:
+    """``auto``'s choice (True: the IR) and why."""
+    if not target.is_cuda:
+        return False, "CPU: oneDNN's convolution is faster than the Triton interpreter"
+    if conv.kind in ("1x1", "im2col") and conv.x.dtype == torch.float32 and precision(conv, target) == "ieee":
+        return False, "IEEE fp32 (cudnn.allow_tf32 off): no tensor cores; gemm_backend would send it to cuBLAS"
+    if conv.kind != "1x1":
+        return False, f"{conv.kind}: cuDNN measured faster (see AUTO_IR_MIN_COUT)"
+    n, cin, h, w = conv.x.shape
+    cout = conv.w.shape[0]
+    if conv.x.dtype == torch.float32 or cout < AUTO_IR_MIN_COUT or h * w < AUTO_IR_MIN_PIXELS:
+        return False, (f"1x1 {short_dtype(conv.x.dtype)} into {cout} channels over {h}x{w}: cuDNN measured faster "
+                       f"(the IR wins in half precision from {AUTO_IR_MIN_COUT} channels and {AUTO_IR_MIN_PIXELS} pixels)")
+    return True, "1x1 GEMM with a fused epilogue (measured faster than cuDNN at this size)"
+
+
+def tunable(node: Node) -> bool:
+    """Whether max-autotune should measure ``node`` both ways (a convolution this pass can lower, under
+    ``auto``): the compiler's GEMM tuner then fixes ``graph.gemm_choices[node.id]`` (``aten``: cuDNN)."""
+    conv, _ = parse(node) if node.op == "extern" else (None, "")
+    return conv is not None and conv.kind != "grouped" and conv_mode() == "auto"
+
+
+def conv_lowering(graph: Graph) -> Graph:
+    """Rewrite the chosen convolution externs into IR (see the module docstring)."""
+    mode = conv_mode()
+    graph.recompute_users()
+    for node in [n for n in graph.nodes if n.op == "extern"]:
+        conv, why_not = parse(node)
+        if conv is None:
+            if node.attrs.get("target") is torch.ops.aten.convolution.default:
+                graph.decisions.append(f"conv {node.name}: cuDNN/oneDNN extern (not lowered: {why_not})")
+            continue
+        if conv.kind == "grouped":
+            use_ir, reason = False, GROUPED_REASON
+        elif mode != "auto":
+            use_ir, reason = mode == "ir", f"MINICOMP_CONV={mode}"
+        elif node.id in graph.gemm_choices:
+            use_ir, reason = graph.gemm_choices[node.id] != ATEN, "measured (max-autotune)"
+        else:
+            use_ir, reason = heuristic(conv, graph.target)
+        if not use_ir:
+            graph.decisions.append(f"{conv.describe()}: cuDNN/oneDNN extern ({reason})")
+            _note_reason(graph, node, f"convolution kept as extern: {reason}")
+            continue
+        if conv.kind == "depthwise":
+            how, result = "window sum (reduction)", _depthwise(graph, conv)
+        else:
+            form = matmul_form(conv)
+            view = "a reshape" if conv.kind == "1x1" else "an im2col view"
+            how, result = f"{form} matmul over {view}", _as_matmul(graph, conv, form)
+        graph.decisions.append(f"{conv.describe()}: IR {how} ({reason})")
+        graph.replace_all_uses(node, result)
+        graph.nodes.remove(node)
+        _drop_fallback(graph, node)
+    graph.recompute_users()
+    return graph
+
+
+# --- the rewrites -----------------------------------------------------------------------------------
+
+def _window(conv: Conv, n, c, oh, ow, kh, kw) -> tuple[tuple[Affine, ...], tuple[Range, ...]]:
+    """The input index read by output position ``(oh, ow)``'s tap ``(kh, kw)`` of channel ``c`` of image
+    ``n`` (expressions), and the conditions that it lies inside the input (padding reads 0)."""
+    (sh, sw), (ph, pw), (dh, dw) = conv.stride, conv.padding, conv.dilation
+    _, _, height, width = conv.x.shape
+    h = Affine.of(oh) * sh + Affine.of(kh) * dh - ph
+    w = Affine.of(ow) * sw + Affine.of(kw) * dw - pw
+    mask = []
+    for e, size in ((h, height), (w, width)):
+        r = Range(e, 0, size).simplified()
+        if r is not True:  # never valid (an output of padding only): the unsimplified range, read as the fill
+            mask.append(Range(e, 0, size) if r is False else r)
+    return (Affine.of(n), Affine.of(c), h, w), tuple(mask)
+
+
+def matmul_form(conv: Conv) -> str:
+    """``batched`` (per image ``W @ X``: the product is NCHW-ordered, so NCHW-indexed consumers fuse
+    as epilogue) or ``rows`` (``X @ Wt`` over all ``N*OH*OW`` positions: NHWC-ordered, taller
+    tiles). ``rows`` for a channels-last input whose result has no pointwise consumer to fuse
+    (its bias and cast are applied before the view back)."""
+    fusible = any(u.op == "pointwise" for u in conv.node.users)
+    return "rows" if conv.channels_last and not fusible else "batched"
+
+
+def _k_index(k, conv: Conv) -> tuple[Affine, Affine, Affine]:
+    """``(c, kh, kw)`` of reduction index ``k``: ordered ``c, kh, kw`` (NCHW input: runs of ``kw``
+    are contiguous) or ``kh, kw, c`` (channels-last input: runs of ``c`` are)."""
+    cin, (kh, kw) = conv.x.shape[1], conv.w.shape[2:]
+    if conv.channels_last:
+        r, s, c = unravel(k, (kh, kw, cin))
+        return c, r, s
+    return unravel(k, (cin, kh, kw))
+
+
+def _as_matmul(graph: Graph, conv: Conv, form: str) -> Node:
+    node, x, w = conv.node, conv.x, conv.w
+    n, cin, _, _ = x.shape
+    cout, _, kh, kw = w.shape
+    _, _, oh, ow = node.shape
+    k, p = cin * kh * kw, oh * ow
+    add = _adder(graph, node)
+    o = index_vars(node.shape)
+    if form == "batched":  # per image: W[Cout, K] @ X[K, OH*OW]
+        i = index_vars((n, k, p))
+        c, r, s = _k_index(i[1], conv)
+        index, mask = _window(conv, i[0], c, *unravel(i[2], (oh, ow)), r, s)
+        b = add("view", [x], x.type.with_(shape=(n, k, p)), index=index, mask=mask, fill=0.0, kind="im2col")
+        j = index_vars((n, cout, k))
+        c, r, s = _k_index(j[2], conv)
+        a = add("view", [w], w.type.with_(shape=(n, cout, k)), index=(Affine.of(j[1]), c, r, s), mask=(),
+                fill=None, kind="view")
+        mm = add("matmul", [a, b], node.type.with_(shape=(n, cout, p), dtype=torch.float32),
+                 precision=precision(conv, graph.target))
+        back = (Affine.of(o[0]), Affine.of(o[1]), Affine.of(o[2]) * ow + o[3])
+    else:  # all positions: X[N*OH*OW, K] @ Wt[K, Cout]
+        i = index_vars((n * p, k))
+        c, r, s = _k_index(i[1], conv)
+        img, y, z = unravel(i[0], (n, oh, ow))
+        index, mask = _window(conv, img, c, y, z, r, s)
+        a = add("view", [x], x.type.with_(shape=(n * p, k)), index=index, mask=mask, fill=0.0, kind="im2col")
+        j = index_vars((k, cout))
+        c, r, s = _k_index(j[0], conv)
+        b = add("view", [w], w.type.with_(shape=(k, cout)), index=(Affine.of(j[1]), c, r, s), mask=(), fill=None,
+                kind="view")
+        mm = add("matmul", [a, b], node.type.with_(shape=(n * p, cout), dtype=torch.float32),
+                 precision=precision(conv, graph.target))
+        back = (Affine.of(o[0]) * p + Affine.of(o[2]) * ow + o[3], Affine.of(o[1]))
+    out = _finish(graph, conv, mm)
+    return add("view", [out], out.type.with_(shape=node.shape), index=back, mask=(), fill=None, kind="reshape")
+
+
+def _depthwise(graph: Graph, conv: Conv) -> Node:
+    """``sum over (kh, kw) of x[n, co // m, window] * w[co, 0, kh, kw]`` in fp32 (m: the channel multiplier)."""
+    node, x, w = conv.node, conv.x, conv.w
+    n, cin, _, _ = x.shape
+    cout, _, kh, kw = w.shape
+    _, _, oh, ow = node.shape
+    add = _adder(graph, node)
+    shape = (n, cout, oh, ow, kh, kw)
+    i = index_vars(shape)
+    index, mask = _window(conv, i[0], Affine.of(i[1]) // (cout // cin), i[2], i[3], i[4], i[5])
+    xs = add("view", [x], x.type.with_(shape=shape), index=index, mask=mask, fill=0.0, kind="window")
+    ws = add("view", [w], w.type.with_(shape=shape), index=(Affine.of(i[1]), Affine.of(0), Affine.of(i[4]),
+                                                          Affine.of(i[5])), mask=(), fill=None, kind="expand")
+    f32 = torch.float32
+    xs, ws = _cast(add, xs, f32), _cast(add, ws, f32)
+    prod = add("pointwise", [xs, ws], xs.type, fn="mul", args=(xs, ws), params={})
+    total = add("reduce", [prod], prod.type.with_(shape=(n, cout, oh, ow, 1, 1)), fn="sum", axes=(4, 5))
+    o = index_vars(node.shape)
+    out = add("view", [total], total.type.with_(shape=node.shape),
+              index=(*(Affine.of(v) for v in o), Affine.of(0), Affine.of(0)), mask=(), fill=None, kind="reshape")
+    return _finish(graph, conv, out)
+
+
+def _finish(graph: Graph, conv: Conv, acc: Node) -> Node:
+    """``acc`` (fp32; output channels along dim 1) plus the bias, cast to the convolution's dtype."""
+    add = _adder(graph, conv.node)
+    if conv.bias is not None:
+        o = index_vars(acc.shape)
+        bias = add("view", [conv.bias], conv.bias.type.with_(shape=acc.shape), index=(Affine.of(o[1]),), mask=(),
+                   fill=None, kind="expand")
+        bias = _cast(add, bias, torch.float32)
+        acc = add("pointwise", [acc, bias], acc.type, fn="add", args=(acc, bias), params={})
+    return _cast(add, acc, conv.node.dtype)
+
+
+def _adder(graph: Graph, before: Node):
+    """``graph.add`` placing nodes before ``before``, with its provenance."""
+    def add(op, inputs, type, **attrs) -> Node:
+        return graph.add(op, inputs, type, before.origin, before=before, **attrs)
+    return add
+
+
+def _cast(add, x: Node, dtype: torch.dtype) -> Node:
+    if x.dtype == dtype:
+        return x
+    return add("pointwise", [x], x.type.with_(dtype=dtype), fn="cast", args=(x,), params={"to": dtype})
+
+
+def _note_reason(graph: Graph, node: Node, reason: str) -> None:
+    """The report's fallback entry for ``node`` says why it stayed an extern."""
+    old = (node.origin[0] if node.origin else "convolution.default", node.attrs["reason"])
+    if old in graph.fallbacks:
+        graph.fallbacks[graph.fallbacks.index(old)] = (old[0], reason)
+    node.attrs["reason"] = reason
+
+
+def _drop_fallback(graph: Graph, node: Node) -> None:
+    entry = (node.origin[0] if node.origin else "convolution.default", node.attrs["reason"])
+    if entry in graph.fallbacks:
+        graph.fallbacks.remove(entry)

@@ -1,0 +1,275 @@
+"""Convolutions compiled by minicomp (``passes/conv_lowering.py``): 1x1 and groups=1 convolutions as a
+matmul over reshape / im2col views, depthwise ones as a window sum, grouped ones left to cuDNN.
+
+``MINICOMP_CONV=ir`` is forced (on the CPU ``auto`` keeps oneDNN's extern) and every result is compared
+with eager ``conv2d`` on random inputs; the generated Triton runs in the interpreter, so shapes are tiny.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import minicomp
+from minicomp.backend import decompositions
+from minicomp.compiler import PIPELINE
+from minicomp.frontend.lowering import Lowering
+from minicomp.ir.kernel import Load
+from minicomp.passes import conv_lowering, gemm_choice
+from minicomp.passes.manager import run_pipeline
+from tests.utils import H200, compare_gradients, compile_and_compare
+
+BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
+
+
+@pytest.fixture
+def ir(monkeypatch):
+    monkeypatch.setenv("MINICOMP_CONV", "ir")
+
+
+def conv_decisions(report) -> list[str]:  # a Report or a Graph
+    return [d for d in report.decisions if d.startswith("conv ")]
+
+
+def rand(*shape, dtype=F32, channels_last=False):
+    x = torch.randn(shape).to(dtype)
+    return x.to(memory_format=torch.channels_last) if channels_last else x
+
+
+def tol(dtype):
+    return dict(atol=3e-2, rtol=3e-2) if dtype in (BF16, F16) else dict(atol=1e-4, rtol=1e-4)
+
+
+# name: (input N,C,H,W, weight Cout,Cin/g,KH,KW, stride, padding, dilation, groups, bias, dtype, channels-last,
+#        the decision expected)
+CASES = {
+    "1x1": ((3, 5, 7, 6), (4, 5, 1, 1), 1, 0, 1, 1, True, F32, False, "1x1 .* IR batched matmul over a reshape"),
+    "1x1-cl-rows": ((1, 6, 5, 3), (7, 6, 1, 1), 1, 0, 1, 1, False, BF16, True, "1x1 .* IR rows matmul"),
+    "1x1-stride2": ((2, 3, 7, 5), (4, 3, 1, 1), 2, 0, 1, 1, False, F32, False, "im2col .* IR batched"),
+    "3x3-s2-p1": ((3, 3, 7, 9), (5, 3, 3, 3), 2, 1, 1, 1, True, F32, False, "im2col .* IR batched matmul over an im2col"),
+    "3x3-p2-d2-bf16": ((1, 4, 9, 7), (3, 4, 3, 3), 1, 2, 2, 1, False, BF16, False, "im2col"),
+    "5x3-asym-f16": ((2, 3, 8, 5), (4, 3, 5, 3), (2, 1), (2, 0), 1, 1, True, F16, False, "im2col"),
+    "pad-only-output": ((1, 2, 1, 1), (3, 2, 1, 1), 5, 2, 1, 1, True, F32, False, "im2col"),  # every tap padding
+    "3x3-cl-bias": ((2, 5, 6, 7), (4, 5, 3, 3), 2, 1, 1, 1, True, F32, True, "im2col .* channels-last: IR rows"),
+    "3x3-cl-rows-d2": ((1, 3, 7, 7), (4, 3, 3, 3), 1, 1, 2, 1, False, BF16, True, "im2col .* channels-last: IR rows"),
+    "dw-mult2-s2": ((3, 4, 7, 6), (8, 1, 3, 3), 2, 1, 1, 4, True, F32, False, "depthwise .* window sum"),
+    "dw-5x5-bf16-cl": ((2, 6, 9, 9), (6, 1, 5, 5), 1, 2, 1, 6, True, BF16, True, "depthwise"),
+    "dw-d2": ((1, 3, 8, 7), (3, 1, 3, 3), 1, 2, 2, 3, False, F32, False, "depthwise"),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_convolution_matches_eager(ir, name):
+    xs, ws, stride, padding, dilation, groups, bias, dtype, cl, decision = CASES[name]
+    x, w = rand(*xs, dtype=dtype, channels_last=cl), rand(*ws, dtype=dtype) / ws[1]
+    b = rand(ws[0], dtype=dtype) if bias else None
+
+    def fn(x, w, b):
+        return F.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    report = compile_and_compare(fn, x, w, b, fallbacks=0, **tol(dtype))
+    (d,) = conv_decisions(report)
+    assert re.search(decision, d), d
+    assert len(report.kernels) == 1, report.summary()  # the bias is an epilogue (or reduction epilogue)
+    out, ref = minicomp.compile(fn)(x, w, b), fn(x, w, b)  # eager's layout (size-1 dims aside)
+    assert [st for st, n in zip(out.stride(), out.shape) if n > 1] == [st for st, n in zip(ref.stride(), ref.shape) if n > 1]
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels-last"])
+def test_conv_bn_relu_is_one_gemm_kernel(ir, channels_last):
+    """Bias, eval-mode batch norm and relu are the GEMM's epilogue (batch norm's per-channel
+    ``1/sqrt(var + eps)`` is a kernel of 8 elements of its own); a channels-last input takes the
+    batched form, whose NCHW-ordered product the epilogue reads in place, and the result keeps
+    eager's channels-last strides."""
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).eval()
+    x = rand(2, 3, 5, 6, channels_last=channels_last)
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-1, 1)
+        model[1].running_var.uniform_(0.5, 2)
+        report = compile_and_compare(model, x, kernels=2, fallbacks=0, atol=1e-4, rtol=1e-4)
+        assert minicomp.compile(model)(x).stride() == model(x).stride()
+    (gemm,) = [k for k in report.kernels if k.template == "gemm"]
+    assert {"convolution.default", "relu.default"} <= set(gemm.ops) and "batch_norm" in gemm.name, report.summary()
+    (d,) = conv_decisions(report)
+    assert "IR batched matmul" in d, d
+
+
+def test_depthwise_bn_relu_is_one_reduction_kernel(ir):
+    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1, groups=4, bias=False), nn.BatchNorm2d(8), nn.ReLU6()).eval()
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-1, 1)
+        report = compile_and_compare(model, rand(2, 4, 5, 6), kernels=1, fallbacks=0, atol=1e-4, rtol=1e-4)
+    assert report.kernels[0].template.startswith("reduction"), report.summary()
+
+
+def test_grouped_convolution_stays_extern_and_says_why(ir):
+    def fn(x, w):
+        return F.conv2d(x, w, groups=2).relu()
+    report = compile_and_compare(fn, rand(2, 4, 5, 5), rand(6, 2, 3, 3), kernels=1, fallbacks=1)
+    (fallback,) = report.fallbacks
+    assert "grouped convolution (1 < groups < Cin)" in fallback.reason, report.summary()
+    assert "cuDNN/oneDNN extern" in conv_decisions(report)[0]
+
+
+@pytest.mark.parametrize("kind", ["transposed", "1-d", "3-d", "zero-size"])
+def test_convolutions_it_does_not_lower_stay_extern_with_a_decision(ir, kind):
+    fn, args, why = {
+        "transposed": (lambda x, w: F.conv_transpose2d(x, w, stride=2), (rand(1, 3, 4, 4), rand(3, 2, 3, 3)),
+                       "transposed convolution"),
+        "1-d": (lambda x, w: F.conv1d(x, w), (rand(2, 3, 9), rand(4, 3, 3)), "not a 2-D convolution"),
+        "3-d": (lambda x, w: F.conv3d(x, w), (rand(1, 2, 3, 4, 4), rand(2, 2, 1, 2, 2)), "not a 2-D convolution"),
+        "zero-size": (lambda x, w: F.conv2d(x, w), (rand(0, 3, 4, 4), rand(2, 3, 3, 3)), "zero-size"),
+    }[kind]
+    report = compile_and_compare(fn, *args, fallbacks=1)
+    assert conv_decisions(report) and why in conv_decisions(report)[0], report.summary()
+
+
+def test_auto_keeps_onednn_on_the_cpu_and_cudnn_mode_keeps_every_convolution(monkeypatch):
+    def fn(x, w):
+        return F.conv2d(x, w)
+    for mode, why in ((None, "CPU: oneDNN"), ("cudnn", "MINICOMP_CONV=cudnn")):
+        if mode:
+            monkeypatch.setenv("MINICOMP_CONV", mode)
+        torch._dynamo.reset()
+        report = compile_and_compare(fn, rand(1, 3, 4, 4), rand(2, 3, 1, 1), fallbacks=1)
+        assert why in report.fallbacks[0].reason and why in conv_decisions(report)[0], report.summary()
+
+
+def test_an_unknown_mode_is_an_error(monkeypatch):
+    monkeypatch.setenv("MINICOMP_CONV", "fast")
+    with pytest.raises(ValueError, match="MINICOMP_CONV"):
+        conv_lowering.conv_mode()
+
+
+def test_ieee_fp32_product_sent_to_cublas_reads_a_copied_im2col(ir, monkeypatch):
+    """On the GPU gemm_backend sends IEEE fp32 products to cuBLAS: the im2col view is then an extern's
+    input (materialized), and the result still right."""
+    monkeypatch.setattr(gemm_choice, "heuristic", lambda node, target: (gemm_choice.ATEN, "test"))
+
+    def fn(x, w, b):
+        return F.conv2d(x, w, b, padding=1).relu()
+    report = compile_and_compare(fn, rand(2, 3, 5, 4), rand(4, 3, 3, 3), rand(4), fallbacks=0)
+    assert any("cuBLAS via aten" in d for d in report.decisions), report.summary()
+
+
+def test_training_gradients_through_the_ir_forward(ir):
+    """The forward's convolutions (3x3, depthwise before a training-mode batch norm, strided 1x1) run in
+    the IR; the backward keeps convolution_backward (cuDNN)."""
+    def fn(x, w1, b1, wd, gamma, beta, w2):
+        y = F.conv2d(x, w1, b1, padding=1).relu()
+        y = F.batch_norm(F.conv2d(y, wd, padding=1, groups=4), None, None, gamma, beta, training=True)
+        return F.conv2d(y, w2, stride=2)
+    reports = compare_gradients(fn, rand(2, 3, 5, 6), rand(4, 3, 3, 3) / 3, rand(4), rand(8, 1, 3, 3) / 3,
+                                rand(8), rand(8), rand(2, 8, 1, 1) / 2)
+    forward = next(r for r in reports if "forward" in r.graph)
+    assert len([d for d in conv_decisions(forward) if ": IR " in d]) == 3, forward.summary()
+    assert not forward.fallbacks, forward.summary()
+    backward = next(r for r in reports if "backward" in r.graph)
+    assert {f.op for f in backward.fallbacks} == {"convolution_backward.default"}, backward.summary()
+
+
+def test_index_maps_fold_to_plain_strided_loads(ir, tmp_path):
+    """A 1x1 convolution reads the input with one affine offset per element (no div/mod left); a
+    3x3 one reads its im2col window through masked loads."""
+    def fn(x, w):
+        return F.conv2d(x, w)
+    x, w = rand(2, 3, 4, 5), rand(6, 3, 1, 1)
+    graph, kernels = _scheduled(fn, [x, w], minicomp.ir.target.INTERPRETER)
+    (kernel,) = kernels
+    loads = [s for ph in kernel.phases for s in ph.inner + ph.outer if isinstance(s, Load)]
+    assert len(loads) == 2 and all("//" not in str(s.index) and "%" not in str(s.index) for s in loads), loads
+    graph, (kernel,) = _scheduled(lambda x, w: F.conv2d(x, w, padding=1), [x, rand(6, 3, 3, 3)],
+                                  minicomp.ir.target.INTERPRETER)
+    assert any(isinstance(s, Load) and s.mask for ph in kernel.phases for s in ph.inner), kernel
+
+
+def _scheduled(fn, args, target):
+    gm = make_fx(fn, decomposition_table=decompositions())(*args)
+    graph = Lowering(gm, args).run()
+    graph.target = target
+    graph = run_pipeline(graph, PIPELINE, None, None)
+    return graph, graph.kernels
+
+
+def test_auto_on_the_h200_takes_only_the_measured_winners(monkeypatch):
+    """``auto`` for a GPU target (scheduled on the CPU, nothing runs): a half-precision 1x1 into 256
+    channels over 14x14 pixels in the IR; a 1x1 into fewer channels, 3x3, depthwise and grouped in
+    cuDNN (``AUTO_IR_MIN_COUT``: what the H200 measured)."""
+    x = rand(2, 16, 14, 14, dtype=BF16)
+
+    def fn(x, w1, w1narrow, w3, wd, wg):
+        wide = F.conv2d(x, w1) + F.conv2d(x, w3, padding=1) + F.conv2d(x, wd, padding=1, groups=16) \
+            + F.conv2d(x, wg, padding=1, groups=4)
+        return wide, F.conv2d(x, w1narrow)
+    ws = [rand(256, 16, 1, 1, dtype=BF16), rand(64, 16, 1, 1, dtype=BF16), rand(256, 16, 3, 3, dtype=BF16),
+          rand(256, 1, 3, 3, dtype=BF16), rand(256, 4, 3, 3, dtype=BF16)]
+    graph, kernels = _scheduled(fn, [x, *ws], H200)
+    decisions = [d for d in graph.decisions if d.startswith("conv ")]
+    assert [d.split()[2] for d in decisions] == ["1x1", "im2col", "depthwise", "grouped", "1x1"], decisions
+    assert [": IR " in d for d in decisions] == [True, False, False, False, False], decisions
+    assert "gemm" in {k.schedule.template for k in kernels}, [k.schedule for k in kernels]
+    assert all(not k.schedule.interpreted for k in kernels)
+
+
+@pytest.mark.parametrize("measured", ["aten", "triton"])
+def test_a_measured_choice_overrides_the_heuristic(measured):
+    """max-autotune's GEMM tuner measures convolutions too (``tunable``) and fixes the choice in
+    ``graph.gemm_choices`` under the extern's id: ``aten`` keeps cuDNN, anything else takes the IR."""
+    x, w = rand(2, 16, 4, 4, dtype=BF16), rand(16, 16, 3, 3, dtype=BF16)  # auto: a 3x3 stays in cuDNN
+    gm = make_fx(lambda x, w: F.conv2d(x, w, padding=1), decomposition_table=decompositions())(x, w)
+    graph = Lowering(gm, [x, w]).run()
+    (conv,) = [n for n in graph.nodes if conv_lowering.tunable(n)]
+    graph.target, graph.gemm_choices = H200, {conv.id: measured}
+    graph = conv_lowering.conv_lowering(graph)
+    (d,) = conv_decisions(graph)
+    assert "measured (max-autotune)" in d and (": IR " in d) == (measured != "aten"), d
+
+
+@pytest.mark.parametrize("tf32", [True, False])
+def test_fp32_follows_cudnn_allow_tf32(monkeypatch, tf32):
+    """fp32 convolutions in the IR use TF32 where cuDNN would; ``auto`` keeps fp32 in cuDNN (measured
+    faster), saying why: IEEE with TF32 off, else the heuristic."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
+    args = [rand(2, 16, 14, 14), rand(256, 16, 1, 1)]
+    graph, _ = _scheduled(lambda x, w: F.conv2d(x, w), args, H200)
+    (d,) = [d for d in graph.decisions if d.startswith("conv ")]
+    assert ("IEEE fp32" in d) != tf32 and ": IR " not in d, d
+    monkeypatch.setenv("MINICOMP_CONV", "ir")
+    graph, _ = _scheduled(lambda x, w: F.conv2d(x, w), args, H200)
+    precisions = [n.attrs["precision"] for n in graph.nodes if n.op == "matmul"]
+    assert precisions == (["tf32"] if tf32 else []), precisions  # IEEE fp32: gemm_backend takes cuBLAS
+
+
+# --- on a GPU (skipped without one): real tile sizes, TMA for plain operands, TF32 for fp32 ---------
+
+GPU_CASES = {  # input, weight, stride, padding, groups
+    "1x1": ((4, 64, 17, 15), (96, 64, 1, 1), 1, 0, 1),
+    "3x3-s2": ((4, 32, 17, 15), (64, 32, 3, 3), 2, 1, 1),
+    "7x7-s2-stem": ((2, 3, 33, 31), (16, 3, 7, 7), 2, 3, 1),
+    "dw3x3": ((4, 48, 17, 15), (48, 1, 3, 3), 1, 1, 48),
+    "dw5x5-s2-mult2": ((4, 24, 17, 15), (48, 1, 5, 5), 2, 2, 24),
+}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("layout", ["nchw", "cl"])
+@pytest.mark.parametrize("dtype", [BF16, F32, F16], ids=["bf16", "f32", "f16"])
+@pytest.mark.parametrize("name", GPU_CASES)
+def test_cuda_convolutions_in_the_ir_match_cudnn(ir, name, dtype, layout):
+    xs, ws, stride, padding, groups = GPU_CASES[name]
+    x = torch.randn(xs, device="cuda", dtype=dtype)
+    w = torch.randn(ws, device="cuda", dtype=dtype) / (ws[1] * ws[2] * ws[3]) ** 0.5
+    b, scale, shift = (torch.randn(ws[0], device="cuda", dtype=dtype) for _ in range(3))
+    if layout == "cl":
+        x = x.to(memory_format=torch.channels_last)
+
+    def fn(x, w, b, scale, shift):
+        y = F.conv2d(x, w, b, stride=stride, padding=padding, groups=groups)
+        return y, torch.relu(y * scale[:, None, None] + shift[:, None, None])
+    t = dict(atol=3e-2, rtol=3e-2) if dtype != F32 else dict(atol=1e-2, rtol=1e-2)  # cuDNN's TF32 vs ours
+    report = compile_and_compare(fn, x, w, b, scale, shift, fallbacks=0, **t)
+    (d,) = conv_decisions(report)
+    assert ": IR " in d, d
