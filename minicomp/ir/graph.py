@@ -80,6 +80,8 @@ class Group:
     axes: tuple[int, ...] = ()
     stores: list[Node] = field(default_factory=list)
     rule: str = ""
+    # layout_plan: the order the kernel walks the non-reduced dims in, slowest first (empty: row-major)
+    order: tuple[int, ...] = ()
 
     @property
     def kind(self) -> str:
