@@ -149,7 +149,8 @@ def _plan_conv(graph: Graph, conv: Node, layouts: dict) -> list[str]:
 
 def _group_order(group: Group, layouts: dict) -> tuple[int, ...]:
     """The order a pointwise or reduction kernel walks its non-reduced dims in, slowest first: the
-    memory order of its first stored planned buffer (empty: row-major, as usual)."""
+    memory order of its first stored planned buffer; for a pointwise kernel that reads a planned
+    buffer and stores none, N, H, C, W (empty: row-major, as usual)."""
     if group.kind not in ("pointwise", "reduction"):
         return ()
     outer = [d for d in range(len(group.shape)) if d not in group.axes]
@@ -157,4 +158,11 @@ def _group_order(group: Group, layouts: dict) -> tuple[int, ...]:
         if m in layouts and m.shape == tuple(group.shape[d] for d in outer):
             order = memory_order(layouts[m], outer)
             return order if list(order) != outer else ()
+    # NCHW results read from NHWC buffers (the graph's last kernel): walk (N, H, C) x W, so the tiled
+    # template's y runs along C (the reads' unit stride) and its x along W (the writes')
+    members = set(group.nodes)
+    reads = {terminal(i) for n in group.nodes for i in n.inputs} - members
+    if group.kind == "pointwise" and len(group.shape) == 4 and group.stores and \
+            any(r in layouts and r.shape == tuple(group.shape) for r in reads):
+        return (0, 2, 1, 3)
     return ()
