@@ -203,7 +203,12 @@ def main() -> None:
     p.add_argument("--md", default=None, help="markdown path")
     p.add_argument("--time-limit", type=float, default=480, help="start no new row after this many seconds")
     p.add_argument("--dry-run", action="store_true", help="CPU, plain-PyTorch blocks, minicomp and eager only")
+    p.add_argument("--no-tf32", action="store_true", help="fp32 convolutions without TF32 (cuDNN's default "
+                   "is TF32: eager and every compiler then differ by TF32 rounding)")
     args = p.parse_args()
+    if args.no_tf32:
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     device = "cpu" if args.dry_run else "cuda"
     variants = [v for v in args.variants.split(",") if v]
     if args.dry_run:
@@ -212,6 +217,7 @@ def main() -> None:
     meta = dict(date=datetime.date.today().isoformat(), torch=torch.__version__, triton=triton.__version__,
                 gpu=torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)",
                 command=" ".join(sys.argv), cudnn_allow_tf32=torch.backends.cudnn.allow_tf32,
+                matmul_allow_tf32=torch.backends.cuda.matmul.allow_tf32,
                 profile_calls=PROFILE_CALLS)
     start, rows, models = time.perf_counter(), [], {}
     for name, batch, dtype_name in rows_to_run(args):
@@ -247,8 +253,8 @@ def main() -> None:
         Path(args.md).write_text(f"# Convolutional networks — {meta['date']}\n\nGPU {meta['gpu']}, torch "
                                  f"{meta['torch']}, triton {meta['triton']}. Command: `{meta['command']}`.\n\n"
                                  f"{text}\n\n" + "\n".join(f"- {s}" for s in summary) + "\n")
-    print(text)
     print("\n".join(summary))
+    print(text)
 
 
 if __name__ == "__main__":
