@@ -152,3 +152,16 @@ def test_bf16_block(tmp_path):
         actual = minicomp.compile(model, dump_dir=str(tmp_path))(x)
     torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-2)
     assert actual.stride() == expected.stride()
+
+
+def test_kernels_walk_nhwc_buffers_in_memory_order(tmp_path):
+    """bn-relu over the NHWC convolution result reads and writes it at the flat index itself (coalesced);
+    the last kernel, which writes the NCHW result from NHWC buffers, is a tile with y along C (reads)
+    and x along W (writes)."""
+    _check(Block().eval(), torch.randn(2, 3, 6, 7), tmp_path)
+    (dump,) = tmp_path.iterdir()
+    first = next(dump.glob("k0_*.py")).read_text()
+    assert "tl.load(in_ptr0 + (xindex)" in first and "tl.store(out_ptr0 + (xindex)" in first, first
+    last = next(dump.glob("k1_*.py")).read_text()
+    assert "yindex % 5) + 210*(yindex // 30) + 5*xindex" in last, last  # read: C = yindex % 5 at unit stride
+    assert "+ xindex), " in last.split("tl.store")[1], last                 # write: W = xindex at unit stride

@@ -22,6 +22,7 @@ import torch
 from ..ir.graph import Graph, Group, Node, terminal
 from ..ir.layout import channels_last_strides, memory_order, same_strides, view_as_strided
 from ..ir.types import is_float
+from .schedule import plan_layouts
 
 CONV = torch.ops.aten.convolution.default
 
@@ -51,9 +52,10 @@ def layout_plan(graph: Graph) -> Graph:
     for conv in planned:
         notes += _plan_conv(graph, conv, layouts)
     graph.layouts.update(layouts)
+    final = {**graph.layouts, **plan_layouts(graph)}  # as schedule will have them: results in eager's strides
     ordered = 0
     for group in graph.groups:
-        group.order = _group_order(group, graph.layouts)
+        group.order = _group_order(group, final)
         ordered += bool(group.order)
     graph.decisions.append(
         f"layout: channels-last (NHWC) for {len(region)} buffer(s) around {len(planned)} of {len(convs)} "
@@ -157,12 +159,15 @@ def _group_order(group: Group, layouts: dict) -> tuple[int, ...]:
     for m in group.stores:
         if m in layouts and m.shape == tuple(group.shape[d] for d in outer):
             order = memory_order(layouts[m], outer)
-            return order if list(order) != outer else ()
+            if list(order) != outer:
+                return order
     # NCHW results read from NHWC buffers (the graph's last kernel): walk (N, H, C) x W, so the tiled
     # template's y runs along C (the reads' unit stride) and its x along W (the writes')
     members = set(group.nodes)
     reads = {terminal(i) for n in group.nodes for i in n.inputs} - members
+    nhwc = lambda n: n in layouts and memory_order(layouts[n], range(4)) == (0, 2, 3, 1)  # noqa: E731
     if group.kind == "pointwise" and len(group.shape) == 4 and group.stores and \
-            any(r in layouts and r.shape == tuple(group.shape) for r in reads):
+            all(memory_order(layouts[m], range(4)) == (0, 1, 2, 3) for m in group.stores if m in layouts) and \
+            any(nhwc(r) and r.shape == tuple(group.shape) for r in reads):
         return (0, 2, 1, 3)
     return ()
