@@ -151,3 +151,27 @@ def test_write_through_data_alias_is_not_seen():
     with torch.no_grad():
         model.conv.weight.data.mul_(2)
         torch.testing.assert_close(compiled(x), model(x), **TOL[torch.float32])
+
+
+class PreActivation(torch.nn.Module):
+    """DenseNet's order: batch norm -> relu -> conv (nothing to fold), and a conv whose output is read
+    twice before its batch norm (not folded either)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn0 = torch.nn.BatchNorm2d(4)
+        self.conv = torch.nn.Conv2d(4, 6, 3, padding=1)
+        self.bn1 = torch.nn.BatchNorm2d(6)
+        _randomize_bn(self.bn0)
+        _randomize_bn(self.bn1)
+
+    def forward(self, x):
+        y = self.conv(torch.relu(self.bn0(x)))
+        return self.bn1(y) + y
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batch_norm_without_a_conv_before_it_stays(dtype):
+    _, rep = _compare(PreActivation(), torch.randn(2, 4, 5, 6), dtype)
+    assert _folded(rep) == 0
+    assert sum("batch_norm" in k.name for k in rep.kernels) >= 1, [k.name for k in rep.kernels]
