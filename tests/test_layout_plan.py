@@ -165,3 +165,14 @@ def test_kernels_walk_nhwc_buffers_in_memory_order(tmp_path):
     last = next(dump.glob("k1_*.py")).read_text()
     assert "yindex % 5) + 210*(yindex // 30) + 5*xindex" in last, last  # read: C = yindex % 5 at unit stride
     assert "+ xindex), " in last.split("tl.store")[1], last                 # write: W = xindex at unit stride
+
+
+@pytest.mark.parametrize("fmt", [torch.contiguous_format, CL])
+def test_results_that_view_planned_buffers_have_eager_strides(fmt, tmp_path):
+    """A slice and a permute of an intermediate between two convolutions, returned: eager's strides."""
+    c1, c2 = torch.nn.Conv2d(3, 5, 3, padding=1).eval(), torch.nn.Conv2d(5, 4, 1).eval()
+
+    def fn(x):
+        y = torch.relu(c1(x))
+        return c2(y), y[:, 1:4], y.permute(0, 2, 3, 1)
+    _check(fn, torch.randn(2, 3, 5, 6).contiguous(memory_format=fmt), tmp_path)

@@ -108,12 +108,19 @@ def _region(graph: Graph, convs: list[Node], outputs: set) -> set[Node]:
 
 def _drop_unexpressible_views(graph: Graph, region: set[Node]) -> set[Node]:
     """Fallback ops and graph results read views as strided tensors (``Program`` views): a view of
-    an NHWC buffer that no strides express (a flatten of C, H, W) keeps its base NCHW."""
-    readers = [n for n in graph.nodes if n.op == "extern"] + [graph.output]
+    an NHWC buffer that no strides express (a flatten of C, H, W) keeps its base NCHW, and so does
+    a buffer a graph result views with other strides than eager's result has."""
+    readers = [n for n in graph.nodes if n.op == "extern"]
+    eager = dict(zip(graph.output.inputs, graph.output.attrs.get("traced") or ()))
     while True:
         layouts = {n: channels_last_strides(n.shape) for n in region}
         bad = {terminal(v) for r in readers for v in r.inputs
                if v.op == "view" and terminal(v) in region and view_as_strided(v, layouts) is None}
+        for v in graph.output.inputs:
+            if v.op == "view" and terminal(v) in region:
+                got, want = view_as_strided(v, layouts), eager.get(v)
+                if got is None or want is None or not same_strides(got[0], want, v.shape):
+                    bad.add(terminal(v))
         if not bad:
             return region
         region -= bad
