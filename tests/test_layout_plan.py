@@ -176,3 +176,42 @@ def test_results_that_view_planned_buffers_have_eager_strides(fmt, tmp_path):
         y = torch.relu(c1(x))
         return c2(y), y[:, 1:4], y.permute(0, 2, 3, 1)
     _check(fn, torch.randn(2, 3, 5, 6).contiguous(memory_format=fmt), tmp_path)
+
+
+class Depthwise(torch.nn.Module):
+    """MobileNet's pattern: 1x1 expand, depthwise 3x3 (stride 2), 1x1 project, with batch norms."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.expand = torch.nn.Conv2d(c, 4 * c, 1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(4 * c)
+        self.dw = torch.nn.Conv2d(4 * c, 4 * c, 3, stride=2, padding=1, groups=4 * c, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(4 * c)
+        self.project = torch.nn.Conv2d(4 * c, c, 1)
+
+    def forward(self, x):
+        y = torch.nn.functional.hardswish(self.bn1(self.expand(x)))
+        return self.project(torch.nn.functional.hardswish(self.bn2(self.dw(y))))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's result layout: needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("make", [Net, Depthwise])
+@pytest.mark.parametrize("freeze", [False, True])
+def test_cudnn_returns_the_planned_layout(make, dtype, freeze, copies):
+    """On the GPU: cuDNN returns channels-last for every planned convolution (no ensure_layout copy),
+    results match eager with its strides; under freeze no weight is converted per call."""
+    model = make().eval().cuda().to(dtype)
+    x = torch.randn(2, 3 if make is Net else 8, 9, 11, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        expected = model(x)
+        actual = minicomp.compile(model, freeze=freeze)(x)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    actual = actual if isinstance(actual, tuple) else (actual,)
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-3, atol=1e-3)
+    for e, a in zip(expected, actual):
+        torch.testing.assert_close(a, e, **tol)
+        assert a.stride() == e.stride()
+    assert copies["ensure_layout"] == [], copies
+    if freeze:
+        assert all(s == tuple(x.shape) for s in copies["eager_strided"]), copies  # only the NCHW input
