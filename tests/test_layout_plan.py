@@ -198,9 +198,10 @@ class Depthwise(torch.nn.Module):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("make", [Net, Depthwise])
 @pytest.mark.parametrize("freeze", [False, True])
-def test_cudnn_returns_the_planned_layout(make, dtype, freeze, copies):
+def test_cudnn_returns_the_planned_layout(make, dtype, freeze, copies, monkeypatch):
     """On the GPU: cuDNN returns channels-last for every planned convolution (no ensure_layout copy),
     results match eager with its strides; under freeze no weight is converted per call."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # fp32 compared at fp32 precision
     model = make().eval().cuda().to(dtype)
     x = torch.randn(2, 3 if make is Net else 8, 9, 11, device="cuda", dtype=dtype)
     with torch.no_grad():
