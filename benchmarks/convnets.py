@@ -109,7 +109,8 @@ def profile(fn, x, device: str) -> dict:
             fn(x)
         if device == "cuda":
             torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA
+               and not e.name.lower().startswith(("memcpy", "memset"))]
     names: dict[str, int] = {}
     for e in kernels:
         names[e.name] = names.get(e.name, 0) + 1
