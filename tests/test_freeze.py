@@ -9,7 +9,7 @@ import torch
 import minicomp
 from minicomp.frontend.freeze import fold
 
-from .test_layout_plan import Block, Net
+from .test_layout_plan import Block, Net, _convolutions_as_externs  # noqa: F401 (an autouse fixture)
 
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.bfloat16: dict(rtol=3e-2, atol=3e-2)}
 

@@ -13,6 +13,13 @@ from minicomp.runtime import support
 CL = torch.channels_last
 
 
+@pytest.fixture(autouse=True)
+def _convolutions_as_externs(monkeypatch):
+    """These tests are about the convolutions cuDNN/oneDNN run (conv_lowering's MINICOMP_CONV may
+    rewrite some into IR; here none)."""
+    monkeypatch.setenv("MINICOMP_CONV", "cudnn")
+
+
 class Block(torch.nn.Module):
     """conv -> bn -> relu -> conv -> add (a residual block), odd channel counts and sizes."""
 
