@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 
 
 def compile(model: Callable, *, mode: str = "default", dump_dir: str | None = None,
-            static_outputs: bool = False) -> Callable:
+            static_outputs: bool = False, freeze: bool = False) -> Callable:
     """Compile ``model`` (an ``nn.Module`` or a function of tensors) with minicomp.
 
     ``mode``, as torch.compile names them:
@@ -31,11 +31,17 @@ def compile(model: Callable, *, mode: str = "default", dump_dir: str | None = No
     summary there (also ``MINICOMP_DUMP=dir``).
     ``static_outputs`` (CUDA graphs only): return the graph's own output buffers instead of copies:
     faster, but the next call of the same graph overwrites the results of the previous one.
+    ``freeze`` (inference: under ``torch.no_grad()``/``inference_mode()``): parameters that
+    convolutions read become constants taken at the first call, batch norm after a convolution is
+    folded into its weights, weights are converted to channels-last once; a per-call check of those
+    parameters' versions compiles again when they change in place (``frontend/freeze.py``). Ignored,
+    and reported, where a backward may follow.
     """
     if not callable(model):
         raise TypeError(f"minicomp.compile: model must be callable, got {type(model).__name__}")
     from .backend import Backend
-    return torch.compile(model, backend=Backend(mode=mode, dump_dir=dump_dir, static_outputs=static_outputs))
+    return torch.compile(model, backend=Backend(mode=mode, dump_dir=dump_dir, static_outputs=static_outputs,
+                                                freeze=freeze))
 
 
 def _register_backend() -> None:

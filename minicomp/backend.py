@@ -17,6 +17,8 @@ from torch._functorch.aot_autograd import aot_module_simplified
 
 from . import graph_cache
 from .compiler import CompiledGraph, Options
+from .frontend.freeze import freezable_inputs
+from .frozen import FrozenGraph
 from .runtime import cuda_graphs
 from .frontend.interpolate_op import substitute_interpolate
 
@@ -60,6 +62,8 @@ class Backend:
 
     def __call__(self, gm: fx.GraphModule, example_inputs):
         key = hit = None
+        if self.options.freeze:  # constants baked from this model's parameters: nothing to share
+            return self._trace(gm, example_inputs, None)
         try:
             key = graph_cache.key(gm, example_inputs, self.options)
             static = cuda_graphs.static_input_indices(gm) if self.options.cudagraphs else ()
@@ -89,23 +93,38 @@ class Backend:
             static_names.update(names[i] for i in static)
             return static
 
+        training = needs_autograd(gm, example_inputs)
+        notes = ["freeze: ignored: grad mode is on and parameters require grad (frozen constants are "
+                 "for inference: wrap the call in torch.no_grad() or inference_mode())"] \
+            if opts.freeze and training else []
+        if notes:
+            warnings.warn(f"minicomp: {notes[0]}")
+
+        def compiled(g, kind, static):
+            graph = CompiledGraph(g, opts, kind, static_inputs=static)
+            graph.notes = notes
+            return graph
+
         def inference(g, _):
+            if opts.freeze:
+                return FrozenGraph(g, opts, freezable_inputs(), static_inputs(g, True))
             store = key and graph_cache.plain_inference(gm, g)
             return CompiledGraph(g, opts, "inference", functools.partial(graph_cache.remember, key) if store else None,
                                  static_inputs(g, True))
         return aot_module_simplified(
             gm, example_inputs,
-            fw_compiler=lambda g, _: CompiledGraph(g, opts, "forward", static_inputs=static_inputs(g, True)),
-            bw_compiler=lambda g, _: CompiledGraph(g, opts, "backward", static_inputs=static_inputs(g, False)),
+            fw_compiler=lambda g, _: compiled(g, "forward", static_inputs(g, True)),
+            bw_compiler=lambda g, _: compiled(g, "backward", static_inputs(g, False)),
             inference_compiler=inference,
-            decompositions=decompositions(training=needs_autograd(gm, example_inputs)),
+            decompositions=decompositions(training=training),
         )
 
 
 def minicomp_backend(gm: fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):
     """Entry point for ``torch.compile(model, backend="minicomp")``. torch.compile passes ``mode`` here
     when it is not ``"default"`` (``mode="reduce-overhead"`` arrives as ``mode=...``), or ``options``
-    (a dict of ``Options`` fields: ``{"mode": "reduce-overhead", "static_outputs": True}``; torch.compile
+    (a dict of ``Options`` fields: ``{"mode": "reduce-overhead", "static_outputs": True}``,
+    ``{"freeze": True}``; torch.compile
     takes ``mode`` or ``options``, not both)."""
     return Backend(**{**(options or {}), **kwargs})(gm, example_inputs)
 

@@ -31,6 +31,7 @@ from .ir.target import Target
 from .passes.conv_lowering import conv_lowering, tunable as conv_tunable
 from .passes.fusion import fusion
 from .passes.gemm_choice import gemm_backend
+from .passes.layout_plan import layout_plan
 from .passes.manager import Pass, run_pipeline
 from .passes.schedule import schedule
 from .passes.pipelines import row_pipelines, split_combines
@@ -50,6 +51,7 @@ PIPELINE: list[Pass] = [
     Pass("conv_lowering", conv_lowering, "rewrite chosen convolutions into matmuls over im2col views / window sums"),
     Pass("gemm_backend", gemm_backend, "choose the Triton GEMM template or cuBLAS for each matmul"),
     Pass("fusion", fusion, "group compute nodes into kernels"),
+    Pass("layout_plan", layout_plan, "store the 4-D buffers around convolutions channels-last"),
     Pass("schedule", schedule, "choose templates and block sizes, build kernels"),
     Pass("pipelines", row_pipelines, "run row-local kernel chains that re-read an input as one launch"),
     Pass("split_combines", split_combines, "run a split reduction's partial and combining kernels as one launch"),
@@ -89,6 +91,7 @@ class Options:
     dump_dir: str | None = None
     pipeline: list[Pass] = field(default_factory=lambda: list(PIPELINE))
     static_outputs: bool = False  # CUDA graphs: return the graph's own output buffers (see cuda_graphs.py)
+    freeze: bool = False  # inference: parameters are constants, batch norm folded (frontend/freeze.py)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -129,6 +132,7 @@ class CompiledGraph:
         self.name = graph_name(kind)
         self._specializations: dict[tuple, Callable] = {}
         self._last: LastCall | None = None
+        self.notes: list[str] = []  # decisions made before lowering (freeze), for the report
 
     @torch._dynamo.disable  # called inside a compiled frame (a backward): Dynamo must not trace minicomp
     def __call__(self, args):
@@ -273,7 +277,7 @@ class CompiledGraph:
             op, reason = lowering.fallbacks[0]
             raise MinicompError(f"MINICOMP_STRICT: {op} falls back to PyTorch ({reason})")
         rep.fallbacks = [reporting.Fallback(op, reason) for op, reason in lowering.fallbacks]
-        rep.decisions = list(dict.fromkeys(graph.decisions))
+        rep.decisions = list(dict.fromkeys(self.notes + graph.decisions))
         call, art = self._assemble(graph, graph.kernels, dump, rep)
         if validator:
             validator.check_outputs("codegen (generated kernels)", call)

@@ -555,7 +555,10 @@ def test_batch_norm_after_a_conv_writes_over_the_conv_output(fn, poison, monkeyp
     dropped after the launch, the planned peak below the free-only plan's."""
     monkeypatch.setenv("MINICOMP_POISON", poison)
     programs = _capture(monkeypatch)
-    compile_and_compare(fn, *_conv_args(), fallbacks=None)
+    # a channels-last input: layout_plan stores the convolutions' outputs NHWC, and the graph's result
+    # (eager's layout: the input's) can then be written over them
+    x, *rest = _conv_args()
+    compile_and_compare(fn, x.contiguous(memory_format=torch.channels_last), *rest, fallbacks=None)
     (program,) = programs
     program.verify()
     check_plan(program)

@@ -48,14 +48,17 @@ def test_printed_program_lists_launches_allocations_and_fallbacks_in_order(tmp_p
          "#"], lines
     pointwise, conv, reduction = lines[4], lines[5], lines[8]
     # the chain's buffer is allocated with its shape and strides, then written by the first launch
-    chain = re.match(r"alloc\s+(buf\d+) f32\[1,2,6,7\] strides=\(84, 42, 7, 1\) cpu$", lines[3])
+    # (channels-last: the convolution's input and result, layout_plan; the NCHW input is transposed
+    # by a tiled kernel that walks (N, H, W) x C)
+    chain = re.match(r"alloc\s+(buf\d+) f32\[1,2,6,7\] strides=\(84, 1, 14, 2\) cpu$", lines[3])
     assert chain, lines[3]
-    match = re.match(r"launch\s+(k0_\w+) grid=\((\d+),\) \(arg0, (buf\d+)\)\s+\[pointwise\] XBLOCK=(\d+) ", pointwise)
+    match = re.match(r"launch\s+(k0_\w+) grid=\((\d+),\) \(arg0, (buf\d+)\)\s+\[tiled\] YBLOCK=(\d+) XBLOCK=(\d+) ",
+                     pointwise)
     assert match and match[3] == chain[1], pointwise
-    assert int(match[2]) == math.ceil(84 / int(match[4])) >= 1
+    assert int(match[2]) == math.ceil(42 / int(match[4])) * math.ceil(2 / int(match[5])) >= 1
     # the fallback reads it; the reduction reads the fallback's result and writes the last allocation
-    conv_match = re.match(rf"extern\s+(buf\d+) f32\[1,3,4,5\] strides=\(60, 20, 5, 1\) cpu = "
-                          rf"aten\.convolution\.default\({chain[1]}, arg1\)$", conv)
+    conv_match = re.match(rf"extern\s+(buf\d+) f32\[1,3,4,5\] strides=\(60, 1, 15, 3\) cpu = "
+                          rf"aten\.convolution\.default\({chain[1]}, arg1 as strides \(18, 1, 6, 2\)\)$", conv)
     assert conv_match, conv
     out = re.match(r"alloc\s+(buf\d+) f32\[1,3,4,1\]", lines[7])
     assert out, lines[7]

@@ -75,7 +75,7 @@ class Lowering:
         value's), so a channels-last or transposed result comes back as eager's does."""
         flat = values if isinstance(values, (list, tuple)) else [values]
         fx_flat = fx_values if isinstance(fx_values, (list, tuple)) else [fx_values]
-        spec, nodes, strides, sources = [], [], [], []
+        spec, nodes, strides, sources, traced = [], [], [], [], []
         for v, fx_v in zip(flat, fx_flat):
             if isinstance(v, Node) and terminal(v).op == "input" and not _may_alias(fx_v):
                 # eager returns a new tensor here, a rule reused its input (batch norm's running stats in
@@ -86,11 +86,12 @@ class Lowering:
                 nodes.append(v)
                 val = fx_v.meta.get("val") if isinstance(fx_v, fx.Node) else None
                 strides.append(_dense_strides(val))
+                traced.append(_traced_strides(val))  # also of views with gaps (layout_plan compares them)
                 sources.append(fx_v.name if isinstance(fx_v, fx.Node) else None)
             else:
                 spec.append(("value", v))
         # sources: the FX value of each result; two results that passes merge (cse) stay two tensors
-        self.graph.add("output", nodes, None, spec=spec, strides=strides, sources=sources)
+        self.graph.add("output", nodes, None, spec=spec, strides=strides, sources=sources, traced=traced)
 
     def _call(self, fx_node: fx.Node, args, kwargs):
         target = fx_node.target

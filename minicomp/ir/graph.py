@@ -80,6 +80,8 @@ class Group:
     axes: tuple[int, ...] = ()
     stores: list[Node] = field(default_factory=list)
     rule: str = ""
+    # layout_plan: the order the kernel walks the non-reduced dims in, slowest first (empty: row-major)
+    order: tuple[int, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -97,7 +99,8 @@ class Group:
         space = f"[{','.join(map(str, self.shape))}]" + (f" axes={self.axes}" if self.axes else "")
         members = " ".join(n.name for n in self.nodes)
         stores = " ".join(n.name for n in self.stores)
-        return f"group g{self.id} {self.kind:<9} {space}: {members} -> stores {stores}"
+        walk = f" walk={self.order}" if self.order else ""
+        return f"group g{self.id} {self.kind:<9} {space}{walk}: {members} -> stores {stores}"
 
 
 class Graph:
@@ -301,6 +304,8 @@ def format_graph(g: Graph) -> str:
         lines.append("")
         for grp in g.groups:
             lines.append(str(grp))
+    for node, strides in g.layouts.items():
+        lines.append(f"# layout {node.name} strides={tuple(strides)}")
     for d in g.decisions:
         lines.append(f"# {d}")
     return "\n".join(lines) + "\n"

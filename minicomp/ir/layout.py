@@ -45,3 +45,33 @@ def view_as_strided(view: Node, layouts: dict) -> tuple[tuple[int, ...], int] | 
         strides.append(c if var.size > 1 else 0)
     rest = offset - linear_index([Affine.of(v) for v in view_vars(view)], strides)
     return (tuple(strides), rest.const) if rest.is_const else None
+
+
+def channels_last_strides(shape) -> tuple[int, ...]:
+    """NHWC strides of a 4-D (N, C, H, W) shape, as ``torch.channels_last`` lays it out."""
+    n, c, h, w = shape
+    return (h * w * c, 1, w * c, c)
+
+
+def same_strides(a, b, shape) -> bool:
+    """Whether two stride tuples address ``shape``'s elements alike (size-1 dims do not count)."""
+    return all(x == y for x, y, n in zip(a, b, shape) if n > 1)
+
+
+def memory_order(strides, dims) -> tuple[int, ...]:
+    """``dims`` ordered from the largest stride to the smallest (the order a walk over memory takes),
+    ties kept in their given order."""
+    return tuple(d for _, d in sorted(((-s, d) for s, d in zip(strides, dims)), key=lambda p: p[0]))
+
+
+def strides_through_view(view: Node, strides) -> tuple[int, ...] | None:
+    """Strides for ``view``'s base that make ``view`` read with ``strides`` (a graph result eager
+    returns channels-last through a view that only adds or drops size-1 dims, as max pooling's
+    window dim), or None where the view does more than that."""
+    base = view.inputs[0]
+    if [s for s in base.shape if s != 1] != [s for s in view.shape if s != 1]:
+        return None
+    kept = iter(st for st, n in zip(strides, view.shape) if n != 1)
+    guess = tuple(next(kept) if n != 1 else 1 for n in base.shape)
+    got = view_as_strided(view, {base: guess})
+    return guess if got is not None and same_strides(got[0], strides, view.shape) and got[1] == 0 else None

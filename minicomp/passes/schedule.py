@@ -6,15 +6,21 @@ and asks them.
 from __future__ import annotations
 
 from ..ir.graph import Graph, Node
+from ..ir.layout import strides_through_view
 from ..ir.kernel import Kernel
 from ..templates import Context, choose
 from .fusion import Group
 
 
 def plan_layouts(graph: Graph) -> dict[Node, tuple[int, ...]]:
-    """Graph results take the strides eager would give them; everything else is contiguous."""
+    """Graph results take the strides eager would give them; everything else is contiguous (or as
+    ``layout_plan`` chose)."""
     out = {}
     for node, strides in zip(graph.output.inputs, graph.output.attrs.get("strides") or ()):
+        if strides is not None and node.op == "view" and node.inputs[0].op in ("pointwise", "reduce"):
+            base = strides_through_view(node, strides)  # a pooled result: (N, C, H, W, 1) viewed as 4-D
+            if base is not None:
+                out.setdefault(node.inputs[0], base)
         if strides is not None and node.op in ("pointwise", "reduce", "scan", "gather") and len(strides) == len(node.shape):
             out.setdefault(node, tuple(strides))
     return out
@@ -22,7 +28,7 @@ def plan_layouts(graph: Graph) -> dict[Node, tuple[int, ...]]:
 
 def schedule(graph: Graph) -> Graph:
     """Build one Kernel per fusion group (``graph.kernels``; graph results' strides: ``graph.layouts``)."""
-    graph.layouts = plan_layouts(graph)
+    graph.layouts = {**graph.layouts, **plan_layouts(graph)}  # layout_plan's buffers, then the results
     ctx = Context(graph.target, graph.layouts, graph.gemm_choices)
     graph.kernels = [build_kernel(g, ctx) for g in graph.groups]
     return graph

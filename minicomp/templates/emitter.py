@@ -227,30 +227,31 @@ def flat_vars(group: Group, tiled: bool) -> dict[str, Var]:
         return {"x": Var("xindex", math.prod(s for d, s in enumerate(shape) if d not in axes)),
                 "r": Var("rindex", math.prod(shape[d] for d in axes))}
     if tiled:
-        split = _tile_split(shape)
-        return {"y": Var("yindex", math.prod(shape[:split])), "x": Var("xindex", math.prod(shape[split:]))}
+        order = walk_order(group)
+        return {"y": Var("yindex", math.prod(shape[d] for d in order[:-1])), "x": Var("xindex", shape[order[-1]])}
     return {"x": Var("xindex", math.prod(shape))}
 
 
-def _tile_split(shape) -> int:
-    return len(shape) - 1
+def walk_order(group: Group) -> tuple[int, ...]:
+    """The non-reduced dims in the order the flat index walks them, slowest first: row-major, or
+    the memory order ``layout_plan`` chose (``Group.order``: channels-last buffers)."""
+    return group.order or tuple(d for d in range(len(group.shape)) if d not in group.axes)
 
 
 def dim_mapping(group: Group, dims, flat, tiled) -> dict[Var, Affine]:
     shape, axes = group.shape, group.axes
+    order = walk_order(group)
     if axes:
-        outer = [d for d in range(len(shape)) if d not in axes]
-        xs = unravel(flat["x"], [shape[d] for d in outer])
+        xs = unravel(flat["x"], [shape[d] for d in order])
         rs = unravel(flat["r"], [shape[d] for d in axes])
-        mapping = {dims[d]: e for d, e in zip(outer, xs)}
+        mapping = {dims[d]: e for d, e in zip(order, xs)}
         mapping.update({dims[d]: e for d, e in zip(axes, rs)})
         return mapping
-    if tiled:
-        split = _tile_split(shape)
-        es = unravel(flat["y"], shape[:split]) + unravel(flat["x"], shape[split:])
+    if tiled:  # y: every dim but the last walked, x: that one
+        es = unravel(flat["y"], [shape[d] for d in order[:-1]]) + unravel(flat["x"], [shape[order[-1]]])
     else:
-        es = unravel(flat["x"], shape)
-    return dict(zip(dims, es))
+        es = unravel(flat["x"], [shape[d] for d in order])
+    return {dims[d]: e for d, e in zip(order, es)}
 
 
 def substitute(stmt, mapping) -> None:

@@ -2,11 +2,13 @@
 contiguous along another dimension than the stores (``x.t() + y``), so both sides stay coalesced."""
 from __future__ import annotations
 
+import math
+
 from ..ir.expr import Affine, index_vars
 from ..ir.kernel import Kernel, Load, Schedule
 from ..passes.fusion import Group
 from .base import Context, Template, cdiv
-from .emitter import Emitter, build_rows
+from .emitter import Emitter, build_rows, pow2, walk_order
 
 
 def transposed(group: Group, layouts: dict) -> bool:
@@ -21,10 +23,11 @@ def transposed(group: Group, layouts: dict) -> bool:
     for m in group.stores:
         if m.shape == group.shape:
             probe.store(m, full)
-    last = dims[-1]
+    order = walk_order(group)  # the stores are contiguous along the last dim walked
+    last = dims[order[-1]]
     for stmt in probe.phases[0].outer:
         if isinstance(stmt, Load) and last.size > 1 and stmt.index.coeff_of(last) not in (0, 1):
-            if any(stmt.index.coeff_of(d) == 1 for d in dims[:-1]):
+            if any(stmt.index.coeff_of(dims[d]) == 1 for d in order[:-1]):
                 return True
     return False
 
@@ -39,7 +42,10 @@ class Tiled(Template):
     def default_schedule(self, group: Group, ctx: Context) -> Schedule:
         on_gpu = ctx.target.is_cuda
         block = 64 if on_gpu else 128
-        return Schedule(self.name, {"YBLOCK": block, "XBLOCK": block}, 4 if on_gpu else 1)
+        order = walk_order(group)  # a narrow x (NCHW -> NHWC of 3 channels) gives its lanes to y
+        x = min(block, pow2(group.shape[order[-1]]))
+        y = min(block * block // x, pow2(math.prod(group.shape[d] for d in order[:-1])), 1024)
+        return Schedule(self.name, {"YBLOCK": max(y, 1), "XBLOCK": x}, 4 if on_gpu else 1)
 
     def build(self, group: Group, ctx: Context, sched: Schedule) -> Kernel:
         return build_rows(group, ctx.layouts, sched, tiled=True, target=ctx.target)

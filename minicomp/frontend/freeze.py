@@ -1,0 +1,155 @@
+"""``freeze``: parameters as constants in an inference graph, batch norm folded into convolutions.
+
+Works on AOTAutograd's aten FX graph, before lowering, with the real parameter tensors of the first
+call. Two rewrites, both of a convolution whose weight (and bias) are parameters:
+
+* ``_native_batch_norm_legit_no_training(convolution(x, w, b), bn_w, bn_b, mean, var, _, eps)``
+  becomes ``convolution(x, w', b')`` with ``scale = bn_w / sqrt(var + eps)`` per output channel,
+  ``w' = w * scale``, ``b' = (b - mean) * scale + bn_b``, computed once here in fp32 and rounded to
+  the weight's dtype (as Inductor's freezing folds it);
+* every other such convolution's weight becomes a constant (``get_attr``), which the layout plan may
+  convert to channels-last once, at compile time.
+
+Everything else stays a graph input: parameters that no rewrite touched are read where they live, so
+changing them needs no guard. The graph keeps its inputs (the folded ones are simply no longer read).
+What the rewrites read (``Frozen.sources``) is a guarded assumption: ``Frozen.still_valid(args)``
+compares each source's identity, ``_version`` and data pointer with what they were; the caller
+freezes again when they differ (``minicomp/frozen.py``).
+"""
+from __future__ import annotations
+
+import copy
+import operator
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+
+aten = torch.ops.aten
+_BN = aten._native_batch_norm_legit_no_training.default
+
+
+@dataclass
+class Frozen:
+    """A frozen graph and what it assumed."""
+    gm: fx.GraphModule
+    sources: list[int]  # the graph inputs whose values were baked into constants
+    tensors: list = field(default_factory=list)
+    versions: list = field(default_factory=list)
+    pointers: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def still_valid(self, args) -> bool:
+        """Whether every source is the tensor it was, unchanged in place (``_version``: ``copy_``,
+        ``mul_`` under no_grad, ``load_state_dict``, an optimizer step) and not re-pointed
+        (``p.data = t``). Not seen: writes through ``p.data`` (a detached alias with a version
+        counter of its own), as with Inductor's freezing."""
+        tensors = self.tensors
+        return all(map(operator.is_, map(args.__getitem__, self.sources), tensors)) \
+            and [t._version for t in tensors] == self.versions \
+            and [t.data_ptr() for t in tensors] == self.pointers
+
+
+def freezable_inputs() -> list[int]:
+    """The inputs of the graph AOTAutograd is compiling now that are parameters or buffers (its
+    static inputs) and that the graph neither mutates nor returns an alias of."""
+    try:  # AOTAutograd's metadata is internal: anything unexpected means "none known"
+        meta = torch._guards.TracingContext.try_get().fw_metadata
+        static = [int(i) for i in meta.static_input_indices]
+        mutated = {i for i, info in enumerate(meta.input_info)
+                   if getattr(info, "mutates_data", False) or getattr(info, "mutates_metadata", False)}
+        aliased = {o.base_idx for o in meta.output_info if getattr(o, "base_idx", None) is not None}
+    except (AttributeError, TypeError, ValueError):
+        return []
+    return [i for i in static if i not in mutated and i not in aliased]
+
+
+def freeze_graph(gm: fx.GraphModule, args: list, freezable: list[int]) -> Frozen:
+    """A copy of ``gm`` with batch norms folded into the convolutions before them and convolution
+    weights as constants, from the values in ``args`` (the first call's inputs)."""
+    gm = fx.GraphModule(gm, copy.deepcopy(gm.graph))  # the original stays, for an unfrozen fallback
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    index = {n: k for k, n in enumerate(placeholders)}
+    ok = set(freezable)
+
+    def param(node) -> torch.Tensor | None:
+        """The parameter a node stands for (None: not a freezable input)."""
+        k = index.get(node) if isinstance(node, fx.Node) else None
+        return args[k] if k in ok and isinstance(args[k], torch.Tensor) else None
+
+    sources: list[int] = []
+    folded = constant = 0
+    for conv in list(gm.graph.nodes):
+        if conv.op != "call_function" or conv.target is not aten.convolution.default or conv.args[6]:
+            continue
+        w, b = conv.args[1], conv.args[2]
+        if param(w) is None or (b is not None and param(b) is None):
+            continue
+        bn = _batch_norm_after(conv, param)
+        with torch.no_grad():
+            if bn is not None:
+                new_w, new_b = fold(param(w), param(b) if b is not None else None,
+                                    *(param(a) if a is not None else None for a in bn.args[1:5]), bn.args[6])
+                used = [w, b, *bn.args[1:5]]
+                folded += 1
+            else:
+                new_w, new_b, used = param(w), b, [w]
+                constant += 1
+        with gm.graph.inserting_before(conv):
+            w_attr = _constant(gm, new_w)
+            b_attr = _constant(gm, new_b) if isinstance(new_b, torch.Tensor) else new_b
+        conv.args = (conv.args[0], w_attr, b_attr, *conv.args[3:])
+        if bn is not None:
+            for user in list(bn.users):  # only getitem 0 is read (``_batch_norm_after``)
+                user.replace_all_uses_with(conv)
+                gm.graph.erase_node(user)
+            gm.graph.erase_node(bn)
+        sources += [index[u] for u in used if isinstance(u, fx.Node)]
+    gm.recompile()
+    sources = list(dict.fromkeys(sources))
+    tensors = [args[k] for k in sources]
+    notes = [f"freeze: {folded} batch norm(s) folded into the convolution before them (fp32, rounded to "
+             f"the weight's dtype); {constant} other convolution weight(s) made constants; "
+             f"{len(sources)} parameter(s) guarded per call (identity, _version, data pointer)"]
+    return Frozen(gm, sources, tensors, [t._version for t in tensors], [t.data_ptr() for t in tensors], notes)
+
+
+def fold(w: torch.Tensor, b: torch.Tensor | None, bn_w, bn_b, mean, var, eps: float):
+    """Convolution weight and bias with an inference batch norm after them folded in, computed in
+    fp32 and rounded to ``w``'s dtype. ``bn_w``/``bn_b`` may be None (``affine=False``)."""
+    f32 = torch.float32
+    scale = torch.rsqrt(var.to(f32) + eps)
+    if bn_w is not None:
+        scale = scale * bn_w.to(f32)
+    bias = b.to(f32) if b is not None else torch.zeros_like(scale)
+    bias = (bias - mean.to(f32)) * scale
+    if bn_b is not None:
+        bias = bias + bn_b.to(f32)
+    new_w = w.to(f32) * scale.reshape((-1,) + (1,) * (w.dim() - 1))
+    return new_w.to(w.dtype), bias.to(w.dtype)
+
+
+def _batch_norm_after(conv: fx.Node, param) -> fx.Node | None:
+    """The inference batch norm that alone reads ``conv`` and whose parameters and statistics are
+    freezable, with only its first result read; else None."""
+    if len(conv.users) != 1:
+        return None
+    (bn,) = conv.users
+    if bn.op != "call_function" or bn.target is not _BN or bn.args[0] is not conv:
+        return None
+    if any(a is not None and param(a) is None for a in bn.args[1:5]) or bn.args[3] is None or bn.args[4] is None:
+        return None
+    if not all(u.op == "call_function" and u.target is operator.getitem and u.args[1] == 0 for u in bn.users):
+        return None
+    return bn
+
+
+def _constant(gm: fx.GraphModule, value: torch.Tensor) -> fx.Node:
+    """A ``get_attr`` node holding ``value`` (a frozen tensor of the graph module)."""
+    k = 0
+    while hasattr(gm, f"_frozen{k}"):
+        k += 1
+    gm.register_buffer(f"_frozen{k}", value, persistent=False)
+    node = gm.graph.get_attr(f"_frozen{k}")
+    node.meta["val"] = value
+    return node

@@ -1,0 +1,57 @@
+"""The callable of an inference graph compiled with ``freeze=True`` (``frontend/freeze.py``).
+
+It freezes at the first call (the parameters' values are known only then), compiles the frozen graph,
+and checks per call that the parameters baked into constants are unchanged (``Frozen.still_valid``:
+one pass over those tensors' identities, versions and data pointers). A change freezes and compiles
+again from the current values; after ``MAX_REFREEZES`` such changes the graph runs unfrozen.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.fx as fx
+
+from .compiler import CompiledGraph, Options
+from .frontend.freeze import Frozen, freeze_graph
+
+MAX_REFREEZES = 8
+
+
+class FrozenGraph:
+    """AOTAutograd's inference callable under ``freeze``: same inputs as ``gm``."""
+
+    _boxed_call = True
+
+    def __init__(self, gm: fx.GraphModule, options: Options, freezable: list[int], static_inputs=()):
+        self.gm, self.options, self.freezable, self.static_inputs = gm, options, freezable, tuple(static_inputs)
+        self.frozen: Frozen | None = None
+        self.compiled: CompiledGraph | None = None
+        self.freezes = 0
+
+    @torch._dynamo.disable  # called inside a compiled frame: Dynamo must not trace minicomp
+    def __call__(self, args):
+        frozen = self.frozen
+        if frozen is None or not frozen.still_valid(args):
+            if self.compiled is None or frozen is not None:
+                self._freeze(args)
+        return self.compiled(args)
+
+    def _freeze(self, args) -> None:
+        """(Re)build the frozen graph from ``args``; past ``MAX_REFREEZES`` changes, compile unfrozen."""
+        if self.freezes > MAX_REFREEZES:
+            note = (f"freeze: off: frozen parameters changed after compiling {self.freezes - 1} times; "
+                    f"the graph now reads them as inputs")
+            warnings.warn(f"minicomp: {note}")
+            self.frozen = None
+            self.compiled = CompiledGraph(self.gm, self.options, "inference", static_inputs=self.static_inputs)
+            self.compiled.notes = [note]
+            return
+        frozen = freeze_graph(self.gm, list(args), self.freezable)
+        if self.freezes:
+            frozen.notes.append(f"freeze: frozen parameters changed after compiling: frozen again "
+                                f"({self.freezes} time(s))")
+        self.freezes += 1
+        self.frozen = frozen if frozen.sources else None
+        self.compiled = CompiledGraph(frozen.gm, self.options, "inference", static_inputs=self.static_inputs)
+        self.compiled.notes = frozen.notes

@@ -1,0 +1,180 @@
+"""The ``layout_plan`` pass: channels-last (NHWC) buffers around 2-D convolutions.
+
+cuDNN's fast convolution kernels (and oneDNN's on the CPU) work on NHWC data: handed NCHW tensors they
+transpose the input and the result around every call (~50 transpose kernels per ResNet-18 call). In
+a graph with convolutions this pass stores the 4-D intermediates connected to them (through pointwise
+and reduction kernels: batch norm, activations, residual adds, pooling) channels-last, hands each
+planned convolution channels-last input and weight, records its result as channels-last (what both
+libraries return for such inputs, so ``runtime.support.ensure_layout`` copies nothing), and makes the
+kernels over those buffers walk them in memory order (``Group.order``), so loads and stores stay
+coalesced. Graph inputs and results keep the layout the user gave and eager returns: an NCHW model
+input is converted once (``eager_strided`` before the first convolution), a result is written with
+eager's strides by its kernel.
+
+Runs after fusion (the groups say which buffers exist and which kernels connect them) and before
+schedule (which builds the kernels from ``graph.layouts`` and ``Group.order``). Every choice is a line
+in ``graph.decisions``.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..ir.graph import Graph, Group, Node, terminal
+from ..ir.layout import channels_last_strides, memory_order, same_strides, view_as_strided
+from ..ir.types import is_float
+from .schedule import plan_layouts
+
+CONV = torch.ops.aten.convolution.default
+
+
+def is_conv2d(node: Node) -> bool:
+    """A single-result convolution extern over 4-D (N, C, H, W) data, not transposed."""
+    if node.op != "extern" or node.attrs.get("target") is not CONV or isinstance(node.type, (tuple, list)):
+        return False
+    args = node.attrs["arg_tree"][0]
+    return len(node.shape) == 4 and not args[6] and isinstance(args[0], Node) and isinstance(args[1], Node)
+
+
+def layout_plan(graph: Graph) -> Graph:
+    """Plan channels-last buffers for the convolutions' neighbourhood (see the module docstring)."""
+    convs = [n for n in graph.nodes if is_conv2d(n)]
+    if not convs:
+        return graph
+    graph.recompute_users()
+    outputs = set(graph.output.inputs)
+    region = _region(graph, convs, outputs)
+    if not region:
+        graph.decisions.append(f"layout: NCHW kept: {len(convs)} convolution(s), no intermediate to store NHWC")
+        return graph
+    layouts = {n: channels_last_strides(n.shape) for n in region}
+    planned = [c for c in convs if c in region or terminal(c.attrs["arg_tree"][0][0]) in region]
+    notes = []
+    for conv in planned:
+        notes += _plan_conv(graph, conv, layouts)
+    graph.layouts.update(layouts)
+    final = {**graph.layouts, **plan_layouts(graph)}  # as schedule will have them: results in eager's strides
+    ordered = 0
+    for group in graph.groups:
+        group.order = _group_order(group, final)
+        ordered += bool(group.order)
+    graph.decisions.append(
+        f"layout: channels-last (NHWC) for {len(region)} buffer(s) around {len(planned)} of {len(convs)} "
+        f"convolution(s) (cuDNN/oneDNN run NHWC natively; NCHW costs a transpose on each side of every "
+        f"convolution); {ordered} kernel(s) walk them in memory order")
+    graph.decisions += list(dict.fromkeys(notes))
+    return graph
+
+
+def _is_buffer(node: Node, outputs: set) -> bool:
+    """A 4-D float intermediate this pass may lay out: a kernel's result or a convolution's, not a
+    graph input, constant or result (those keep the user's and eager's layouts)."""
+    return (node.op in ("pointwise", "reduce", "gather") or is_conv2d(node)) and node not in outputs \
+        and len(node.shape) == 4 and is_float(node.dtype)
+
+
+def _region(graph: Graph, convs: list[Node], outputs: set) -> set[Node]:
+    """The buffers connected to a convolution's input or result through 4-D pointwise and reduction
+    kernels (each kernel joins the buffers it reads and writes), less those a fallback op or a graph
+    result reads through a view that NHWC strides could not express."""
+    stored = {m for g in graph.groups for m in g.stores}
+    edges: dict[Node, set[Node]] = {}
+
+    def link(a: Node, b: Node) -> None:
+        edges.setdefault(a, set()).add(b)
+        edges.setdefault(b, set()).add(a)
+
+    for g in graph.groups:
+        outer = [s for d, s in enumerate(g.shape) if d not in g.axes]
+        if g.kind not in ("pointwise", "reduction") or len(outer) != 4:
+            continue
+        members = set(g.nodes)
+        touched = [m for m in g.stores if len(m.shape) == 4]
+        touched += [terminal(i) for n in g.nodes for i in n.inputs if terminal(i) not in members]
+        touched = [t for t in touched if (t in stored or is_conv2d(t)) and _is_buffer(t, outputs)]
+        for a, b in zip(touched, touched[1:]):
+            link(a, b)
+    seeds = []
+    for c in convs:
+        x = terminal(c.attrs["arg_tree"][0][0])
+        seeds += [n for n in (c, x) if (n in stored or is_conv2d(n)) and _is_buffer(n, outputs)]
+    region, todo = set(), list(seeds)
+    while todo:
+        n = todo.pop()
+        if n not in region:
+            region.add(n)
+            todo += edges.get(n, ())
+    return _drop_unexpressible_views(graph, region)
+
+
+def _drop_unexpressible_views(graph: Graph, region: set[Node]) -> set[Node]:
+    """Fallback ops and graph results read views as strided tensors (``Program`` views): a view of
+    an NHWC buffer that no strides express (a flatten of C, H, W) keeps its base NCHW, and so does
+    a buffer a graph result views with other strides than eager's result has."""
+    readers = [n for n in graph.nodes if n.op == "extern"]
+    eager = dict(zip(graph.output.inputs, graph.output.attrs.get("traced") or ()))
+    while True:
+        layouts = {n: channels_last_strides(n.shape) for n in region}
+        bad = {terminal(v) for r in readers for v in r.inputs
+               if v.op == "view" and terminal(v) in region and view_as_strided(v, layouts) is None}
+        for v in graph.output.inputs:
+            if v.op == "view" and terminal(v) in region:
+                got, want = view_as_strided(v, layouts), eager.get(v)
+                if got is None or want is None or not same_strides(got[0], want, v.shape):
+                    bad.add(terminal(v))
+        if not bad:
+            return region
+        region -= bad
+
+
+def _plan_conv(graph: Graph, conv: Node, layouts: dict) -> list[str]:
+    """Hand ``conv`` channels-last input and weight; record its result's strides. Returns notes on
+    the conversions this costs (a graph input converted on every call, a constant once)."""
+    x, w = conv.attrs["arg_tree"][0][:2]
+    strides = list(conv.attrs.get("input_strides") or [None] * len(conv.inputs))
+    notes = []
+    for k, v in enumerate(conv.inputs):
+        if v is not x and v is not w:
+            continue
+        want = channels_last_strides(v.shape)
+        base = terminal(v)
+        if v is w and base.op == "constant" and v is base and all(is_conv2d(u) for u in w.users):
+            value = base.attrs["value"]
+            if not same_strides(value.stride(), want, value.shape):
+                base.attrs["value"] = value.contiguous(memory_format=torch.channels_last)
+                notes.append(f"layout: weight {w.name} (a constant) converted to channels-last at compile time")
+        elif v.op == "input" and not same_strides(v.attrs["strides"], want, v.shape):
+            what = "weight" if v is w else "input"
+            notes.append(f"layout: {what} {v.name} (a graph input, NCHW) converted to channels-last once per "
+                         f"call before {conv.name}" + (" (freeze=True makes it a constant converted once)"
+                                                       if v is w else ""))
+        elif v is w and v.op != "view" and v.op != "input" and v.op != "constant":
+            layouts[v] = want  # a computed weight: its kernel writes it channels-last
+        strides[k] = want
+    conv.attrs["input_strides"] = strides
+    if conv in layouts:  # a result that is not a graph result: channels-last, as the library returns it
+        conv.attrs["strides"] = layouts[conv]
+    return notes
+
+
+def _group_order(group: Group, layouts: dict) -> tuple[int, ...]:
+    """The order a pointwise or reduction kernel walks its non-reduced dims in, slowest first: the
+    memory order of its first stored planned buffer; for a pointwise kernel that reads a planned
+    buffer and stores none, N, H, C, W (empty: row-major, as usual)."""
+    if group.kind not in ("pointwise", "reduction"):
+        return ()
+    outer = [d for d in range(len(group.shape)) if d not in group.axes]
+    for m in group.stores:
+        if m in layouts and m.shape == tuple(group.shape[d] for d in outer):
+            order = memory_order(layouts[m], outer)
+            if list(order) != outer:
+                return order
+    # NCHW results read from NHWC buffers (the graph's last kernel): walk (N, H, C) x W, so the tiled
+    # template's y runs along C (the reads' unit stride) and its x along W (the writes')
+    members = set(group.nodes)
+    reads = {terminal(i) for n in group.nodes for i in n.inputs} - members
+    nhwc = lambda n: n in layouts and memory_order(layouts[n], range(4)) == (0, 2, 3, 1)  # noqa: E731
+    if group.kind == "pointwise" and len(group.shape) == 4 and group.stores and \
+            all(memory_order(layouts[m], range(4)) == (0, 1, 2, 3) for m in group.stores if m in layouts) and \
+            any(nhwc(r) and r.shape == tuple(group.shape) for r in reads):
+        return (0, 2, 1, 3)
+    return ()

@@ -1,0 +1,225 @@
+"""The layout_plan pass: buffers around convolutions stored channels-last, kernels that walk them in
+memory order, graph inputs and results in the user's and eager's layouts, no conversion between layers."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import minicomp
+from minicomp.runtime import support
+
+CL = torch.channels_last
+
+
+@pytest.fixture(autouse=True)
+def _convolutions_as_externs(monkeypatch):
+    """These tests are about the convolutions cuDNN/oneDNN run (conv_lowering's MINICOMP_CONV may
+    rewrite some into IR; here none)."""
+    monkeypatch.setenv("MINICOMP_CONV", "cudnn")
+
+
+class Block(torch.nn.Module):
+    """conv -> bn -> relu -> conv -> add (a residual block), odd channel counts and sizes."""
+
+    def __init__(self, cin=3, c=5, groups=1):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(cin, c, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(c)
+        self.c2 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False, groups=groups)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+            self.bn.weight.uniform_(0.5, 1.5)
+            self.bn.bias.uniform_(-1, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.c1(x)))
+        return self.c2(y) + y
+
+
+class Net(torch.nn.Module):
+    """Strided and grouped convolutions, max and adaptive average pooling, a classifier head."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = Block(3, 6, groups=3)
+        self.down = torch.nn.Conv2d(6, 7, 3, stride=2, padding=1)
+        self.pool = torch.nn.MaxPool2d(2, ceil_mode=True)
+        self.fc = torch.nn.Linear(7, 4)
+
+    def forward(self, x):
+        y = self.pool(torch.nn.functional.silu(self.down(self.block(x))))
+        return self.fc(torch.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1)), y
+
+
+@pytest.fixture
+def copies(monkeypatch):
+    """Counts the layout conversions the wrappers make: fallback inputs copied to the strides they are
+    handed with (``eager_strided``) and fallback results copied to the planned strides (``ensure_layout``)."""
+    seen = {"eager_strided": [], "ensure_layout": []}
+    inside = []  # eager_strided calls ensure_layout itself: count that copy once
+    for name in seen:
+        real = getattr(support, name)
+
+        def spy(t, strides, real=real, name=name):
+            inside.append(name)
+            try:
+                out = real(t, strides)
+            finally:
+                inside.pop()
+            if out is not t and not inside:
+                seen[name].append(tuple(t.shape))
+            return out
+        monkeypatch.setattr(support, name, spy)
+    return seen
+
+
+def _program_strides(dump) -> dict[str, tuple]:
+    """Every 4-D buffer of the dumped program -> its strides."""
+    text = next(dump.glob("*/program.txt")).read_text()
+    found = re.findall(r"^(?:alloc|extern)\s+(\w+) \w+\[(\d+),(\d+),(\d+),(\d+)\] strides=\(([\d, ]+)\)", text, re.M)
+    return {name: tuple(int(s) for s in strides.split(",")) for name, *_, strides in found}
+
+
+def _check(model, x, tmp_path):
+    with torch.no_grad():
+        expected = model(x)
+        actual = minicomp.compile(model, dump_dir=str(tmp_path))(x)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    actual = actual if isinstance(actual, tuple) else (actual,)
+    for e, a in zip(expected, actual):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+        assert a.stride() == e.stride(), (a.stride(), e.stride())
+    rep = minicomp.report()
+    assert rep.whole_graph_fallback is None
+    return rep
+
+
+@pytest.mark.parametrize("fmt", [torch.contiguous_format, CL])
+def test_block_nhwc_inside_user_layout_outside(fmt, tmp_path, copies):
+    model = Block().eval()
+    x = torch.randn(2, 3, 6, 7).contiguous(memory_format=fmt)
+    rep = _check(model, x, tmp_path)
+    assert any(d.startswith("layout: channels-last") for d in rep.decisions), rep.decisions
+    strides = _program_strides(tmp_path)
+    nhwc = (210, 1, 35, 5)  # [2, 5, 6, 7] channels-last
+    assert list(strides.values()).count(nhwc) >= 3, strides  # both convolutions' results, bn-relu's
+    # weights are graph inputs (no freeze): converted once per call; the NCHW input once
+    expected_inputs = [(5, 3, 3, 3), (5, 5, 3, 3)] + ([(2, 3, 6, 7)] if fmt is torch.contiguous_format else [])
+    assert sorted(copies["eager_strided"]) == sorted(expected_inputs), copies
+    assert copies["ensure_layout"] == [], "a convolution returned another layout than planned"
+
+
+def test_net_odd_sizes_pooling_and_head(tmp_path, copies):
+    model = Net().eval()
+    x = torch.randn(3, 3, 9, 11)
+    rep = _check(model, x, tmp_path)
+    assert copies["ensure_layout"] == []
+    assert any("kernel(s) walk them in memory order" in d for d in rep.decisions)
+    assert sorted(copies["eager_strided"]) == [(3, 3, 9, 11), (6, 2, 3, 3), (6, 3, 3, 3), (7, 6, 3, 3)]
+
+
+def test_channels_last_input_converts_nothing_but_weights(tmp_path, copies):
+    model = Net().eval()
+    x = torch.randn(2, 3, 8, 8).contiguous(memory_format=CL)
+    _check(model, x, tmp_path)
+    assert all(len(s) == 4 and s[0] in (6, 7, 2) for s in copies["eager_strided"]), copies
+    assert (2, 3, 8, 8) not in copies["eager_strided"]
+
+
+def test_flatten_of_a_planned_buffer_returned(tmp_path):
+    """A graph result that views a buffer through a flatten NHWC strides cannot express: that buffer
+    stays NCHW."""
+    conv = torch.nn.Conv2d(3, 4, 3).eval()
+
+    def fn(x):
+        y = torch.relu(conv(x))
+        return conv(x).sigmoid() * 2, y.flatten(1)
+    x = torch.randn(2, 3, 5, 6)
+    with torch.no_grad():
+        _check(fn, x, tmp_path)
+
+
+def test_graph_without_convolution_unchanged(tmp_path):
+    def fn(x):
+        return torch.relu(x * 2).sum(1, keepdim=True) + x
+    x = torch.randn(2, 3, 4, 5)
+    rep = _check(fn, x, tmp_path)
+    assert not any(d.startswith("layout") for d in rep.decisions)
+    assert all(s == (60, 20, 5, 1) for s in _program_strides(tmp_path).values() if len(s) == 4)
+
+
+def test_bf16_block(tmp_path):
+    model = Block().eval().to(torch.bfloat16)
+    x = torch.randn(2, 3, 6, 7, dtype=torch.bfloat16)
+    with torch.no_grad():
+        expected = model(x)
+        actual = minicomp.compile(model, dump_dir=str(tmp_path))(x)
+    torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-2)
+    assert actual.stride() == expected.stride()
+
+
+def test_kernels_walk_nhwc_buffers_in_memory_order(tmp_path):
+    """bn-relu over the NHWC convolution result reads and writes it at the flat index itself (coalesced);
+    the last kernel, which writes the NCHW result from NHWC buffers, is a tile with y along C (reads)
+    and x along W (writes)."""
+    _check(Block().eval(), torch.randn(2, 3, 6, 7), tmp_path)
+    (dump,) = tmp_path.iterdir()
+    first = next(dump.glob("k0_*.py")).read_text()
+    assert "tl.load(in_ptr0 + (xindex)" in first and "tl.store(out_ptr0 + (xindex)" in first, first
+    last = next(dump.glob("k1_*.py")).read_text()
+    assert "yindex % 5) + 210*(yindex // 30) + 5*xindex" in last, last  # read: C = yindex % 5 at unit stride
+    assert "+ xindex), " in last.split("tl.store")[1], last                 # write: W = xindex at unit stride
+
+
+@pytest.mark.parametrize("fmt", [torch.contiguous_format, CL])
+def test_results_that_view_planned_buffers_have_eager_strides(fmt, tmp_path):
+    """A slice and a permute of an intermediate between two convolutions, returned: eager's strides."""
+    c1, c2 = torch.nn.Conv2d(3, 5, 3, padding=1).eval(), torch.nn.Conv2d(5, 4, 1).eval()
+
+    def fn(x):
+        y = torch.relu(c1(x))
+        return c2(y), y[:, 1:4], y.permute(0, 2, 3, 1)
+    _check(fn, torch.randn(2, 3, 5, 6).contiguous(memory_format=fmt), tmp_path)
+
+
+class Depthwise(torch.nn.Module):
+    """MobileNet's pattern: 1x1 expand, depthwise 3x3 (stride 2), 1x1 project, with batch norms."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.expand = torch.nn.Conv2d(c, 4 * c, 1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(4 * c)
+        self.dw = torch.nn.Conv2d(4 * c, 4 * c, 3, stride=2, padding=1, groups=4 * c, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(4 * c)
+        self.project = torch.nn.Conv2d(4 * c, c, 1)
+
+    def forward(self, x):
+        y = torch.nn.functional.hardswish(self.bn1(self.expand(x)))
+        return self.project(torch.nn.functional.hardswish(self.bn2(self.dw(y))))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's result layout: needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("make", [Net, Depthwise])
+@pytest.mark.parametrize("freeze", [False, True])
+def test_cudnn_returns_the_planned_layout(make, dtype, freeze, copies, monkeypatch):
+    """On the GPU: cuDNN returns channels-last for every planned convolution (no ensure_layout copy),
+    results match eager with its strides; under freeze no weight is converted per call."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # fp32 compared at fp32 precision
+    model = make().eval().cuda().to(dtype)
+    x = torch.randn(2, 3 if make is Net else 8, 9, 11, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        expected = model(x)
+        actual = minicomp.compile(model, freeze=freeze)(x)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    actual = actual if isinstance(actual, tuple) else (actual,)
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-3, atol=1e-3)
+    for e, a in zip(expected, actual):
+        torch.testing.assert_close(a, e, **tol)
+        assert a.stride() == e.stride()
+    assert copies["ensure_layout"] == [], copies
+    if freeze:
+        assert all(s == tuple(x.shape) for s in copies["eager_strided"]), copies  # only the NCHW input
