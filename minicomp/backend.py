@@ -41,7 +41,9 @@ def decompositions(training: bool = False) -> dict:
     that minicomp fuses."""
     if training:
         return {op: fn for op, fn in decompositions().items() if op not in INFERENCE_ONLY}
-    return dict(core_aten_decompositions())
+    # the CPU flash op stays whole in inference graphs too: frontend/rules_attention.py lowers it to
+    # one attention node, where its decomposition gave the math of the safe softmax written out
+    return {op: fn for op, fn in core_aten_decompositions().items() if op not in INFERENCE_ONLY}
 
 
 def needs_autograd(gm: fx.GraphModule, example_inputs) -> bool:

@@ -54,7 +54,7 @@ class NotFusable(Exception):
 
 
 def is_compute(node: Node) -> bool:
-    return node.op in ("pointwise", "reduce", "scan", "matmul", "gather")
+    return node.op in ("pointwise", "reduce", "scan", "matmul", "gather", "attention")
 
 
 def operand_indices(node: Node, idx) -> tuple[tuple, tuple]:
@@ -303,6 +303,9 @@ class _Partition:
     def try_merge(self, a: Group, b: Group, rule: str) -> bool:
         if a is b:
             return True
+        if a.kind == "attention" or b.kind == "attention":  # its own template: reads through views only
+            self._refuse(a, b, "attention", "the attention kernel fuses no other op yet")
+            return False
         if a.matmul is not None or b.matmul is not None:
             refusal = _gemm_refusal(a, b, rule)
             if refusal:

@@ -15,7 +15,7 @@ def plan_layouts(graph: Graph) -> dict[Node, tuple[int, ...]]:
     """Graph results take the strides eager would give them; everything else is contiguous."""
     out = {}
     for node, strides in zip(graph.output.inputs, graph.output.attrs.get("strides") or ()):
-        if strides is not None and node.op in ("pointwise", "reduce", "scan", "gather") and len(strides) == len(node.shape):
+        if strides is not None and node.op in ("pointwise", "reduce", "scan", "gather", "attention") and len(strides) == len(node.shape):
             out.setdefault(node, tuple(strides))
     return out
 
