@@ -13,7 +13,7 @@ import operator
 
 import torch
 
-from ..ir.graph import Node
+from ..ir.graph import Node, Scalar
 from .registry import Unsupported, aten, rule
 
 
@@ -33,6 +33,28 @@ def _heads(L, x: Node, batch: tuple, heads: int) -> Node:
             raise Unsupported(f"attention: {heads} query heads over {h} key/value heads")
         x = L.reshape(L.expand(L.reshape(x, (*b, h, 1, t, d)), (*b, h, heads // h, t, d)), (*b, heads, t, d))
     return L.expand(x, (*batch, heads, t, d))
+
+
+def _fill_value(arg):
+    """The value of a scalar or of a one-value fill node; None for anything else."""
+    if isinstance(arg, Scalar):
+        return arg.value
+    while isinstance(arg, Node) and (arg.op == "view" and not arg.attrs["mask"] or
+                                     arg.op == "pointwise" and arg.attrs["fn"] in ("cast", "identity") and arg.inputs):
+        arg = arg.inputs[0]
+    if isinstance(arg, Node) and arg.op == "pointwise" and arg.attrs["fn"] == "identity" and not arg.inputs:
+        return arg.attrs["args"][0].value
+    return None
+
+
+def _as_bool(mask: Node) -> Node | None:
+    """``c`` where ``mask`` is ``where(c, 0, -inf)`` (SDPA turns a bool mask into that float one
+    before its fused op): the kernel reads the bool ``c``."""
+    if mask.op == "pointwise" and mask.attrs["fn"] == "where":
+        cond, a, b = mask.attrs["args"]
+        if isinstance(cond, Node) and cond.dtype == torch.bool and _fill_value(a) == 0 and _fill_value(b) == float("-inf"):
+            return cond
+    return None
 
 
 def sdpa(L, q: Node, k: Node, v: Node, mask: Node | None, dropout_p: float, is_causal: bool,
@@ -57,6 +79,7 @@ def sdpa(L, q: Node, k: Node, v: Node, mask: Node | None, dropout_p: float, is_c
     tq, tk = q.shape[-2], k.shape[-2]
     kind = None
     if mask is not None:
+        mask = _as_bool(mask) or mask
         kind = "keep" if mask.dtype == torch.bool else "add"
         mask = L.expand(mask, (*q.shape[:-1], tk))
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale

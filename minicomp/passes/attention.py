@@ -38,13 +38,15 @@ _ROW_MAX = Pat("reduce", fn="max", name="max", inputs=(Pat(name="x"),))
 _ROW_SUM = Pat("reduce", fn="sum", name="sum", inputs=(Pat(name="e"),))
 
 
-def _expand_of(p: Pat) -> Pat:
-    return Pat("view", where=lambda v: v.attrs["kind"] == "expand" and not v.attrs["mask"], inputs=(p,))
+def _expanded(p: Pat) -> tuple[Pat, Pat]:
+    """``p`` broadcast back over its row, or read as it is (a row of one: no expand is left)."""
+    return Pat("view", where=lambda v: v.attrs["kind"] == "expand" and not v.attrs["mask"], inputs=(p,)), p
 
 
-ROW_SOFTMAX = Pat("pointwise", fn="truediv", inputs=(
-    Pat("pointwise", fn="exp", name="e", inputs=(Pat("pointwise", fn="sub", inputs=(Pat(name="x"), _expand_of(_ROW_MAX))),)),
-    _expand_of(_ROW_SUM)))
+# e / sum(e) with e = exp(x - max(x)): softmax over one axis (checked to be the last)
+ROW_SOFTMAX = [Pat("pointwise", fn="truediv", inputs=(
+    Pat("pointwise", fn="exp", name="e", inputs=(Pat("pointwise", fn="sub", inputs=(Pat(name="x"), m)),)), s))
+    for m in _expanded(_ROW_MAX) for s in _expanded(_ROW_SUM)]
 
 NEG_INF = float("-inf")
 FINITE_FILL = -1e30  # an added fill at most this is a masked-out score (Hugging Face adds finfo.min)
@@ -93,8 +95,11 @@ def _softmax_operand(mm: Node):
     a = mm.inputs[0]
     score_vars = index_vars((*mm.shape[:-1], a.shape[-1]))
     p, idx = _through(a, tuple(Affine.of(v) for v in score_vars), casts=True)
-    b: dict = {}
-    if not ROW_SOFTMAX.match(p, b):
+    for pattern in ROW_SOFTMAX:
+        b: dict = {}
+        if pattern.match(p, b):
+            break
+    else:
         return None
     last = len(p.shape) - 1
     if b["max"].attrs["axes"] != (last,) or b["sum"].attrs["axes"] != (last,) or b["e"].inputs[0].inputs[0] is not b["x"]:
@@ -104,12 +109,12 @@ def _softmax_operand(mm: Node):
 
 def _rewrite(graph: Graph, mm: Node, p: Node, p_idx: tuple, b: dict, score_vars) -> tuple[Node, str]:
     *batch, iq, ik = score_vars
-    if tuple(p_idx[-2:]) != (Affine.of(iq), Affine.of(ik)):
+    if not _rows(p_idx, iq, ik):
         raise NotAttention("the probabilities are not read row by row")
     _only_read_by(p, mm)
     scores = _Scores(score_vars)
     mm1, idx1 = scores.walk(b["x"], p_idx)
-    if tuple(idx1[-2:]) != (Affine.of(iq), Affine.of(ik)) or any(e.vars() - set(batch) for e in idx1[:-2]):
+    if not _rows(idx1, iq, ik) or any(e.vars() - set(batch) for e in idx1[:-2]):
         raise NotAttention(f"the scores are not {mm1.name} read row by row")
     bidx = tuple(idx1[:-2])
     d, dv = mm1.inputs[0].shape[-1], mm.shape[-1]
@@ -143,6 +148,11 @@ def _rewrite(graph: Graph, mm: Node, p: Node, p_idx: tuple, b: dict, score_vars)
                           origin=origin, before=mm)
     _replace(graph, mm, new)
     return new, f"scale {scale:.6g}, {how}"
+
+
+def _rows(idx: tuple, iq: Var, ik: Var) -> bool:
+    """Whether ``idx`` reads the last two dims at (iq, ik): a dim of one is read at 0."""
+    return all(Affine.of(e) == Affine.of(v if v.size > 1 else 0) for e, v in zip(idx[-2:], (iq, ik)))
 
 
 def _only_read_by(p: Node, mm: Node) -> None:
@@ -199,6 +209,8 @@ def _fill(arg):
         node = node.inputs[0]
     if _is(node, "identity") and not node.inputs and isinstance(node.attrs["args"][0], Scalar):
         return node.attrs["args"][0].value
+    if node.op == "constant" and node.attrs["value"].numel() == 1:
+        return node.attrs["value"].item()
     return None
 
 

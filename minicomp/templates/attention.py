@@ -133,7 +133,7 @@ class AttentionTemplate(Template):
         L += [f"{i1}m_i = tl.full([BLOCK_M, 1], float('-inf'), {acc})",
               f"{i1}l_i = tl.full([BLOCK_M, 1], 0, {acc})",
               f"{i1}acc = tl.full([BLOCK_M, BLOCK_E], 0, {acc})",
-              f"{i1}q_tile = {q_name}"]
+              f"{i1}q_tile = tl.broadcast_to({q_name}, [BLOCK_M, BLOCK_D])"]  # a dim of one: a constant index
         if half:
             L += [f"{i1}if INTERPRETED:  # the interpreter multiplies half bits as integers",
                   f"{i2}q_tile = q_tile.to(tl.float32)"]
@@ -161,13 +161,20 @@ class AttentionTemplate(Template):
                   f"{i2}nvmask = nvindex < nvnumel"]
             for s in loop.inner:
                 p.emit(s, i2)
-            L += [f"{i2}kt_tile, v_tile = {kt_name}, {v_name}"]
+            L += [f"{i2}kt_tile = tl.broadcast_to({kt_name}, [BLOCK_D, BLOCK_N])",
+                  f"{i2}v_tile = tl.broadcast_to({v_name}, [BLOCK_N, BLOCK_E])"]
+            if p.needs_mask("nvindex"):  # keys past the end: p is 0 there, and 0 * v must be 0
+                L.append(f"{i2}v_tile = tl.where(nvmask, v_tile, 0.0)")
             if half:
                 L += [f"{i2}if INTERPRETED:",
                       f"{i2}    kt_tile, v_tile = kt_tile.to(tl.float32), v_tile.to(tl.float32)"]
-            L.append(f"{i2}s = tl.dot(q_tile, kt_tile{precision}) * {a['scale'] * LOG2E!r}")
+            # log2 units (exp2 of the scaled logits) with log2(e) folded into the scale; with an added
+            # mask, natural units: finfo.min * log2(e) would overflow to -inf, and eager's row of
+            # finfo.min scores (a padded query) is uniform, not empty
+            units = f" * {LOG2E!r}" if a["mask"] == "add" else ""  # on the exponent, where not in the scale
+            L.append(f"{i2}s = tl.dot(q_tile, kt_tile{precision}) * {a['scale'] * (1 if units else LOG2E)!r}")
             if a["mask"] == "add":
-                L.append(f"{i2}s = s + {mask_name[0]}.to({acc}) * {LOG2E!r}")
+                L.append(f"{i2}s = s + {mask_name[0]}.to({acc})")
             elif a["mask"] == "keep":
                 L.append(f"{i2}s = tl.where({mask_name[0]}, s, float('-inf'))")
             elif a["mask"] == "drop":
@@ -178,8 +185,8 @@ class AttentionTemplate(Template):
                 L.append(f"{i2}s = tl.where(nmask, s, float('-inf'))")
             L += [f"{i2}m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_nan)[:, None])",
                   f"{i2}m_use = tl.where(m_new == float('-inf'), 0.0, m_new)  # a row with no key yet adds 0",
-                  f"{i2}p_tile = {exp2('s - m_use')}",
-                  f"{i2}alpha = {exp2('m_i - m_use')}",
+                  f"{i2}p_tile = {exp2(f'(s - m_use){units}')}",
+                  f"{i2}alpha = {exp2(f'(m_i - m_use){units}')}",
                   f"{i2}l_i = l_i * alpha + tl.reduce(p_tile, 1, _sum)[:, None]"]
             if half:
                 L += [f"{i2}p_tile = p_tile.to({p.tl_type(qdtype)})",
