@@ -126,7 +126,11 @@ class Lowering:
 
     def _unsupported_inputs(self, args, kwargs) -> str | None:
         results = self.node.meta.get("val")
-        for r in _flatten(results if isinstance(results, (list, tuple)) else [results]):
+        results = results if isinstance(results, (list, tuple)) else [results]
+        if all(u.target is operator.getitem for u in self.node.users):  # results nobody reads need no support
+            read = {u.args[1] for u in self.node.users}  # (SDPA's unused RNG state may be uint64)
+            results = [r for i, r in enumerate(results) if i in read]
+        for r in _flatten(results):
             if isinstance(r, torch.Tensor) and r.dtype not in SUPPORTED_DTYPES:
                 return f"result dtype {r.dtype} is not supported natively"
         for v in _flatten((args, kwargs)):
