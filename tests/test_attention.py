@@ -246,3 +246,21 @@ def test_node_reference_and_verifier():
     a.attrs["mask"] = "add"  # without a mask input
     with pytest.raises(VerificationError):
         verify(g)
+
+
+def test_h200_schedule_and_source():
+    """Scheduled for the H200 (nothing runs): Hopper blocks by head dim, causal tiles split into the
+    visible ones and the diagonal ones, ex2 on MUFU; a decode shape takes a short query block."""
+    from tests.test_target import _scheduled
+    from tests.utils import H200
+    from minicomp.codegen.triton import kernel_source
+    for d, causal, tq, block_m, warps in ((64, True, 256, 128, 4), (128, False, 256, 128, 8), (128, False, 1, 16, 8)):
+        q, k, v = (torch.empty(1, 2, t, d, dtype=torch.bfloat16) for t in (tq, 256, 256))
+        fn = mingpt if causal else (lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2), -1) @ v)
+        with torch.no_grad():
+            _, (kernel,) = _scheduled(fn, [q, k, v], H200)
+        assert kernel.schedule.template == "attention" and not kernel.schedule.interpreted
+        assert kernel.schedule.blocks["BLOCK_M"] == block_m and kernel.schedule.num_warps == warps
+        src = kernel_source(kernel)
+        assert src.count("tl.range(") == (2 if causal else 1)
+        assert "_ex2_approx" in src and "tl.dot(" in src
