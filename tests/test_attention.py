@@ -264,3 +264,31 @@ def test_h200_schedule_and_source():
         src = kernel_source(kernel)
         assert src.count("tl.range(") == (2 if causal else 1)
         assert "_ex2_approx" in src and "tl.dot(" in src
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_splits_the_keys_and_combines_by_log_sum_exp(dtype):
+    """One query row against 64 keys: split in two chunks (the interpreter's rule), one attention
+    kernel computing each chunk's output and log-sum-exp, then the combination."""
+    def written(q, k, v, pad):
+        return torch.softmax(q @ k.transpose(-1, -2) * 0.25 + pad, -1) @ v
+
+    def sdpa(q, k, v, pad):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=pad)
+    q, k, v = qkv(tq=1, tk=64, dtype=dtype)
+    pad = torch.zeros(2, 1, 1, 64, dtype=dtype)
+    pad[0, ..., :40] = NEG  # the first chunk sees no key in batch 0
+    pad[1, ..., 50:] = NEG
+    for fn in (written, sdpa):
+        report = compile_and_compare(fn, q, k, v, pad)
+        assert "split over its keys: 2 chunks of 32" in decisions(report)
+        assert len(fused(report)) == 1
+
+
+def test_decode_rows_that_see_no_key():
+    q, k, v = qkv(tq=1, tk=64)
+    pad = torch.zeros(2, 1, 1, 64)
+    pad[1] = NEG  # batch 1 sees nothing: NaN written out, 0 through SDPA
+    compile_and_compare(lambda q, k, v, m: torch.softmax(q @ k.transpose(-1, -2) + m, -1) @ v, q, k, v, pad)
+    compile_and_compare(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m.bool().logical_not()),
+                        q, k, v, pad)

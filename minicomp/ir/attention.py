@@ -13,10 +13,15 @@ Attributes:
                  ``j <= i + c`` (SDPA's ``is_causal`` is top-left aligned: ``c = 0``)
 * ``empty_rows`` what a row whose scores are all ``-inf`` gives: ``"nan"`` (softmax written out, as
                  eager) or ``"zero"`` (SDPA's safe softmax)
-* ``lse``        whether the log-sum-exp is kept for a backward (not yet: always False)
+* ``result``     ``"out"``: the attention ``[*B, Tq, Dv]``; ``"lse"``: the log-sum-exp of each row's
+                 scores ``[*B, Tq, 1]`` (natural log, -inf for a row that sees no key), the statistic a
+                 backward and a split over the keys (decode) need. An ``lse`` node has an ``out`` twin
+                 with the same inputs and attributes; fusion puts both in one kernel, which computes
+                 the scores once and stores both.
 
-The scores, the softmax and the product with v are computed in fp32 for fp16/bf16 inputs (the
-dtype of ``acc``); the result has q's dtype.
+The scores, the softmax and the product with v are computed in fp32 for fp16/bf16 inputs; the
+result has the node's dtype (q's, as eager's, where lowering or the pass made it; fp32 for the
+partial results of a split).
 """
 from __future__ import annotations
 
@@ -26,7 +31,8 @@ MASK_KINDS = (None, "add", "keep", "drop")
 
 
 def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *, scale: float,
-                  mask_kind: str | None, causal: int | None, empty_rows: str, out_dtype: torch.dtype) -> torch.Tensor:
+                  mask_kind: str | None, causal: int | None, empty_rows: str, out_dtype: torch.dtype,
+                  result: str = "out") -> torch.Tensor:
     """The reference: the math of the written-out form, in fp32 for half inputs."""
     acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     s = torch.matmul(q.to(acc), k.to(acc).transpose(-1, -2)) * scale
@@ -41,6 +47,8 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
         i = torch.arange(tq).unsqueeze(-1)
         j = torch.arange(tk)
         s = s.masked_fill(j > i + causal, float("-inf"))
+    if result == "lse":
+        return torch.logsumexp(s, dim=-1, keepdim=True).to(out_dtype)
     p = torch.softmax(s, dim=-1)
     if empty_rows == "zero":
         p = torch.where(torch.isneginf(s).all(-1, keepdim=True), 0.0, p)
@@ -56,8 +64,11 @@ def check(node) -> list[str]:
         problems.append(f"batch dims differ: q {q.shape}, k {k.shape}, v {v.shape}")
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
         problems.append(f"q {q.shape}, k {k.shape}, v {v.shape} do not multiply")
-    if node.shape != (*q.shape[:-1], v.shape[-1]):
-        problems.append(f"result shape {node.shape} != {(*q.shape[:-1], v.shape[-1])}")
+    want = (*q.shape[:-1], v.shape[-1] if a.get("result", "out") == "out" else 1)
+    if node.shape != want:
+        problems.append(f"{a.get('result', 'out')} shape {node.shape} != {want}")
+    if a.get("result", "out") not in ("out", "lse") or not node.dtype.is_floating_point:
+        problems.append(f"result {a.get('result')!r} of dtype {node.dtype}")
     if a["mask"] not in MASK_KINDS or bool(mask) != (a["mask"] is not None):
         problems.append(f"mask kind {a['mask']!r} with {len(mask)} mask input(s)")
     if mask and mask[0].shape != (*q.shape[:-1], k.shape[-2]):
@@ -81,6 +92,13 @@ def describe(node) -> str:
     if a["causal"] is not None:
         parts.append(f"causal=j<=i{a['causal']:+d}")
     parts.append(f"empty_rows={a['empty_rows']}")
-    if a.get("lse"):
-        parts.append("lse")
+    if a.get("result", "out") != "out":
+        parts.append(f"result={a['result']}")
     return f"attention({names}) " + " ".join(parts)
+
+
+def twins(a, b) -> bool:
+    """Whether two attention nodes compute the same scores (an ``out`` and an ``lse`` of them)."""
+    keys = ("scale", "mask", "causal", "empty_rows")
+    return (a.op == b.op == "attention" and a.inputs == b.inputs and all(a.attrs[k] == b.attrs[k] for k in keys)
+            and {a.attrs.get("result", "out"), b.attrs.get("result", "out")} == {"out", "lse"})

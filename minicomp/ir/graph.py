@@ -172,11 +172,15 @@ class Graph:
 
     def attention(self, q: Node, k: Node, v: Node, mask: Node | None = None, *, scale: float,
                   mask_kind: str | None = None, causal: int | None = None, empty_rows: str = "nan",
-                  origin=(), before: Node | None = None) -> Node:
-        """One attention node (``ir/attention.py``); the result has q's dtype."""
+                  result: str = "out", dtype: torch.dtype | None = None, origin=(), before: Node | None = None) -> Node:
+        """One attention node (``ir/attention.py``): the output (``result="out"``, of q's dtype unless
+        ``dtype`` says) or the rows' log-sum-exp (``"lse"``, fp32)."""
         inputs = [q, k, v] + ([mask] if mask is not None else [])
-        return self.add("attention", inputs, q.type.with_(shape=(*q.shape[:-1], v.shape[-1])), origin, before=before,
-                        scale=float(scale), mask=mask_kind, causal=causal, empty_rows=empty_rows, lse=False)
+        last = v.shape[-1] if result == "out" else 1
+        dtype = dtype or (q.dtype if result == "out" else torch.float32)
+        return self.add("attention", inputs, q.type.with_(shape=(*q.shape[:-1], last), dtype=dtype), origin,
+                        before=before, scale=float(scale), mask=mask_kind, causal=causal, empty_rows=empty_rows,
+                        result=result)
 
     def view(self, x: Node, shape, index, mask=(), fill=None, kind="view", origin=()) -> Node:
         return self.add("view", [x], x.type.with_(shape=shape), origin, index=tuple(index),

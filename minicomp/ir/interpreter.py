@@ -89,7 +89,8 @@ def run(graph: Graph, args: list) -> list:
             q, k, v, *mask = (env[i] for i in node.inputs)
             a = node.attrs
             env[node] = attention_ref(q, k, v, mask[0] if mask else None, scale=a["scale"], mask_kind=a["mask"],
-                                      causal=a["causal"], empty_rows=a["empty_rows"], out_dtype=node.dtype)
+                                      causal=a["causal"], empty_rows=a["empty_rows"], out_dtype=node.dtype,
+                                      result=a.get("result", "out"))
         elif op == "view":
             env[node] = _view(node, env[node.inputs[0]])
         elif op == "gather":

@@ -31,7 +31,9 @@ import torch
 from ..ir.expr import Affine, Var, evaluate, index_vars
 from ..ir.graph import Graph, Node, Scalar, compose_view
 from ..ir.interpreter import run as interpret
+from ..ir import views
 from ..ir.patterns import Pat
+from ..templates.attention import decode_splits
 from .simplify import dce
 
 _ROW_MAX = Pat("reduce", fn="max", name="max", inputs=(Pat(name="x"),))
@@ -71,9 +73,75 @@ def attention(graph: Graph) -> Graph:
             continue
         found += 1
         graph.decisions.append(f"attention: {new.name} replaces {node.name} (softmax(q @ kᵀ) @ v): {how}")
+    for node in [n for n in graph.nodes if n.op == "attention" and n.attrs["result"] == "out"]:
+        found += _split_keys(graph, node)
     if found:
         graph = dce(graph)
     return graph
+
+
+def _split_keys(graph: Graph, node: Node) -> int:
+    """Split a short-query attention (decode) over chunks of its keys: one attention per chunk (a
+    batch dim more: more programs) giving its fp32 output and log-sum-exp, then the chunks combined
+    with the weights ``exp(lse_c - max lse)`` as plain reductions over the chunk dim. 1 if split."""
+    q, k, v, *mask = node.inputs
+    *batch, tq, d = q.shape
+    tk, dv = k.shape[-2], v.shape[-1]
+    a = node.attrs
+    if a["causal"] is not None:  # each chunk would need its own diagonal
+        return 0
+    programs = math.prod(batch) * -(-tq // 16)
+    splits = decode_splits(programs, tq, tk, graph.target)
+    if splits <= 1:
+        return 0
+    c, nb = tk // splits, len(batch)
+    start = len(graph.nodes)
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+
+    def chunked(x: Node, rows: int, cols: int, key_dim: int) -> Node:
+        """x [*B, R, C] as [*B, S, rows, cols]; the key dim (-2 or -1) read at s*c + j."""
+        shape = (*batch, splits, rows, cols)
+        vs = index_vars(shape)
+        s = Affine.of(vs[nb])
+        idx = [Affine.of(e) for e in vs[:nb]] + [Affine.of(vs[nb + 1]), Affine.of(vs[nb + 2])]
+        if key_dim is not None:
+            idx[nb + key_dim] = s * c + idx[nb + key_dim]
+        return graph.view(x, shape, tuple(idx), kind="attention-chunk")
+
+    qs = chunked(q, tq, d, None)
+    ks, vs = chunked(k, c, d, 0), chunked(v, c, dv, 0)
+    ms = chunked(mask[0], tq, c, 1) if mask else None
+    kw = dict(scale=a["scale"], mask_kind=a["mask"], causal=None, empty_rows="zero", origin=node.origin)
+    part = graph.attention(qs, ks, vs, ms, dtype=acc, **kw)
+    lse = graph.attention(qs, ks, vs, ms, result="lse", **kw)
+
+    def pw(fn, *args, dtype=acc, **params):
+        return graph.pointwise(fn, args, dtype, origin=node.origin, **params)
+
+    def expand(x: Node, shape) -> Node:
+        index, _ = views.expand(x.shape, shape)
+        return graph.view(x, shape, index, kind="expand")
+    top = graph.reduce("max", lse, (nb,), acc, origin=node.origin)
+    w = pw("exp", pw("sub", lse, expand(top, lse.shape)))
+    den = graph.reduce("sum", w, (nb,), acc, origin=node.origin)
+    num = graph.reduce("sum", pw("mul", part, expand(w, part.shape)), (nb,), acc, origin=node.origin)
+    out = pw("truediv", num, expand(den, num.shape))
+    if a["empty_rows"] == "zero":  # no chunk saw a key: max lse is -inf
+        empty = pw("eq", expand(top, num.shape), Scalar(NEG_INF, acc), dtype=torch.bool)
+        out = pw("where", empty, Scalar(0.0, acc), out)
+    vs_ = index_vars(node.shape)
+    out = graph.view(out, node.shape, (*map(Affine.of, vs_[:nb]), Affine.of(0), *map(Affine.of, vs_[nb:])),
+                     kind="reshape")
+    if out.dtype != node.dtype:
+        out = pw("cast", out, dtype=node.dtype, to=node.dtype)
+    added = graph.nodes[start:]
+    del graph.nodes[start:]
+    at = graph.nodes.index(node)
+    graph.nodes[at:at] = added
+    graph.replace_all_uses(node, out)
+    graph.decisions.append(f"attention: {node.name} split over its keys: {splits} chunks of {c} "
+                           f"({programs} programs unsplit), combined by their log-sum-exp")
+    return 1
 
 
 def _through(node: Node, idx: tuple, casts: bool = False) -> tuple[Node, tuple]:

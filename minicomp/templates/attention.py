@@ -44,6 +44,23 @@ def attention_schedule(tq: int, d: int, dv: int, target: Target) -> Schedule:
     return Schedule("attention", dict(BLOCK_M=block_m, BLOCK_N=block_n, **blocks), warps, stages)
 
 
+def decode_splits(programs: int, tq: int, tk: int, target: Target) -> int:
+    """Into how many chunks to split the keys of an attention whose few query rows (decode: one)
+    give fewer programs than the GPU has room for: about 4 programs per SM, chunks of at least 256
+    keys, a power of two that divides the keys. In the interpreter any short query over 32 keys or
+    more splits in 2 (so the tests run the split)."""
+    if tq > 16:
+        return 1
+    if not target.is_cuda:
+        return 2 if tk >= 32 and tk % 2 == 0 else 1
+    if tk < 1024 or programs >= 2 * target.sm_count:
+        return 1
+    splits = 1
+    while splits * 2 * programs <= 4 * target.sm_count and tk // (splits * 2) >= 256 and tk % (splits * 2) == 0:
+        splits *= 2
+    return splits
+
+
 class AttentionTemplate(Template):
     name = "attention"
     block_of = {"mindex": "BLOCK_M", "nindex": "BLOCK_N", "nvindex": "BLOCK_N", "dindex": "BLOCK_D",
@@ -54,7 +71,7 @@ class AttentionTemplate(Template):
 
     @staticmethod
     def _node(group: Group):
-        return next(n for n in group.nodes if n.op == "attention")
+        return next(n for n in group.nodes if n.op == "attention" and n.attrs["result"] == "out")
 
     def default_schedule(self, group: Group, ctx: Context) -> Schedule:
         q, k, v = self._node(group).inputs[:3]
@@ -94,6 +111,9 @@ class AttentionTemplate(Template):
         em.reduced[node] = "out"
         em.new_phase()
         em.store(node, (*bs, f["m"], f["e"]))
+        for lse in [n for n in group.stores if n.attrs["result"] == "lse"]:  # its twin: one value per row
+            em.reduced[lse] = "lse"
+            em.store(lse, (*bs, f["m"], Affine.of(0)))
         kernel = finish_kernel(group, em, sched, flat, {}, ctx.target)
         kernel.operands = tuple(names)
         sched.programs = math.prod(batch) * cdiv(tq, sched.blocks["BLOCK_M"])
@@ -199,14 +219,19 @@ class AttentionTemplate(Template):
             L.append(f"{i1}out = tl.where(l_i == 0, 0.0, out)  # SDPA's safe softmax")
         L.append(f"{i1}out = out.to({p.tl_type(node.dtype)})")
         p.dtypes["out"] = node.dtype
+        if any(arg.is_output and arg.node.attrs["result"] == "lse" for arg in k.args):
+            lse = "m_i + tl.log(l_i)" if units else f"(m_i + tl.log2(l_i)) * {math.log(2)!r}"
+            L.append(f"{i1}lse = {lse}  # natural log; -inf for a row that sees no key")
+            p.dtypes["lse"] = torch.float32
         for phase in epilogue:
             for s in phase.outer + phase.inner:
                 p.emit(s, i1)
 
 
 def _attention_of(kernel: Kernel):
-    """The attention node a kernel of this template computes (its only stored result)."""
-    return next(a.node for a in kernel.args if a.is_output)
+    """The attention node a kernel of this template computes (the output; its twin, the log-sum-exp,
+    may be stored too)."""
+    return next(a.node for a in kernel.args if a.is_output and a.node.attrs["result"] == "out")
 
 
 TEMPLATE = AttentionTemplate()
