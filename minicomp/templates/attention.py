@@ -78,14 +78,15 @@ class AttentionTemplate(Template):
         return attention_schedule(q.shape[-2], q.shape[-1], v.shape[-1], ctx.target)
 
     def config_space(self, group: Group, heuristic: Schedule) -> list[Schedule]:
-        """BLOCK_M 64/128 x BLOCK_N 32/64/128, 4 or 8 warps, 2-4 stages (the head dim's blocks fixed)."""
+        """BLOCK_M 64/128 (a short query keeps its block) x BLOCK_N 32/64/128, 4 or 8 warps, 2 or 3
+        stages; the head dim's blocks are fixed. A config that does not fit is skipped by the tuner."""
+        short = heuristic.blocks["BLOCK_M"] < 64
         out = []
-        for bm in (64, 128):
+        for bm in ((heuristic.blocks["BLOCK_M"],) if short else (64, 128)):
             for bn in (32, 64, 128):
                 for warps in (4, 8):
-                    for stages in (2, 3, 4):
-                        blocks = dict(heuristic.blocks, BLOCK_M=min(bm, heuristic.blocks["BLOCK_M"] * 8), BLOCK_N=bn)
-                        out.append(Schedule("attention", blocks, warps, stages))
+                    for stages in (2, 3):
+                        out.append(Schedule("attention", dict(heuristic.blocks, BLOCK_M=bm, BLOCK_N=bn), warps, stages))
         return out
 
     def tunes(self, kernel: Kernel) -> bool:
