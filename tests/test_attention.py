@@ -292,3 +292,43 @@ def test_decode_rows_that_see_no_key():
     compile_and_compare(lambda q, k, v, m: torch.softmax(q @ k.transpose(-1, -2) + m, -1) @ v, q, k, v, pad)
     compile_and_compare(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m.bool().logical_not()),
                         q, k, v, pad)
+
+
+def test_three_dim_inputs_and_a_head_dim_that_is_not_a_power_of_two():
+    def fn(q, k, v):
+        return torch.softmax(q @ k.transpose(-1, -2) / 5.0, -1) @ v
+    q, k, v = (torch.randn(2, 17, 24) for _ in range(3))
+    report = compile_and_compare(fn, q, k, v, kernels=1)
+    assert len(fused(report)) == 1
+
+
+def test_float64_is_not_fused():
+    """fp64 products run in PyTorch (no rule); SDPA in fp64 declines too."""
+    report = compile_and_compare(mingpt, *qkv(dtype=torch.float64), fallbacks=None)
+    assert not fused(report)
+    report = compile_and_compare(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), *qkv(dtype=torch.float64),
+                                 fallbacks=None)
+    assert not fused(report)
+
+
+@pytest.mark.parametrize("model", ["gpt2", "llama"])
+def test_hugging_face_eager_attention_is_fused(model):
+    transformers = pytest.importorskip("transformers")
+    if model == "gpt2":
+        config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=64, vocab_size=50,
+                                         attn_implementation="eager")
+        m = transformers.GPT2Model(config).eval()
+    else:
+        config = transformers.LlamaConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=64,
+                                          num_attention_heads=4, num_key_value_heads=2, vocab_size=50,
+                                          attn_implementation="eager")
+        m = transformers.LlamaModel(config).eval()
+    ids = torch.randint(0, 50, (2, 17))
+    with torch.no_grad():
+        expected = m(ids).last_hidden_state
+        before = minicomp.report()
+        actual = minicomp.compile(m)(ids).last_hidden_state
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    reports = minicomp.reports_since(before)
+    assert sum(len(fused(r)) for r in reports) == 1
+    assert any("causal j <= i+0" in decisions(r) for r in reports)

@@ -67,7 +67,7 @@ def sdpa(L, q: Node, k: Node, v: Node, mask: Node | None, dropout_p: float, is_c
         raise Unsupported("attention: q, k and v need the same rank, at least 3")
     if is_causal and mask is not None:
         raise Unsupported("attention: a mask and is_causal together")
-    if not (q.dtype == k.dtype == v.dtype) or not q.dtype.is_floating_point:
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise Unsupported(f"attention of {q.dtype}, {k.dtype}, {v.dtype}")
     heads = q.shape[-3] if q.type.ndim >= 4 else 1
     if q.type.ndim >= 4:

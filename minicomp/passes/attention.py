@@ -194,6 +194,8 @@ def _rewrite(graph: Graph, mm: Node, p: Node, p_idx: tuple, b: dict, score_vars)
     k, k_idx, s = _peel_scale(mm1.inputs[1], (*bidx, Affine.of(kv[-1]), Affine.of(kv[-2])))
     scale *= s
     v = mm.inputs[1]
+    if v.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise NotAttention(f"{v.dtype} operands (the kernel runs fp32, fp16 and bf16)")
     if not (q.dtype == k.dtype == v.dtype):
         q, q_idx = mm1.inputs[0], (*bidx, Affine.of(qv[-2]), Affine.of(qv[-1]))
         k, k_idx = mm1.inputs[1], (*bidx, Affine.of(kv[-1]), Affine.of(kv[-2]))
