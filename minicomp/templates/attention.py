@@ -138,8 +138,10 @@ class AttentionTemplate(Template):
         acc = "tl.float32" if qdtype != torch.float64 else "tl.float64"
         L = p.lines
         i1, i2 = "    ", "        "
+        # causal: the query blocks with the most keys first, so the short ones fill the tail of the grid
+        pid_m = f"{n_m - 1} - {pid} % {n_m}" if a["causal"] is not None else f"{pid} % {n_m}"
         L += [f"{i1}bindex = {pid} // {n_m}",
-              f"{i1}pid_m = {pid} % {n_m}",
+              f"{i1}pid_m = {pid_m}",
               f"{i1}mindex = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]",
               f"{i1}mmask = mindex < mnumel",
               f"{i1}dindex = tl.arange(0, BLOCK_D)[None, :]",
