@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from ..ir.expr import Affine, Var, evaluate, index_vars
+from ..ir.expr import Affine, Var, evaluate, index_vars, unravel
 from ..ir.graph import Graph, Node, Scalar, compose_view
 from ..ir.interpreter import run as interpret
 from ..ir import views
@@ -214,10 +214,41 @@ def _rewrite(graph: Graph, mm: Node, p: Node, p_idx: tuple, b: dict, score_vars)
     if mask is not None:
         graph.nodes.remove(mask)
         graph.nodes.insert(graph.nodes.index(mm), mask)
+    heads = _head_dims(p, p_idx, batch)
+    if heads is not None:  # in the softmax's [B, H] batch dims: its result can be laid out [B, T, H, D]
+        q, k, v, mask = (x if x is None else _unflatten(graph, x, heads, mm) for x in (q, k, v, mask))
     new = graph.attention(q, k, v, mask, scale=scale, mask_kind=kind, causal=causal, empty_rows="nan",
                           origin=origin, before=mm)
-    _replace(graph, mm, new)
+    result = new
+    if heads is not None:
+        vs = index_vars(mm.shape)
+        result = graph.view(new, mm.shape, (*unravel(vs[0], heads), *map(Affine.of, vs[1:])), kind="reshape",
+                            origin=origin)
+        graph.nodes.remove(result)
+        graph.nodes.insert(graph.nodes.index(mm), result)
+    _replace(graph, mm, result)
     return new, f"scale {scale:.6g}, {how}"
+
+
+def _head_dims(p: Node, p_idx: tuple, batch) -> tuple[int, ...] | None:
+    """The softmax's batch dims (``[B, H]``) where the product flattened them into its one batch dim
+    in order (``bmm`` over ``B*H``); else None."""
+    dims = p.shape[:-2]
+    if len(batch) != 1 or len(dims) < 2 or math.prod(dims) != batch[0].size:
+        return None
+    want = unravel(batch[0], dims)
+    return tuple(dims) if all(Affine.of(e) == Affine.of(w) for e, w in zip(p_idx[:-2], want)) else None
+
+
+def _unflatten(graph: Graph, x: Node, heads: tuple, before: Node) -> Node:
+    """``x`` [B*H, R, C] read as [B, H, R, C] (a view)."""
+    shape = (*heads, *x.shape[1:])
+    vs = index_vars(shape)
+    flat = sum((Affine.of(v) * math.prod(heads[d + 1:]) for d, v in enumerate(vs[:len(heads)])), Affine.of(0))
+    view = graph.view(x, shape, (flat, *map(Affine.of, vs[len(heads):])), kind="reshape")
+    graph.nodes.remove(view)
+    graph.nodes.insert(graph.nodes.index(before), view)
+    return view
 
 
 def _rows(idx: tuple, iq: Var, ik: Var) -> bool:

@@ -17,6 +17,10 @@ def plan_layouts(graph: Graph) -> dict[Node, tuple[int, ...]]:
     for node, strides in zip(graph.output.inputs, graph.output.attrs.get("strides") or ()):
         if strides is not None and node.op in ("pointwise", "reduce", "scan", "gather", "attention") and len(strides) == len(node.shape):
             out.setdefault(node, tuple(strides))
+    for node in graph.nodes:  # [B, H, T, D] attention stored as [B, T, H, D] (as SDPA's): the heads'
+        if node.op == "attention" and node.type.ndim == 4 and node.shape[1] > 1:  # merge back is a plain view
+            b, h, t, d = node.shape
+            out.setdefault(node, (t * h * d, d, h * d, 1))
     return out
 
 
