@@ -332,3 +332,23 @@ def test_hugging_face_eager_attention_is_fused(model):
     reports = minicomp.reports_since(before)
     assert sum(len(fused(r)) for r in reports) == 1
     assert any("causal j <= i+0" in decisions(r) for r in reports)
+
+
+def test_heads_merged_back_are_a_plain_operand_of_the_next_product():
+    """The attention result is stored [B, T, H, D]: the projection after it reads [B*T, H*D] as a
+    plain 2-D buffer (on the H200 through TMA)."""
+    from minicomp.ir.kernel import TileLoad
+    from tests.test_target import _scheduled
+    from tests.utils import H200
+    w, wo = torch.randn(64, 192, dtype=torch.bfloat16), torch.randn(64, 64, dtype=torch.bfloat16)
+
+    def fn(x):
+        b, t, _ = x.shape
+        q, k, v = (x @ w).split(64, dim=-1)
+        q, k, v = (z.view(b, t, 4, 16).transpose(1, 2) for z in (q, k, v))
+        return mingpt(q, k, v).transpose(1, 2).reshape(b, t, 64) @ wo
+    with torch.no_grad():
+        _, kernels = _scheduled(fn, [torch.randn(2, 32, 64, dtype=torch.bfloat16)], H200)
+    assert [k.schedule.template for k in kernels] == ["gemm", "attention", "gemm"]
+    loads = [s for phase in kernels[2].phases for s in phase.inner if isinstance(s, TileLoad)]
+    assert len(loads) == 2, kernels[2]
