@@ -181,8 +181,8 @@ def cases(smoke: bool):
     for d in dims:
         for t in lengths:
             for causal in (False, True):
-                yield f"core-d{d}-t{t}-{'causal' if causal else 'full'}", dict(kind="core", b=b, h=h, tq=t, tk=t, d=d,
-                                                                                causal=causal)
+                name = f"core-d{d}-t{t}-{'causal' if causal else 'full'}"
+                yield name, dict(kind="core", b=b, h=h, tq=t, tk=t, d=d, causal=causal)
     yield "decode", dict(kind="core", b=2 if smoke else 8, h=h, tq=1, tk=64 if smoke else 8192, d=16 if smoke else 128,
                          causal=False)
     yield "gpt2-block", dict(kind="block", model="gpt2", b=2 if smoke else 8, t=32 if smoke else 1024)

@@ -52,7 +52,8 @@ def _as_bool(mask: Node) -> Node | None:
     before its fused op): the kernel reads the bool ``c``."""
     if mask.op == "pointwise" and mask.attrs["fn"] == "where":
         cond, a, b = mask.attrs["args"]
-        if isinstance(cond, Node) and cond.dtype == torch.bool and _fill_value(a) == 0 and _fill_value(b) == float("-inf"):
+        if (isinstance(cond, Node) and cond.dtype == torch.bool and _fill_value(a) == 0
+                and _fill_value(b) == float("-inf")):
             return cond
     return None
 

@@ -170,7 +170,7 @@ def _softmax_operand(mm: Node):
     else:
         return None
     last = len(p.shape) - 1
-    if b["max"].attrs["axes"] != (last,) or b["sum"].attrs["axes"] != (last,) or b["e"].inputs[0].inputs[0] is not b["x"]:
+    if (b["max"].attrs["axes"], b["sum"].attrs["axes"]) != ((last,), (last,)) or b["e"].inputs[0].inputs[0] is not b["x"]:
         return None
     return p, idx, b, score_vars
 
@@ -202,18 +202,15 @@ def _rewrite(graph: Graph, mm: Node, p: Node, p_idx: tuple, b: dict, score_vars)
         scale = scores.scale
         if not (q.dtype == k.dtype == v.dtype):
             raise NotAttention(f"q, k and v are {q.dtype}, {k.dtype}, {v.dtype}")
-    kind, mask, causal, how = scores.mask_attrs(graph)
-    if scale <= 0 and kind is not None:
+    if scale <= 0 and scores.mask is not None:  # -inf times the scale would not stay -inf
         raise NotAttention(f"scale {scale} <= 0 with a mask")
+    kind, mask, causal, how = scores.mask_attrs(graph)  # the last check passed: nodes may be added now
     origin = tuple(dict.fromkeys(("attention",) + mm1.origin + b["x"].origin + p.origin + mm.origin))
     q = graph.view(q, tuple(v.size for v in qv), q_idx, kind="attention-q", origin=origin)
     k = graph.view(k, tuple(v.size for v in kv), k_idx, kind="attention-k", origin=origin)
-    graph.nodes.remove(q), graph.nodes.remove(k)
-    for n in (k, q):
+    for n in (q, k) + ((mask,) if mask is not None else ()):  # added last: move them before mm
+        graph.nodes.remove(n)
         graph.nodes.insert(graph.nodes.index(mm), n)
-    if mask is not None:
-        graph.nodes.remove(mask)
-        graph.nodes.insert(graph.nodes.index(mm), mask)
     heads = _head_dims(p, p_idx, batch)
     if heads is not None:  # in the softmax's [B, H] batch dims: its result can be laid out [B, T, H, D]
         q, k, v, mask = (x if x is None else _unflatten(graph, x, heads, mm) for x in (q, k, v, mask))
@@ -357,6 +354,8 @@ class _Scores:
                 continue
             if _is(node, "where"):
                 cond, a, b = node.attrs["args"]
+                if not isinstance(cond, Node):
+                    raise NotAttention(f"{node.name} = where(...) with a constant condition")
                 if isinstance(b, Node) and self.reaches_product(b) and _fill(a) == NEG_INF:
                     self._set_mask("drop", cond, idx)
                     node = b
