@@ -12,15 +12,16 @@ from .fusion import Group
 
 
 def plan_layouts(graph: Graph) -> dict[Node, tuple[int, ...]]:
-    """Graph results take the strides eager would give them; everything else is contiguous."""
+    """Graph results take the strides eager would give them; an attention result [B, H, T, D] is
+    [B, T, H, D] in memory; everything else is contiguous."""
     out = {}
     for node, strides in zip(graph.output.inputs, graph.output.attrs.get("strides") or ()):
         if strides is not None and node.op in ("pointwise", "reduce", "scan", "gather", "attention") and len(strides) == len(node.shape):
             out.setdefault(node, tuple(strides))
-    for node in graph.nodes:  # [B, H, T, D] attention stored as [B, T, H, D] (as SDPA's): the heads'
-        if node.op == "attention" and node.type.ndim == 4 and node.shape[1] > 1:  # merge back is a plain view
+    for node in graph.nodes:  # [B, H, T, D] attention stored as [B, T, H, D] (as SDPA's): the heads' merge
+        if node.op == "attention" and node.attrs["result"] == "out" and node.type.ndim == 4 and node.shape[1] > 1:
             b, h, t, d = node.shape
-            out.setdefault(node, (t * h * d, d, h * d, 1))
+            out.setdefault(node, (t * h * d, d, h * d, 1))  # back to [B*T, H*D] is then a plain view
     return out
 
 
