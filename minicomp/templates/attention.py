@@ -118,7 +118,6 @@ class AttentionTemplate(Template):
         kernel = finish_kernel(group, em, sched, flat, {}, ctx.target)
         kernel.operands = tuple(names)
         sched.programs = math.prod(batch) * cdiv(tq, sched.blocks["BLOCK_M"])
-        kernel.bytes_moved = sum(math.prod(a.node.shape) * a.node.dtype.itemsize for a in kernel.args)
         return kernel
 
     def store_vars(self, inner: bool) -> list[str]:
