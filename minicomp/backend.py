@@ -33,6 +33,11 @@ INFERENCE_ONLY = (
 )
 
 
+# Ops minicomp lowers itself (frontend/rules_attention.py: one attention node), never decomposed: the
+# CPU flash op's decomposition is the safe softmax written out, which is slower to recognise and run.
+LOWERED_WHOLE = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,)
+
+
 @functools.cache
 def decompositions(training: bool = False) -> dict:
     """Core-ATen decompositions as a plain dict, built once per process: the table PyTorch returns is
@@ -40,10 +45,10 @@ def decompositions(training: bool = False) -> dict:
 
     ``training``: without ``INFERENCE_ONLY``, so those ops stay whole and run as fallbacks, their
     saved outputs what their backward expects. An inference graph decomposes them into plain math
-    that minicomp fuses."""
+    that minicomp fuses, except the ``LOWERED_WHOLE`` ones, which minicomp's own rules lower."""
     if training:
         return {op: fn for op, fn in decompositions().items() if op not in INFERENCE_ONLY}
-    return dict(core_aten_decompositions())
+    return {op: fn for op, fn in core_aten_decompositions().items() if op not in LOWERED_WHOLE}
 
 
 def needs_autograd(gm: fx.GraphModule, example_inputs) -> bool:

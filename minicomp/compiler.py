@@ -28,6 +28,7 @@ from . import validation
 from .errors import MinicompError
 from .frontend.lowering import Lowering
 from .ir.target import Target
+from .passes.attention import attention
 from .passes.conv_lowering import conv_lowering, tunable as conv_tunable
 from .passes.fusion import fusion
 from .passes.gemm_choice import gemm_backend
@@ -47,6 +48,7 @@ PIPELINE: list[Pass] = [
     Pass("constant_folding", constant_folding, "evaluate ops on constant fills"),
     Pass("algebraic_simplification", algebraic_simplification, "drop copies and round-trip casts"),
     Pass("view_folding", view_folding, "compose view chains into one index map"),
+    Pass("attention", attention, "softmax(q @ kᵀ * scale + mask) @ v written out -> one attention node"),
     Pass("split_reductions", split_reductions, "online softmax for long rows; chunked reductions with few outputs"),
     Pass("conv_lowering", conv_lowering, "rewrite chosen convolutions into matmuls over im2col views / window sums"),
     Pass("gemm_backend", gemm_backend, "choose the Triton GEMM template or cuBLAS for each matmul"),

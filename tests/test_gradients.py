@@ -60,14 +60,15 @@ def test_attention_block(dtype):
 
 
 def test_sdpa_inference_is_decomposed():
-    """Without a backward the fused op is decomposed into math minicomp compiles; with one it stays
-    whole (its saved log-sum-exp is what its backward reads)."""
+    """Without a backward the fused op becomes minicomp's attention kernel (no fallback); with one it
+    stays whole (its saved log-sum-exp is what its backward reads)."""
     q, k, v = qkv(torch.float32)
     fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
     with torch.no_grad():
         expected, actual = fn(q, k, v), minicomp.compile(fn)(q, k, v)
     torch.testing.assert_close(actual, expected, **tolerances(torch.float32))
     assert not [f for f in minicomp.report().fallbacks if SDPA_FUSED in f.op], minicomp.report().summary()
+    assert [k.template for k in minicomp.report().kernels] == ["attention"], minicomp.report().summary()
     torch._dynamo.reset()
     reports = compare_gradients(fn, q, k, v)
     assert any(SDPA_FUSED in f.op for r in reports for f in r.fallbacks), [r.summary() for r in reports]

@@ -36,6 +36,7 @@ from minicomp.passes.layout_plan import layout_plan
 from minicomp.tuning import tune
 from minicomp.passes.pipelines import row_pipelines, split_combines
 from minicomp.passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
+from minicomp.passes.attention import attention
 from minicomp.passes.split_reductions import split_reductions
 
 F32, CPU = torch.float32, torch.device("cpu")
@@ -975,17 +976,17 @@ def test_schedule_load_offsets_match_eager_views(name, fn):
 # =============================================================================================
 
 def test_pipeline_is_a_list_of_named_documented_passes():
-    names = ["dce", "cse", "constant_folding", "algebraic_simplification", "view_folding", "split_reductions",
-             "conv_lowering", "gemm_backend", "fusion", "layout_plan", "schedule", "pipelines", "split_combines",
-             "tune"]
+    names = ["dce", "cse", "constant_folding", "algebraic_simplification", "view_folding", "attention",
+             "split_reductions", "conv_lowering", "gemm_backend", "fusion", "layout_plan", "schedule", "pipelines",
+             "split_combines", "tune"]
     assert minicomp.PIPELINE is PIPELINE
     assert isinstance(PIPELINE, list) and all(isinstance(p, Pass) for p in PIPELINE)
     assert [p.name for p in PIPELINE] == names
     assert len({p.name for p in PIPELINE}) == len(PIPELINE)
     assert all(p.doc.strip() and callable(p.run) for p in PIPELINE)
     assert [p.run for p in PIPELINE] == [dce, cse, constant_folding, algebraic_simplification, view_folding,
-                                         split_reductions, conv_lowering, gemm_backend, fusion, layout_plan, schedule,
-                                         row_pipelines, split_combines, tune]
+                                         attention, split_reductions, conv_lowering, gemm_backend, fusion,
+                                         layout_plan, schedule, row_pipelines, split_combines, tune]
     opts = Options()
     assert opts.pipeline == PIPELINE and opts.pipeline is not PIPELINE  # a copy: safe to edit
     custom = [p for p in PIPELINE if p.name != "cse"]

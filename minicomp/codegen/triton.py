@@ -53,7 +53,8 @@ class TritonPrinter:
             used |= {v.name for v in e.vars()}
         for r in extra:
             used |= {v.name for v in r.expr.vars()}
-        order = ("yindex", "xindex", "rindex", "mindex", "nindex", "kaindex", "kbindex")
+        order = ("yindex", "xindex", "rindex", "mindex", "nindex", "kaindex", "kbindex",
+                 "dindex", "dkindex", "nvindex", "eindex")  # the last four: the attention template's
         parts = [v.replace("index", "mask") for v in order if v in used and self.needs_mask(v)]
         parts += [f"({r})" for r in extra]
         return " & ".join(parts)

@@ -11,18 +11,13 @@ _RNN_CELL = ("PyTorch's fused {} cell: the gates' pointwise math in one CUDA lau
              "PyTorch has no decomposition of it, and its backward reads the kernel's own workspace")
 _CONVOLUTION = "runs cuDNN's (oneDNN's on the CPU) convolution as an extern call; minicomp's convolution template is the convolution issue"
 
-# aten op (overload packet) name -> why it falls back
+# aten op (overload packet) name -> why it falls back (the SDPA forward ops have rules in
+# frontend/rules_attention.py, which say why when they decline)
 DELIBERATE_FALLBACKS: dict[str, str] = {
-    "_scaled_dot_product_flash_attention": _ATTENTION.format("flash"),
-    "_scaled_dot_product_efficient_attention": _ATTENTION.format("memory-efficient"),
-    "_scaled_dot_product_cudnn_attention": _ATTENTION.format("cuDNN"),
     "_scaled_dot_product_fused_attention_overrideable": _ATTENTION.format("the backend's own"),
     "_flash_attention_forward": _ATTENTION.format("flash"),
     "_efficient_attention_forward": _ATTENTION.format("memory-efficient"),
     "_cudnn_attention_forward": _ATTENTION.format("cuDNN"),
-    # a training graph keeps it whole (backend.INFERENCE_ONLY); an inference graph decomposes it
-    "_scaled_dot_product_flash_attention_for_cpu": _ATTENTION.format("CPU flash") + "; kept whole where a "
-    "backward may follow, which reads the log-sum-exp that its decomposition does not produce",
     "_scaled_dot_product_flash_attention_backward": _ATTENTION_BACKWARD.format("flash"),
     "_scaled_dot_product_efficient_attention_backward": _ATTENTION_BACKWARD.format("memory-efficient"),
     "_scaled_dot_product_cudnn_attention_backward": _ATTENTION_BACKWARD.format("cuDNN"),

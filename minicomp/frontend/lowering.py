@@ -21,7 +21,7 @@ from ..ir.graph import Graph, Node, Scalar, map_tree, terminal
 from ..ir.layout import is_dense
 from ..ir.target import Target
 from ..ir.types import SUPPORTED_DTYPES, TensorType, contiguous_strides, is_float
-from . import (rules, rules_activations, rules_factories, rules_index, rules_norms,  # noqa: F401  (each
+from . import (rules, rules_activations, rules_attention, rules_factories, rules_index, rules_norms,  # noqa: F401  (each
                rules_pooling, rules_resize, rules_scan, rules_scatter)  # module registers its rules in RULES)
 from .fallback_reasons import deliberate_fallback
 from .registry import RULES, Unsupported, aten, coerce, opmath
@@ -127,7 +127,11 @@ class Lowering:
 
     def _unsupported_inputs(self, args, kwargs) -> str | None:
         results = self.node.meta.get("val")
-        for r in _flatten(results if isinstance(results, (list, tuple)) else [results]):
+        results = results if isinstance(results, (list, tuple)) else [results]
+        if all(u.target is operator.getitem for u in self.node.users):  # results nobody reads need no support
+            read = {u.args[1] for u in self.node.users}  # (SDPA's unused RNG state may be uint64)
+            results = [r for i, r in enumerate(results) if i in read]
+        for r in _flatten(results):
             if isinstance(r, torch.Tensor) and r.dtype not in SUPPORTED_DTYPES:
                 return f"result dtype {r.dtype} is not supported natively"
         for v in _flatten((args, kwargs)):

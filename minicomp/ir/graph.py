@@ -10,6 +10,8 @@ Node kinds (``Node.op``):
 * ``scan``      inclusive prefix ``fn`` (``SCANS``) along ``axis`` of its one input (from the end if
                 ``reverse``); the result has the input's shape
 * ``matmul``    ``a @ b`` with equal batch dims, accumulated in the node's dtype (attrs: ``precision``)
+* ``attention`` ``softmax(q @ kᵀ * scale + mask) @ v`` over batch dims (``ir/attention.py``: inputs,
+                attributes, reference semantics)
 * ``view``      no data: an index map from the node's index space into its input's, a validity mask
                 and the value where the mask is false (attrs: ``index``, ``mask``, ``fill``, ``kind``)
 * ``gather``    an indirect read: ``inputs[0]`` (the data) at an index map written in the node's
@@ -87,6 +89,8 @@ class Group:
     def kind(self) -> str:
         if self.matmul is not None:
             return "gemm"
+        if any(n.op == "attention" for n in self.nodes):
+            return "attention"
         if any(n.op == "scan" for n in self.nodes):  # axes: the scanned axis; its results keep it
             return "scan"
         return "reduction" if self.axes else "pointwise"
@@ -169,6 +173,18 @@ class Graph:
         """``a @ b`` over equal batch dims (``[..., M, K] @ [..., K, N]``), accumulated in ``dtype``."""
         shape = (*a.shape[:-1], b.shape[-1])
         return self.add("matmul", [a, b], a.type.with_(shape=shape, dtype=dtype), origin, precision=precision)
+
+    def attention(self, q: Node, k: Node, v: Node, mask: Node | None = None, *, scale: float,
+                  mask_kind: str | None = None, causal: int | None = None, empty_rows: str = "nan",
+                  result: str = "out", dtype: torch.dtype | None = None, origin=(), before: Node | None = None) -> Node:
+        """One attention node (``ir/attention.py``): the output (``result="out"``, of q's dtype unless
+        ``dtype`` says) or the rows' log-sum-exp (``"lse"``, fp32)."""
+        inputs = [q, k, v] + ([mask] if mask is not None else [])
+        last = v.shape[-1] if result == "out" else 1
+        dtype = dtype or (q.dtype if result == "out" else torch.float32)
+        return self.add("attention", inputs, q.type.with_(shape=(*q.shape[:-1], last), dtype=dtype), origin,
+                        before=before, scale=float(scale), mask=mask_kind, causal=causal, empty_rows=empty_rows,
+                        result=result)
 
     def view(self, x: Node, shape, index, mask=(), fill=None, kind="view", origin=()) -> Node:
         return self.add("view", [x], x.type.with_(shape=shape), origin, index=tuple(index),
@@ -277,6 +293,9 @@ def format_node(n: Node) -> str:
         body = f"{a['fn']}({n.inputs[0].name}) axis={a['axis']}" + (" reversed" if a["reverse"] else "")
     elif n.op == "matmul":
         body = f"{n.inputs[0].name} @ {n.inputs[1].name}  precision={a['precision']}"
+    elif n.op == "attention":
+        from .attention import describe
+        body = describe(n)
     elif n.op == "view":
         idx = ", ".join(str(e) for e in a["index"])
         body = f"{a['kind']}({n.inputs[0].name}) [{idx}]"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from .attention import attention_ref
 from .expr import evaluate, index_vars
 from .graph import Graph, Node, Scalar, indirect_vars
 from .ops import OPS, reduce_ref, scan_ref
@@ -84,6 +85,12 @@ def run(graph: Graph, args: list) -> list:
         elif op == "matmul":
             a, b = (env[i].to(node.dtype) for i in node.inputs)
             env[node] = torch.matmul(a, b)
+        elif op == "attention":
+            q, k, v, *mask = (env[i] for i in node.inputs)
+            a = node.attrs
+            env[node] = attention_ref(q, k, v, mask[0] if mask else None, scale=a["scale"], mask_kind=a["mask"],
+                                      causal=a["causal"], empty_rows=a["empty_rows"], out_dtype=node.dtype,
+                                      result=a.get("result", "out"))
         elif op == "view":
             env[node] = _view(node, env[node.inputs[0]])
         elif op == "gather":

@@ -170,6 +170,7 @@ class Kernel:
     schedule: Schedule
     origins: tuple[str, ...]
     bytes_moved: int = 0
+    operands: tuple[str, ...] = ()  # attention: the statements that hold q, kᵀ, v (and the mask) tiles
 
     @property
     def numels(self) -> dict[str, int]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from .attention import check as attention_check
 from .expr import Affine, index_vars
 from .graph import Graph, Node
 from .ops import OPS, REDUCTIONS, SCANS
@@ -70,6 +71,11 @@ class _RULES:
         _check(a.shape[:-2] == b.shape[:-2] and a.shape[-1] == b.shape[-2],
                f"{node.name}: cannot multiply {a.shape} by {b.shape}")
         _check(a.dtype == b.dtype, f"{node.name}: operand dtypes differ")
+
+    @staticmethod
+    def attention(node: Node) -> None:
+        problems = attention_check(node)
+        _check(not problems, f"{node.name}: attention: {'; '.join(problems)}")
 
     @staticmethod
     def view(node: Node) -> None:

@@ -26,6 +26,7 @@ from ..ir.expr import Affine, Var, index_vars, linear_index, unravel
 from ..ir.types import contiguous_strides
 from ..ir.graph import (Graph, Group, Node, compose_gather, compose_view, indirect_vars,  # Group: used by schedule
                         terminal)
+from ..ir.attention import twins as attention_twins
 from ..ir.layout import view_as_strided
 from ..ir.ops import OPS
 
@@ -42,6 +43,7 @@ RULES = (
     ("store-narrow", "a widening cast read by other kernels is recomputed there: the narrow value is stored"),
     ("scan-prologue", "pointwise ops feeding a scan (cumsum, ...) are computed on the row it scans"),
     ("scan-epilogue", "pointwise ops on a scan's result, at the same positions, run on the scanned row"),
+    ("attention-lse", "an attention's output and its rows' log-sum-exp come from one kernel (one pass over the keys)"),
 )
 
 MAX_PROLOGUE_OPS = 4  # pointwise ops (each ``OPS[fn].cheap``) recomputed on a GEMM operand's tiles
@@ -54,7 +56,7 @@ class NotFusable(Exception):
 
 
 def is_compute(node: Node) -> bool:
-    return node.op in ("pointwise", "reduce", "scan", "matmul", "gather")
+    return node.op in ("pointwise", "reduce", "scan", "matmul", "gather", "attention")
 
 
 def operand_indices(node: Node, idx) -> tuple[tuple, tuple]:
@@ -303,6 +305,10 @@ class _Partition:
     def try_merge(self, a: Group, b: Group, rule: str) -> bool:
         if a is b:
             return True
+        twins = len(a.nodes) == len(b.nodes) == 1 and attention_twins(a.nodes[0], b.nodes[0])
+        if (a.kind == "attention" or b.kind == "attention") and not twins:  # its own template, reads through views
+            self._refuse(a, b, "attention", "the attention kernel fuses no other op yet")
+            return False
         if a.matmul is not None or b.matmul is not None:
             refusal = _gemm_refusal(a, b, rule)
             if refusal:
@@ -316,6 +322,8 @@ class _Partition:
             shape = b.shape if rule != "horizontal" else a.shape
         if a.matmul is not None or b.matmul is not None:  # a GEMM iterates over its product's tiles
             shape = (a.matmul or b.matmul).shape
+        if twins:  # over the output's rows; the log-sum-exp is stored once per row
+            shape = next(n for n in a.nodes + b.nodes if n.attrs["result"] == "out").shape
         self.unit_graph()
         ua, ub = ("g", a.id), ("g", b.id)
         if self._joined(ua, ub):
@@ -323,7 +331,8 @@ class _Partition:
             return False
         members = sorted(a.nodes + b.nodes, key=self.position.__getitem__)
         try:
-            check_group(members, shape, axes, self.stored(members))
+            if not twins:
+                check_group(members, shape, axes, self.stored(members))
         except NotFusable as e:
             self._refuse(a, b, e.rule, e.reason)
             return False
@@ -383,6 +392,11 @@ def fusion(graph: Graph) -> Graph:
                         "reduction-prologue" if node.op == "reduce" and not theirs.axes else
                         "reduction-epilogue" if theirs.axes else "vertical")
                 part.try_merge(theirs, mine, rule)
+    for node in graph.nodes:  # an attention's log-sum-exp joins its output's kernel
+        if node.op == "attention" and node.attrs["result"] == "lse":
+            twin = next((u for u in part.group_of if attention_twins(u, node) and u is not node), None)
+            if twin is not None:
+                part.try_merge(part.group_of[twin], part.group_of[node], "attention-lse")
     _horizontal(part)
     _store_narrow(part)
     for k, g in enumerate(part.groups):

@@ -13,16 +13,21 @@ from .fusion import Group
 
 
 def plan_layouts(graph: Graph) -> dict[Node, tuple[int, ...]]:
-    """Graph results take the strides eager would give them; everything else is contiguous (or as
-    ``layout_plan`` chose)."""
+    """Graph results take the strides eager would give them; an attention result [B, H, T, D] is
+    [B, T, H, D] in memory; everything else is contiguous (or as ``layout_plan`` chose)."""
     out = {}
     for node, strides in zip(graph.output.inputs, graph.output.attrs.get("strides") or ()):
         if strides is not None and node.op == "view" and node.inputs[0].op in ("pointwise", "reduce"):
             base = strides_through_view(node, strides)  # a pooled result: (N, C, H, W, 1) viewed as 4-D
             if base is not None:
                 out.setdefault(node.inputs[0], base)
-        if strides is not None and node.op in ("pointwise", "reduce", "scan", "gather") and len(strides) == len(node.shape):
+        if strides is not None and node.op in ("pointwise", "reduce", "scan", "gather", "attention") \
+                and len(strides) == len(node.shape):
             out.setdefault(node, tuple(strides))
+    for node in graph.nodes:  # [B, H, T, D] attention stored as [B, T, H, D] (as SDPA's): the heads' merge
+        if node.op == "attention" and node.attrs["result"] == "out" and node.type.ndim == 4 and node.shape[1] > 1:
+            b, h, t, d = node.shape
+            out.setdefault(node, (t * h * d, d, h * d, 1))  # back to [B*T, H*D] is then a plain view
     return out
 
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from ..ir.kernel import Kernel
 from ..passes.fusion import Group
-from . import gemm, pointwise, reduction, scan, tiled
+from . import attention, gemm, pointwise, reduction, scan, tiled
 from .base import Context, Template
 
 TEMPLATES: list[Template] = [
+    attention.TEMPLATE,  # one attention node: the flash forward kernel
     gemm.TEMPLATE,
     scan.TEMPLATE,
     reduction.TEMPLATE,

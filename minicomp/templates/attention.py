@@ -1,0 +1,239 @@
+"""The ``attention`` template: one ``attention`` node (``ir/attention.py``) as a streaming
+(flash-attention) forward kernel; the score matrix is never stored.
+
+One program per (batch x head, block of ``BLOCK_M`` queries). It loads its Q block once, then loops over
+the keys in tiles of ``BLOCK_N``: ``s = q @ kᵀ`` (``tl.dot``, fp32), scaled by ``scale * log2(e)`` so the
+softmax runs on ``exp2``, masked, then the online softmax — a running row maximum ``m`` and sum ``l``,
+the accumulator rescaled by ``exp2(m_old - m_new)`` before ``acc += p @ v``. A causal node loops only
+up to the diagonal: tiles that are wholly visible run without the causal mask, tiles on the diagonal
+with it, tiles past it not at all. A row that sees no key (every score -inf) ends with ``l = 0``:
+``acc / l`` is NaN as the written-out softmax gives, or 0 for SDPA's safe softmax (``empty_rows``).
+
+q, k, v and the mask are read through their views (transposes, the heads of a fused qkv projection,
+grouped-query heads expanded over a head axis, a padding mask broadcast over heads): the shared
+``Emitter`` writes each read as one load whose index the view maps fold into strided offsets.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..ir.expr import Affine, Var, unravel
+from ..ir.kernel import Kernel, Schedule
+from ..ir.target import Target
+from ..passes.fusion import Group
+from .base import Context, Template, cdiv
+from .emitter import Emitter, finish_kernel, pow2
+
+LOG2E = 1.4426950408889634
+
+
+def attention_schedule(tq: int, d: int, dv: int, target: Target) -> Schedule:
+    """Blocks by head dim for Hopper (BLOCK_M 128 x BLOCK_N 64; 4 warps up to d=64, 8 above); a query
+    block no taller than the queries (decode: one query row); 16x16 tiles in the interpreter. Not yet
+    measured on the H200: the GPU script's table is the first measurement."""
+    width = max(16, pow2(max(d, dv)))
+    blocks = dict(BLOCK_D=max(16, pow2(d)), BLOCK_E=max(16, pow2(dv)))
+    if not target.is_cuda:
+        return Schedule("attention", dict(BLOCK_M=16, BLOCK_N=16, **blocks), 1, 1)
+    block_m = min(128 if width <= 128 else 64, max(16, pow2(tq)))
+    block_n = 64 if width <= 128 else 32
+    warps = 4 if width <= 64 else 8
+    stages = 3 if width <= 64 else 2
+    return Schedule("attention", dict(BLOCK_M=block_m, BLOCK_N=block_n, **blocks), warps, stages)
+
+
+def decode_splits(programs: int, tq: int, tk: int, target: Target) -> int:
+    """Into how many chunks to split the keys of an attention whose few query rows (decode: one)
+    give fewer programs than the GPU has room for: about 4 programs per SM, chunks of at least 256
+    keys, a power of two that divides the keys. In the interpreter any short query over 32 keys or
+    more splits in 2 (so the tests run the split)."""
+    if tq > 16:
+        return 1
+    if not target.is_cuda:
+        return 2 if tk >= 32 and tk % 2 == 0 else 1
+    if tk < 1024 or programs >= 2 * target.sm_count:
+        return 1
+    splits = 1
+    while splits * 2 * programs <= 4 * target.sm_count and tk // (splits * 2) >= 256 and tk % (splits * 2) == 0:
+        splits *= 2
+    return splits
+
+
+class AttentionTemplate(Template):
+    name = "attention"
+    block_of = {"mindex": "BLOCK_M", "nindex": "BLOCK_N", "nvindex": "BLOCK_N", "dindex": "BLOCK_D",
+                "dkindex": "BLOCK_D", "eindex": "BLOCK_E"}
+
+    def matches(self, group: Group, ctx: Context) -> bool:
+        return group.kind == "attention"
+
+    @staticmethod
+    def _node(group: Group):
+        return next(n for n in group.nodes if n.op == "attention" and n.attrs["result"] == "out")
+
+    def default_schedule(self, group: Group, ctx: Context) -> Schedule:
+        q, k, v = self._node(group).inputs[:3]
+        return attention_schedule(q.shape[-2], q.shape[-1], v.shape[-1], ctx.target)
+
+    def config_space(self, group: Group, heuristic: Schedule) -> list[Schedule]:
+        """BLOCK_M 64/128 (a short query keeps its block) x BLOCK_N 32/64/128, 4 or 8 warps, 2 or 3
+        stages; the head dim's blocks are fixed. A config that does not fit is skipped by the tuner."""
+        short = heuristic.blocks["BLOCK_M"] < 64
+        out = []
+        for bm in ((heuristic.blocks["BLOCK_M"],) if short else (64, 128)):
+            for bn in (32, 64, 128):
+                for warps in (4, 8):
+                    for stages in (2, 3):
+                        out.append(Schedule("attention", dict(heuristic.blocks, BLOCK_M=bm, BLOCK_N=bn), warps, stages))
+        return out
+
+    def tunes(self, kernel: Kernel) -> bool:
+        return not kernel.schedule.interpreted
+
+    def build(self, group: Group, ctx: Context, sched: Schedule) -> Kernel:
+        node = self._node(group)
+        q, k, v, *mask = node.inputs
+        batch, (tq, d), (tk, dv) = q.shape[:-2], q.shape[-2:], v.shape[-2:]
+        flat = {"b": Var("bindex", math.prod(batch)), "m": Var("mindex", tq), "d": Var("dindex", d),
+                "dk": Var("dkindex", d), "n": Var("nindex", tk), "nv": Var("nvindex", tk),
+                "e": Var("eindex", dv)}
+        f = {name: Affine.of(var) for name, var in flat.items()}
+        bs = unravel(flat["b"], batch)
+        em = Emitter(group, ctx.layouts, (), persistent=False)
+        em.reduction_vars = {flat["n"], flat["nv"]}  # the key loop's variables: loads per key tile
+        em.new_phase()
+        names = [em.emit(q, (*bs, f["m"], f["d"]))[0],
+                 em.emit(k, (*bs, f["n"], f["dk"]))[0],   # kᵀ: [BLOCK_D, BLOCK_N]
+                 em.emit(v, (*bs, f["nv"], f["e"]))[0]]
+        if mask:
+            names.append(em.emit(mask[0], (*bs, f["m"], f["n"]))[0])
+        em.reduced[node] = "out"
+        em.new_phase()
+        em.store(node, (*bs, f["m"], f["e"]))
+        for lse in [n for n in group.stores if n.attrs["result"] == "lse"]:  # its twin: one value per row
+            em.reduced[lse] = "lse"
+            em.store(lse, (*bs, f["m"], Affine.of(0)))
+        kernel = finish_kernel(group, em, sched, flat, {}, ctx.target)
+        kernel.operands = tuple(names)
+        sched.programs = math.prod(batch) * cdiv(tq, sched.blocks["BLOCK_M"])
+        return kernel
+
+    def store_vars(self, inner: bool) -> list[str]:
+        return ["mindex", "eindex"]
+
+    def grid(self, kernel: Kernel) -> tuple[int, ...]:
+        return (kernel.schedule.programs,)
+
+    def emit_body(self, p, pid: str) -> None:
+        k = p.k
+        attn = node = _attention_of(k)
+        a = attn.attrs
+        q_name, kt_name, v_name, *mask_name = k.operands
+        n_m = cdiv(k.numels["m"], k.schedule.blocks["BLOCK_M"])
+        qdtype = attn.inputs[0].dtype
+        half = qdtype in (torch.float16, torch.bfloat16)
+        acc = "tl.float32" if qdtype != torch.float64 else "tl.float64"
+        L = p.lines
+        i1, i2 = "    ", "        "
+        # causal: the query blocks with the most keys first, so the short ones fill the tail of the grid
+        pid_m = f"{n_m - 1} - {pid} % {n_m}" if a["causal"] is not None else f"{pid} % {n_m}"
+        L += [f"{i1}bindex = {pid} // {n_m}",
+              f"{i1}pid_m = {pid_m}",
+              f"{i1}mindex = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]",
+              f"{i1}mmask = mindex < mnumel",
+              f"{i1}dindex = tl.arange(0, BLOCK_D)[None, :]",
+              f"{i1}dmask = dindex < dnumel",
+              f"{i1}dkindex = tl.arange(0, BLOCK_D)[:, None]",
+              f"{i1}dkmask = dkindex < dknumel",
+              f"{i1}eindex = tl.arange(0, BLOCK_E)[None, :]",
+              f"{i1}emask = eindex < enumel"]
+        loop, epilogue = k.phases[0], k.phases[1:]
+        for s in loop.outer:
+            p.emit(s, i1)
+        L += [f"{i1}m_i = tl.full([BLOCK_M, 1], float('-inf'), {acc})",
+              f"{i1}l_i = tl.full([BLOCK_M, 1], 0, {acc})",
+              f"{i1}acc = tl.full([BLOCK_M, BLOCK_E], 0, {acc})",
+              f"{i1}q_tile = tl.broadcast_to({q_name}, [BLOCK_M, BLOCK_D])"]  # a dim of one: a constant index
+        if half:
+            L += [f"{i1}if INTERPRETED:  # the interpreter multiplies half bits as integers",
+                  f"{i2}q_tile = q_tile.to(tl.float32)"]
+        causal = a["causal"]
+        tk = k.numels["n"]
+        if causal is None:
+            loops = [("0", str(tk), False)]
+        else:
+            # keys j <= i + c: a tile is wholly visible to the block when its last key is <= the first
+            # row + c; keys past the last row + c are never seen (those tiles are skipped)
+            L += [f"{i1}visible = tl.minimum(tl.maximum(pid_m * BLOCK_M + {causal + 1}, 0), {tk}) // BLOCK_N * BLOCK_N",
+                  f"{i1}seen = tl.minimum(tl.maximum(pid_m * BLOCK_M + BLOCK_M + {causal}, 0), {tk})"]
+            loops = [("0", "visible", False), ("visible", "seen", True)]
+        precision = ', input_precision="ieee"' if qdtype == torch.float32 else ""
+        for helper in ("_max_nan", "_sum") + (("_ex2_approx",) if qdtype != torch.float64 else ()):
+            p.use_helper(helper)  # Triton's own reductions do not run in the interpreter
+
+        def exp2(x: str) -> str:  # one MUFU instruction (ex2.approx) in fp32
+            return f"tl.exp2({x})" if qdtype == torch.float64 else f"_ex2_approx({x}, INTERPRETED)"
+        for lo, hi, diagonal in loops:
+            L += [f"{i1}for start in tl.range({lo}, {hi}, BLOCK_N):",
+                  f"{i2}nindex = start + tl.arange(0, BLOCK_N)[None, :]",
+                  f"{i2}nmask = nindex < nnumel",
+                  f"{i2}nvindex = start + tl.arange(0, BLOCK_N)[:, None]",
+                  f"{i2}nvmask = nvindex < nvnumel"]
+            for s in loop.inner:
+                p.emit(s, i2)
+            L += [f"{i2}kt_tile = tl.broadcast_to({kt_name}, [BLOCK_D, BLOCK_N])",
+                  f"{i2}v_tile = tl.broadcast_to({v_name}, [BLOCK_N, BLOCK_E])"]
+            if p.needs_mask("nvindex"):  # keys past the end: p is 0 there, and 0 * v must be 0
+                L.append(f"{i2}v_tile = tl.where(nvmask, v_tile, 0.0)")
+            if half:
+                L += [f"{i2}if INTERPRETED:",
+                      f"{i2}    kt_tile, v_tile = kt_tile.to(tl.float32), v_tile.to(tl.float32)"]
+            # log2 units (exp2 of the scaled logits) with log2(e) folded into the scale; with an added
+            # mask, natural units: finfo.min * log2(e) would overflow to -inf, and eager's row of
+            # finfo.min scores (a padded query) is uniform, not empty
+            units = f" * {LOG2E!r}" if a["mask"] == "add" else ""  # on the exponent, where not in the scale
+            L.append(f"{i2}s = tl.dot(q_tile, kt_tile{precision}) * {a['scale'] * (1 if units else LOG2E)!r}")
+            if a["mask"] == "add":
+                L.append(f"{i2}s = s + {mask_name[0]}.to({acc})")
+            elif a["mask"] == "keep":
+                L.append(f"{i2}s = tl.where({mask_name[0]}, s, float('-inf'))")
+            elif a["mask"] == "drop":
+                L.append(f"{i2}s = tl.where({mask_name[0]}, float('-inf'), s)")
+            if diagonal:
+                L.append(f"{i2}s = tl.where(nindex <= mindex + {causal}, s, float('-inf'))")
+            if p.needs_mask("nindex"):
+                L.append(f"{i2}s = tl.where(nmask, s, float('-inf'))")
+            L += [f"{i2}m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_nan)[:, None])",
+                  f"{i2}m_use = tl.where(m_new == float('-inf'), 0.0, m_new)  # a row with no key yet adds 0",
+                  f"{i2}p_tile = {exp2(f'(s - m_use){units}')}",
+                  f"{i2}alpha = {exp2(f'(m_i - m_use){units}')}",
+                  f"{i2}l_i = l_i * alpha + tl.reduce(p_tile, 1, _sum)[:, None]"]
+            if half:
+                L += [f"{i2}p_tile = p_tile.to({p.tl_type(qdtype)})",
+                      f"{i2}if INTERPRETED:",
+                      f"{i2}    p_tile = p_tile.to(tl.float32)"]
+            L += [f"{i2}acc = acc * alpha + tl.dot(p_tile, v_tile{precision})",
+                  f"{i2}m_i = m_new"]
+        L.append(f"{i1}out = acc / l_i  # 0 / 0: a row that sees no key is NaN, as softmax written out")
+        if a["empty_rows"] == "zero":
+            L.append(f"{i1}out = tl.where(l_i == 0, 0.0, out)  # SDPA's safe softmax")
+        L.append(f"{i1}out = out.to({p.tl_type(node.dtype)})")
+        p.dtypes["out"] = node.dtype
+        if any(arg.is_output and arg.node.attrs["result"] == "lse" for arg in k.args):
+            lse = "m_i + tl.log(l_i)" if units else f"(m_i + tl.log2(l_i)) * {math.log(2)!r}"
+            L.append(f"{i1}lse = {lse}  # natural log; -inf for a row that sees no key")
+            p.dtypes["lse"] = torch.float32
+        for phase in epilogue:
+            for s in phase.outer + phase.inner:
+                p.emit(s, i1)
+
+
+def _attention_of(kernel: Kernel):
+    """The attention node a kernel of this template computes (the output; its twin, the log-sum-exp,
+    may be stored too)."""
+    return next(a.node for a in kernel.args if a.is_output and a.node.attrs["result"] == "out")
+
+
+TEMPLATE = AttentionTemplate()
