@@ -248,11 +248,12 @@ def test_node_reference_and_verifier():
         verify(g)
 
 
-def test_h200_schedule_and_source():
+def test_h200_schedule_and_source(monkeypatch):
     """Scheduled for the H200 (nothing runs): Hopper blocks by head dim, causal tiles split into the
     visible ones and the diagonal ones, ex2 on MUFU; a decode shape takes a short query block."""
     from tests.test_target import _scheduled
     from tests.utils import H200
+    monkeypatch.setenv("MINICOMP_ATTENTION", "1")  # off on GPUs by default until measured there
     from minicomp.codegen.triton import kernel_source
     for d, causal, tq, block_m, warps in ((64, True, 256, 128, 4), (128, False, 256, 128, 8), (128, False, 1, 16, 8)):
         q, k, v = (torch.empty(1, 2, t, d, dtype=torch.bfloat16) for t in (tq, 256, 256))
@@ -334,12 +335,13 @@ def test_hugging_face_eager_attention_is_fused(model):
     assert any("causal j <= i+0" in decisions(r) for r in reports)
 
 
-def test_heads_merged_back_are_a_plain_operand_of_the_next_product():
+def test_heads_merged_back_are_a_plain_operand_of_the_next_product(monkeypatch):
     """The attention result is stored [B, T, H, D]: the projection after it reads [B*T, H*D] as a
     plain 2-D buffer (on the H200 through TMA)."""
     from minicomp.ir.kernel import TileLoad
     from tests.test_target import _scheduled
     from tests.utils import H200
+    monkeypatch.setenv("MINICOMP_ATTENTION", "1")  # off on GPUs by default until measured there
     w, wo = torch.randn(64, 192, dtype=torch.bfloat16), torch.randn(64, 64, dtype=torch.bfloat16)
 
     def fn(x):
@@ -369,3 +371,20 @@ def test_mingpt_module_with_a_registered_tril_buffer():
             return F.softmax(att, dim=-1) @ v
     report = compile_and_compare(Attention(), *qkv(tq=17))
     assert len(fused(report)) == 1 and "read from memory" in decisions(report)
+
+
+def test_off_on_gpus_by_default_with_the_reason(monkeypatch):
+    """Until the kernel is measured on a GPU, a CUDA target keeps attention unfused (written out: the
+    ordinary kernels; SDPA: PyTorch's op, the reason in the report); MINICOMP_ATTENTION=1 turns it on."""
+    from tests.test_target import _scheduled
+    from tests.utils import H200
+    monkeypatch.delenv("MINICOMP_ATTENTION", raising=False)
+    q, k, v = (torch.randn(1, 2, 64, 64, dtype=torch.bfloat16) for _ in range(3))
+
+    def fn(q, k, v):
+        return torch.softmax(q @ k.transpose(-1, -2) * 0.125, -1) @ v
+    graph, kernels = _scheduled(fn, [q, k, v], H200)
+    assert not any(n.op == "attention" for n in graph.nodes)
+    monkeypatch.setenv("MINICOMP_ATTENTION", "1")
+    graph, kernels = _scheduled(fn, [q, k, v], H200)
+    assert any(n.op == "attention" for n in graph.nodes)

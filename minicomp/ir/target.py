@@ -8,6 +8,7 @@ the ``Target``. Only fields some decision reads are here.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +28,13 @@ class Target:
     @property
     def is_cuda(self) -> bool:
         return self.kind == "cuda"
+
+    @property
+    def fused_attention(self) -> bool:
+        """Whether attention (written out, or SDPA in inference) runs as minicomp's flash kernel: always
+        in the interpreter; on a GPU only with ``MINICOMP_ATTENTION=1`` until the kernel has been
+        compiled and measured there (it has not run on a GPU yet: the device was not lent)."""
+        return self.interpreted or os.environ.get("MINICOMP_ATTENTION", "0") not in ("", "0")
 
     @property
     def interpreted(self) -> bool:

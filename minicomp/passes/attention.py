@@ -60,6 +60,8 @@ class NotAttention(Exception):
 
 def attention(graph: Graph) -> Graph:
     """Replace every recognised written-out attention by one ``attention`` node."""
+    if not graph.target.fused_attention:
+        return graph
     graph.recompute_users()
     found = 0
     for node in [n for n in graph.nodes if n.op == "matmul"]:
