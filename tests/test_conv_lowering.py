@@ -194,23 +194,33 @@ def _scheduled(fn, args, target):
     return graph, graph.kernels
 
 
-def test_auto_on_the_h200_takes_only_the_measured_winners(monkeypatch):
-    """``auto`` for a GPU target (scheduled on the CPU, nothing runs): a half-precision 1x1 into 256
-    channels over 14x14 pixels in the IR; a 1x1 into fewer channels, 3x3, depthwise and grouped in
-    cuDNN (``AUTO_IR_MIN_COUT``: what the H200 measured)."""
-    x = rand(2, 16, 14, 14, dtype=BF16)
+@pytest.mark.parametrize("grouped_channels", [16, 64])
+def test_auto_on_the_h200_takes_only_the_measured_winners(grouped_channels):
+    """``auto`` for a GPU target (scheduled on the CPU, nothing runs). A graph that runs channels-last
+    (``layout_plan.channels_last_pays``: its grouped convolution is 17% of the FLOPs) keeps every
+    convolution in cuDNN; one that stays NCHW (the grouped ones 81%) takes the half-precision 1x1 into
+    256 channels over 14x14 pixels into the IR and leaves the narrower 1x1, 3x3, depthwise and grouped
+    ones in cuDNN (``AUTO_IR_MIN_COUT``)."""
+    x, xg = rand(2, 16, 14, 14, dtype=BF16), rand(2, grouped_channels, 14, 14, dtype=BF16)
 
-    def fn(x, w1, w1narrow, w3, wd, wg):
+    def fn(x, xg, w1, w1narrow, w3, wd, wg):
         wide = F.conv2d(x, w1) + F.conv2d(x, w3, padding=1) + F.conv2d(x, wd, padding=1, groups=16) \
-            + F.conv2d(x, wg, padding=1, groups=4)
+            + F.conv2d(xg, wg, padding=1, groups=4)
         return wide, F.conv2d(x, w1narrow)
     ws = [rand(256, 16, 1, 1, dtype=BF16), rand(64, 16, 1, 1, dtype=BF16), rand(256, 16, 3, 3, dtype=BF16),
-          rand(256, 1, 3, 3, dtype=BF16), rand(256, 4, 3, 3, dtype=BF16)]
-    graph, kernels = _scheduled(fn, [x, *ws], H200)
+          rand(256, 1, 3, 3, dtype=BF16), rand(1024 if grouped_channels == 64 else 256, grouped_channels // 4, 3, 3,
+                                               dtype=BF16)]
+    if grouped_channels == 64:
+        fn_ = fn
+        def fn(x, xg, w1, w1narrow, w3, wd, wg):  # the grouped conv's 1024 channels summed into 256
+            wide, narrow = fn_(x, xg, w1, w1narrow, w3, wd, wg[:256])
+            return wide + F.conv2d(xg, wg, padding=1, groups=4).unflatten(1, (4, 256)).sum(1), narrow
+    graph, kernels = _scheduled(fn, [x, xg, *ws], H200)
+    nhwc = grouped_channels == 16
     decisions = [d for d in graph.decisions if d.startswith("conv ")]
-    assert [d.split()[2] for d in decisions] == ["1x1", "im2col", "depthwise", "grouped", "1x1"], decisions
-    assert [": IR " in d for d in decisions] == [True, False, False, False, False], decisions
-    assert "gemm" in {k.schedule.template for k in kernels}, [k.schedule for k in kernels]
+    assert [d.split()[2] for d in decisions][:5] == ["1x1", "im2col", "depthwise", "grouped", "1x1"], decisions
+    assert [": IR " in d for d in decisions] == [not nhwc] + [False] * (len(decisions) - 1), decisions
+    assert any(d.startswith("layout: NCHW kept") for d in graph.decisions) != nhwc, graph.decisions
     assert all(not k.schedule.interpreted for k in kernels)
 
 

@@ -40,16 +40,19 @@ from ..ir.graph import Graph, Node
 from ..ir.target import Target
 from ..ir.types import short_dtype
 from .gemm_choice import ATEN
+from .layout_plan import channels_last_pays, is_conv2d
 
 MODES = ("cudnn", "ir", "auto")
 AUTO_IR_MIN_COUT = 256
 AUTO_IR_MIN_PIXELS = 196
-"""``auto`` runs a convolution in the IR on the GPU only where it measured faster than cuDNN with the
-same epilogue (H200, batch 32, ResNet-50/MobileNetV3 shapes, ``benchmarks/conv_kernels.py``; results
-in benchmarks/results/2026-11-23-conv-kernels-*): 1x1, stride 1, fp16/bf16, at least 256 output
-channels over at least 14x14 pixels (0.6-0.7x cuDNN's GPU time). Elsewhere cuDNN won: 1x1 into 64
-channels (2.3x), over 7x7 pixels (1.2x) or in fp32 (up to 2.6x); im2col 3x3 (2.5-12x: div/mod address
-math per element, no TMA); depthwise as a window reduction (1.2-4.4x)."""
+"""Where ``auto`` runs a convolution in the IR on the GPU: in a graph that stays NCHW (``layout_plan``),
+1x1, stride 1, fp16/bf16, at least 256 output channels over at least 14x14 pixels — what measured
+faster than NCHW cuDNN with the same epilogue (H200, batch 32, ResNet-50/MobileNetV3 shapes,
+``benchmarks/conv_kernels.py``, benchmarks/results/2026-11-23-conv-kernels-*: 0.6-0.7x cuDNN's GPU
+time). Elsewhere NCHW cuDNN won: 1x1 into 64 channels (2.3x), over 7x7 pixels (1.2x) or in fp32 (up
+to 2.6x); im2col 3x3 (2.5-12x: div/mod address math per element, no TMA); depthwise as a window
+reduction (1.2-4.4x). A graph ``layout_plan`` runs channels-last keeps every convolution in cuDNN:
+the IR has not been measured against channels-last cuDNN yet."""
 GROUPED_REASON = ("grouped convolution (1 < groups < Cin): as one matmul it would be block-diagonal "
                   "(groups times the work), and a matmul per group has only Cin/groups channels of K "
                   "and Cout/groups of N, too narrow for tensor-core tiles (tl.dot needs 16); kept in cuDNN")
@@ -129,10 +132,13 @@ def precision(conv: Conv, target: Target) -> str:
     return "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
 
 
-def heuristic(conv: Conv, target: Target) -> tuple[bool, str]:
-    """``auto``'s choice (True: the IR) and why."""
+def heuristic(conv: Conv, target: Target, channels_last: bool = False) -> tuple[bool, str]:
+    """``auto``'s choice (True: the IR) and why; ``channels_last``: the graph's convolutions will run
+    NHWC (``layout_plan.channels_last_pays``)."""
     if not target.is_cuda:
         return False, "CPU: oneDNN's convolution is faster than the Triton interpreter"
+    if channels_last:
+        return False, "channels-last cuDNN (layout_plan); the IR is not measured against it yet"
     if conv.kind in ("1x1", "im2col") and conv.x.dtype == torch.float32 and precision(conv, target) == "ieee":
         return False, "IEEE fp32 (cudnn.allow_tf32 off): no tensor cores; gemm_backend would send it to cuBLAS"
     if conv.kind != "1x1":
@@ -156,6 +162,7 @@ def conv_lowering(graph: Graph) -> Graph:
     """Rewrite the chosen convolution externs into IR (see the module docstring)."""
     mode = conv_mode()
     graph.recompute_users()
+    channels_last = channels_last_pays([n for n in graph.nodes if is_conv2d(n)], graph.target)[0]
     for node in [n for n in graph.nodes if n.op == "extern"]:
         conv, why_not = parse(node)
         if conv is None:
@@ -169,7 +176,7 @@ def conv_lowering(graph: Graph) -> Graph:
         elif node.id in graph.gemm_choices:
             use_ir, reason = graph.gemm_choices[node.id] != ATEN, "measured (max-autotune)"
         else:
-            use_ir, reason = heuristic(conv, graph.target)
+            use_ir, reason = heuristic(conv, graph.target, channels_last)
         if not use_ir:
             graph.decisions.append(f"{conv.describe()}: cuDNN/oneDNN extern ({reason})")
             _note_reason(graph, node, f"convolution kept as extern: {reason}")

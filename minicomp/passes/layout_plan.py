@@ -35,10 +35,49 @@ def is_conv2d(node: Node) -> bool:
     return len(node.shape) == 4 and not args[6] and isinstance(args[0], Node) and isinstance(args[1], Node)
 
 
+# Channels-last time / NCHW time of cuDNN convolutions by kind, averaged over torchbench's convolution
+# inputs by PyTorch's developers for Inductor's layout optimization (torch/_inductor/graph.py,
+# decide_layout_opt; not re-measured here): grouped convolutions with more than one input channel per
+# group get slower in NHWC, the others faster.
+CHANNELS_LAST_SPEEDUP = {"grouped": 1.358, "small": 0.783, "in>out": 0.725, "default": 0.823}
+
+
+def conv_kind(conv: Node) -> str:
+    """The ``CHANNELS_LAST_SPEEDUP`` class of a 2-D convolution extern."""
+    w, groups = conv.attrs["arg_tree"][0][1], conv.attrs["arg_tree"][0][8]
+    cout, cin_per_group, kh = w.shape[0], w.shape[1], w.shape[2]
+    if groups > 1 and cin_per_group > 1:
+        return "grouped"
+    if cout <= 64 and cin_per_group <= 64:
+        return "small"
+    if 2 * cout <= cin_per_group and kh > 1:
+        return "in>out"
+    return "default"
+
+
+def channels_last_pays(convs: list[Node], target) -> tuple[bool, str]:
+    """Whether a graph with these convolutions runs them channels-last, and why: always on the CPU
+    (oneDNN); on a GPU when the FLOP-weighted ``CHANNELS_LAST_SPEEDUP`` of its convolutions is at most 1."""
+    if not target.is_cuda:
+        return True, "oneDNN runs NHWC natively"
+    flops = {kind: 0 for kind in CHANNELS_LAST_SPEEDUP}
+    for c in convs:
+        w = c.attrs["arg_tree"][0][1]
+        flops[conv_kind(c)] += 2 * c.type.numel * w.shape[1] * w.shape[2] * w.shape[3]
+    total = sum(flops.values()) or 1
+    ratio = sum(flops[k] * CHANNELS_LAST_SPEEDUP[k] for k in flops) / total
+    why = f"estimated NHWC/NCHW convolution time {ratio:.2f} (grouped {flops['grouped'] / total:.0%} of FLOPs)"
+    return ratio <= 1, why
+
+
 def layout_plan(graph: Graph) -> Graph:
     """Plan channels-last buffers for the convolutions' neighbourhood (see the module docstring)."""
     convs = [n for n in graph.nodes if is_conv2d(n)]
     if not convs:
+        return graph
+    pays, why = channels_last_pays(convs, graph.target)
+    if not pays:
+        graph.decisions.append(f"layout: NCHW kept: {why} (CHANNELS_LAST_SPEEDUP)")
         return graph
     graph.recompute_users()
     outputs = set(graph.output.inputs)
@@ -59,8 +98,8 @@ def layout_plan(graph: Graph) -> Graph:
         ordered += bool(group.order)
     graph.decisions.append(
         f"layout: channels-last (NHWC) for {len(region)} buffer(s) around {len(planned)} of {len(convs)} "
-        f"convolution(s) (cuDNN/oneDNN run NHWC natively; NCHW costs a transpose on each side of every "
-        f"convolution); {ordered} kernel(s) walk them in memory order")
+        f"convolution(s) ({why}; NCHW costs a transpose on each side of every convolution); {ordered} "
+        f"kernel(s) walk them in memory order")
     graph.decisions += list(dict.fromkeys(notes))
     return graph
 
