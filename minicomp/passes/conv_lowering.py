@@ -137,10 +137,10 @@ def heuristic(conv: Conv, target: Target, channels_last: bool = False) -> tuple[
     NHWC (``layout_plan.channels_last_pays``)."""
     if not target.is_cuda:
         return False, "CPU: oneDNN's convolution is faster than the Triton interpreter"
-    if channels_last:
-        return False, "channels-last cuDNN (layout_plan); the IR is not measured against it yet"
     if conv.kind in ("1x1", "im2col") and conv.x.dtype == torch.float32 and precision(conv, target) == "ieee":
         return False, "IEEE fp32 (cudnn.allow_tf32 off): no tensor cores; gemm_backend would send it to cuBLAS"
+    if channels_last:
+        return False, "channels-last cuDNN (layout_plan); the IR is not measured against it yet"
     if conv.kind != "1x1":
         return False, f"{conv.kind}: cuDNN measured faster (see AUTO_IR_MIN_COUT)"
     n, cin, h, w = conv.x.shape
