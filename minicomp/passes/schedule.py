@@ -16,7 +16,7 @@ def plan_layouts(graph: Graph) -> dict[Node, tuple[int, ...]]:
     [B, T, H, D] in memory; everything else is contiguous."""
     out = {}
     for node, strides in zip(graph.output.inputs, graph.output.attrs.get("strides") or ()):
-        if strides is not None and node.op in ("pointwise", "reduce", "scan", "gather", "attention") and len(strides) == len(node.shape):
+        if strides is not None and node.op in ("pointwise", "reduce", "scan", "gather", "attention", "attention_grad") and len(strides) == len(node.shape):
             out.setdefault(node, tuple(strides))
     for node in graph.nodes:  # [B, H, T, D] attention stored as [B, T, H, D] (as SDPA's): the heads' merge
         if node.op == "attention" and node.attrs["result"] == "out" and node.type.ndim == 4 and node.shape[1] > 1:
