@@ -77,9 +77,9 @@ def test_float_mask_gets_no_gradient_from_sdpa():
     assert_lowered(reports)
 
 
-def test_bf16():
-    reports = compare_gradients(sdpa(is_causal=True), *qkv(tq=33, d=32, dtype=torch.bfloat16))
-    assert_lowered(reports)
+def test_bf16_and_grouped_bf16():
+    assert_lowered(compare_gradients(sdpa(is_causal=True), *qkv(tq=33, d=32, dtype=torch.bfloat16)))
+    assert_lowered(compare_gradients(sdpa(enable_gqa=True), *qkv(b=1, h=2, hkv=1, tq=17, dtype=torch.bfloat16)))
 
 
 def test_non_contiguous_heads_of_a_fused_qkv_projection():

@@ -52,12 +52,14 @@ def sdpa_backward(L, dout: Node, q: Node, k: Node, v: Node, out: Node, lse: Node
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     inputs = [q, ke, ve, dout, lse, delta] + ([mask] if mask is not None else [])
     attrs = dict(scale=float(scale), mask=kind, causal=0 if is_causal else None)
-    grads = [L.graph.add("attention_grad", inputs, x.type, ("scaled_dot_product_attention_backward",), wrt=w, **attrs)
+    grouped = hkv != heads  # each k/v head was read by heads // hkv query heads: its gradient sums theirs
+    grads = [L.graph.add("attention_grad", inputs, x.type.with_(dtype=acc) if grouped and w != "q" else x.type,
+                         ("scaled_dot_product_attention_backward",), wrt=w, **attrs)
              for w, x in (("q", q), ("k", ke), ("v", ve))]
     dq, dk, dv = grads
-    if hkv != heads:  # each k/v head was read by heads // hkv query heads: its gradient sums theirs
-        dk, dv = (L.reduction("sum", L.reshape(g, (b, hkv, heads // hkv, *g.shape[2:])), [2], False, g.dtype)
-                  for g in (dk, dv))
+    if grouped:  # per query head in fp32, summed over each group, rounded once
+        dk, dv = (L.cast(L.reduction("sum", L.reshape(g, (b, hkv, heads // hkv, *g.shape[2:])), [2], False, acc), x.dtype)
+                  for g, x in ((dk, k), (dv, v)))
     return dq, dk, dv
 
 

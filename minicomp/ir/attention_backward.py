@@ -8,7 +8,7 @@
   ``lse`` (natural units; ``-inf`` or ``+inf`` for a row that sees no key: its p is 0) and ``delta =
   rowsum(dout * out)`` (both ``[*B, Tq]``, fp32), and the mask if any; attrs
   ``scale``, ``mask``, ``causal`` as the ``attention`` node's. The result has the shape and dtype of
-  the input it differentiates. The ``"k"`` and ``"v"`` nodes of one backward share every input and
+  the input it differentiates (or fp32, where grouped-query heads are summed after it). The ``"k"`` and ``"v"`` nodes of one backward share every input and
   are one kernel's two results (fusion); ``"q"`` is a kernel of its own.
 
 With ``p = exp(s - lse)``: ``dv = pᵀ @ dout``, ``dp = dout @ vᵀ``, ``ds = p * (dp - delta)``,
@@ -44,18 +44,18 @@ def scores(q, k, mask, *, scale: float, mask_kind: str | None, causal: int | Non
 
 def grad_ref(q, k, v, dout, lse, delta, mask, *, wrt: str, scale: float, mask_kind: str | None,
              causal: int | None) -> torch.Tensor:
-    """The reference of an ``attention_grad`` node."""
+    """The reference of an ``attention_grad`` node, in the accumulation dtype (the caller rounds)."""
     acc = acc_dtype(q.dtype)
     s = scores(q, k, mask, scale=scale, mask_kind=mask_kind, causal=causal)
     lse = torch.where(torch.isneginf(lse), float("inf"), lse.to(acc))  # an eager forward's empty row
     p = torch.exp(s - lse.unsqueeze(-1))
     do = dout.to(acc)
     if wrt == "v":
-        return torch.matmul(p.transpose(-1, -2), do).to(v.dtype)
+        return torch.matmul(p.transpose(-1, -2), do)
     ds = p * (torch.matmul(do, v.to(acc).transpose(-1, -2)) - delta.to(acc).unsqueeze(-1))
     if wrt == "q":
-        return (torch.matmul(ds, k.to(acc)) * scale).to(q.dtype)
-    return (torch.matmul(ds.transpose(-1, -2), q.to(acc)) * scale).to(k.dtype)
+        return torch.matmul(ds, k.to(acc)) * scale
+    return torch.matmul(ds.transpose(-1, -2), q.to(acc)) * scale
 
 
 def check_grad(node) -> list[str]:
@@ -73,7 +73,7 @@ def check_grad(node) -> list[str]:
     if bool(mask) != (a["mask"] is not None) or mask and mask[0].shape != (*q.shape[:-1], k.shape[-2]):
         problems.append(f"mask kind {a['mask']!r} with mask {[m.shape for m in mask]}")
     own = {"q": q, "k": k, "v": v}.get(a["wrt"])
-    if own is not None and (node.shape, node.dtype) != (own.shape, own.dtype):
+    if own is not None and (node.shape != own.shape or node.dtype not in (own.dtype, acc_dtype(own.dtype))):
         problems.append(f"result {node.shape} {node.dtype}, the input's {own.shape} {own.dtype}")
     return problems
 

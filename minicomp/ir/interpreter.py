@@ -96,7 +96,7 @@ def run(graph: Graph, args: list) -> list:
             q, k, v, dout, lse, delta, *mask = (env[i] for i in node.inputs)
             a = node.attrs
             env[node] = grad_ref(q, k, v, dout, lse, delta, mask[0] if mask else None, wrt=a["wrt"], scale=a["scale"],
-                                 mask_kind=a["mask"], causal=a["causal"])
+                                 mask_kind=a["mask"], causal=a["causal"]).to(node.dtype)
         elif op == "view":
             env[node] = _view(node, env[node.inputs[0]])
         elif op == "gather":

@@ -40,7 +40,7 @@ def backward_schedule(name: str, d: int, dv: int, target: Target) -> Schedule:
     if not target.is_cuda:
         return Schedule(name, dict(BLOCK_M=16, BLOCK_N=16, **blocks), 1, 1)
     wide = max(d, dv) > 64
-    rows, loop = (64, 32) if wide else (128, 32)
+    rows, loop = (32 if max(d, dv) > 128 else 64, 32) if wide else (128, 32)
     m, n = (loop, rows) if name == "attention_dkdv" else (rows, loop)
     return Schedule(name, dict(BLOCK_M=m, BLOCK_N=n, **blocks), 8 if wide else 4, 2 if wide else 3)
 
