@@ -169,11 +169,12 @@ class AttentionBackwardTemplate(Template):
             L += [f"{i1}dk = tl.full([BLOCK_N, BLOCK_D], 0, {acc})", f"{i1}dv = tl.full([BLOCK_N, BLOCK_E], 0, {acc})"]
 
         def lowp(x: str) -> list[str]:
-            """``x`` rounded to the inputs' dtype for a tensor-core dot, as the forward's p (back to
-            fp32 in the interpreter): ``x_lp``."""
+            """``x_lp``: ``x`` rounded to the inputs' dtype for a tensor-core dot on the GPU (as
+            FlashAttention and cuDNN do, so as eager's CUDA kernels); in the interpreter (CPU tensors,
+            whose eager kernels compute in fp32 throughout) kept fp32."""
             if not half:
                 return [f"{x}_lp = {x}"]
-            return [f"{x}_lp = {x}.to({p.tl_type(dtype)})", "if INTERPRETED:", f"    {x}_lp = {x}_lp.to(tl.float32)"]
+            return ["if INTERPRETED:", f"    {x}_lp = {x}", "else:", f"    {x}_lp = {x}.to({p.tl_type(dtype)})"]
 
         causal = a["causal"]
         if self.wrt == "q":
