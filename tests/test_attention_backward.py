@@ -120,6 +120,25 @@ def test_mixed_pairings(monkeypatch, eager_side):
         assert ours in templates(reports)
 
 
+def test_h200_schedule_and_source():
+    """Scheduled for the H200 (nothing runs): blocks by head dim, 8 warps, causal loops split into
+    the diagonal blocks and the rest, bf16 dots."""
+    from minicomp.codegen.triton import kernel_source
+    from tests.test_target import _scheduled
+    from tests.utils import H200
+    for d, causal, (dkdv, dq) in ((64, True, ((32, 128), (128, 32))), (128, False, ((32, 64), (64, 32)))):
+        q, k, v, dout, out = (torch.empty(1, 2, 256, d, dtype=torch.bfloat16) for _ in range(5))
+        args = [dout, q, k, v, out, torch.empty(1, 2, 256)]
+        with torch.no_grad():
+            _, kernels = _scheduled(lambda *a: CPU_BACKWARD(*a, 0.0, causal), args, H200)
+        found = {kn.schedule.template: kn for kn in kernels}
+        for name, (m, n) in (("attention_dkdv", dkdv), ("attention_dq", dq)):
+            kn = found[name]
+            assert (kn.schedule.blocks["BLOCK_M"], kn.schedule.blocks["BLOCK_N"], kn.schedule.num_warps) == (m, n, 8)
+            src = kernel_source(kn)
+            assert src.count("tl.range(") == (2 if causal else 1) and ".to(tl.bfloat16)" in src
+
+
 # --- the nodes' reference semantics ----------------------------------------------------------------
 
 def lse_ref(q, k, mask, *, scale, mask_kind, causal):

@@ -34,15 +34,17 @@ from .emitter import Emitter, finish_kernel, pow2
 
 def backward_schedule(name: str, d: int, dv: int, target: Target) -> Schedule:
     """Blocks by head dim: the kernel's own rows (keys for dk/dv, queries for dq) in tall blocks, the
-    loop's in short ones (FlashAttention-2's Triton backward: 128 x 32 at d=64); 16x16 in the
-    interpreter. Not yet measured on the H200 (benchmarks/attention_train.py is the first run)."""
+    loop's in short ones (FlashAttention-2's Triton backward: 128 x 32 at d=64), 8 warps; 16x16 in
+    the interpreter. Chosen so that the sm_90 build spills no registers (cuobjdump, causal and not);
+    their speed is first measured by benchmarks/attention_train.py."""
     blocks = dict(BLOCK_D=max(16, pow2(d)), BLOCK_E=max(16, pow2(dv)))
     if not target.is_cuda:
         return Schedule(name, dict(BLOCK_M=16, BLOCK_N=16, **blocks), 1, 1)
-    wide = max(d, dv) > 64
-    rows, loop = (32 if max(d, dv) > 128 else 64, 32) if wide else (128, 32)
-    m, n = (loop, rows) if name == "attention_dkdv" else (rows, loop)
-    return Schedule(name, dict(BLOCK_M=m, BLOCK_N=n, **blocks), 8 if wide else 4, 2 if wide else 3)
+    width = max(d, dv)
+    rows = 128 if width <= 64 else 64 if width <= 128 else 32
+    rows = min(rows, 64) if name == "attention_dq" and width > 64 else rows
+    m, n = (32, rows) if name == "attention_dkdv" else (rows, 32)
+    return Schedule(name, dict(BLOCK_M=m, BLOCK_N=n, **blocks), 8, 3 if width <= 64 else 2)
 
 
 class AttentionBackwardTemplate(Template):
