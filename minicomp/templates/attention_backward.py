@@ -140,8 +140,11 @@ class AttentionBackwardTemplate(Template):
         rows, loop_block = ("m", "BLOCK_M") if dq else ("n", "BLOCK_N")
         n_rows = cdiv(k.numels[rows], k.schedule.blocks[loop_block])
         L = p.lines
+        # causal: the blocks with the most work first (dk/dv: the first keys, seen by the most queries; dq:
+        # the last queries), so the short ones fill the tail of the grid (as the forward does)
+        pid_r = f"{n_rows - 1} - {pid} % {n_rows}" if dq and a["causal"] is not None else f"{pid} % {n_rows}"
         L += [f"{i1}bindex = {pid} // {n_rows}",
-              f"{i1}pid_r = {pid} % {n_rows}",
+              f"{i1}pid_r = {pid_r}",
               f"{i1}dindex = tl.arange(0, BLOCK_D)[None, :]",
               f"{i1}dmask = dindex < dnumel",
               f"{i1}dkindex = tl.arange(0, BLOCK_D)[:, None]",
