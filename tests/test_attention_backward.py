@@ -14,7 +14,7 @@ import minicomp
 from minicomp.frontend import registry
 from minicomp.frontend.registry import Unsupported, aten
 from minicomp.ir.attention_backward import grad_ref
-from tests.utils import compare_gradients, compile_and_compare
+from tests.utils import compare_gradients
 
 CPU_FORWARD = aten._scaled_dot_product_flash_attention_for_cpu.default
 CPU_BACKWARD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default

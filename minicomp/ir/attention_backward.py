@@ -8,8 +8,9 @@
   ``lse`` (natural units; ``-inf`` or ``+inf`` for a row that sees no key: its p is 0) and ``delta =
   rowsum(dout * out)`` (both ``[*B, Tq]``, fp32), and the mask if any; attrs
   ``scale``, ``mask``, ``causal`` as the ``attention`` node's. The result has the shape and dtype of
-  the input it differentiates (or fp32, where grouped-query heads are summed after it). The ``"k"`` and ``"v"`` nodes of one backward share every input and
-  are one kernel's two results (fusion); ``"q"`` is a kernel of its own.
+  the input it differentiates (or fp32, where grouped-query heads are summed after it). The ``"k"``
+  and ``"v"`` nodes of one backward share every input and are one kernel's two results (fusion);
+  ``"q"`` is a kernel of its own.
 
 With ``p = exp(s - lse)``: ``dv = pᵀ @ dout``, ``dp = dout @ vᵀ``, ``ds = p * (dp - delta)``,
 ``dq = scale * ds @ k``, ``dk = scale * dsᵀ @ q``. The mask gets no gradient (SDPA gives it none).

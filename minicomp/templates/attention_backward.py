@@ -37,8 +37,9 @@ from .emitter import Emitter, finish_kernel, pow2
 def backward_schedule(name: str, d: int, dv: int, target: Target) -> Schedule:
     """Blocks by head dim: the kernel's own rows (keys for dk/dv, queries for dq) in tall blocks, the
     loop's in short ones (FlashAttention-2's Triton backward: 128 x 32 at d=64; dk/dv loops over 16
-    queries above d=64), 8 warps; 16x16 in the interpreter. Chosen so that the sm_90 build spills no registers (cuobjdump, causal and not);
-    their speed is first measured by benchmarks/attention_train.py."""
+    queries above d=64), 8 warps; 16x16 in the interpreter. Chosen so that the sm_90 build spills no
+    registers (cuobjdump, causal and not); their speed is first measured by
+    benchmarks/attention_train.py."""
     blocks = dict(BLOCK_D=max(16, pow2(d)), BLOCK_E=max(16, pow2(dv)))
     if not target.is_cuda:
         return Schedule(name, dict(BLOCK_M=16, BLOCK_N=16, **blocks), 1, 1)
