@@ -13,7 +13,7 @@ from tests.utils import compile_and_compare
 
 def test_the_registry_is_ordered_and_named_once():
     names = [t.name for t in templates.TEMPLATES]
-    assert names == ["attention", "gemm", "scan", "reduction", "tiled", "pointwise"]
+    assert names == ["attention", "attention_dkdv", "attention_dq", "gemm", "scan", "reduction", "tiled", "pointwise"]
     assert all(templates.template_of(n) is t for n, t in zip(names, templates.TEMPLATES))
 
 

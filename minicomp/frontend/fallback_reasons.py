@@ -12,17 +12,13 @@ _RNN_CELL = ("PyTorch's fused {} cell: the gates' pointwise math in one CUDA lau
 _CONVOLUTION = "runs cuDNN's (oneDNN's on the CPU) convolution as an extern call; minicomp's convolution template is the convolution issue"
 
 # aten op (overload packet) name -> why it falls back (the SDPA forward ops have rules in
-# frontend/rules_attention.py, which say why when they decline)
+# frontend/rules_attention.py, their backward ops in rules_attention_backward.py: they say why when they decline)
 DELIBERATE_FALLBACKS: dict[str, str] = {
     "_scaled_dot_product_fused_attention_overrideable": _ATTENTION.format("the backend's own"),
     "_flash_attention_forward": _ATTENTION.format("flash"),
     "_efficient_attention_forward": _ATTENTION.format("memory-efficient"),
     "_cudnn_attention_forward": _ATTENTION.format("cuDNN"),
-    "_scaled_dot_product_flash_attention_backward": _ATTENTION_BACKWARD.format("flash"),
-    "_scaled_dot_product_efficient_attention_backward": _ATTENTION_BACKWARD.format("memory-efficient"),
-    "_scaled_dot_product_cudnn_attention_backward": _ATTENTION_BACKWARD.format("cuDNN"),
     "_scaled_dot_product_fused_attention_overrideable_backward": _ATTENTION_BACKWARD.format("the backend's own"),
-    "_scaled_dot_product_flash_attention_for_cpu_backward": _ATTENTION_BACKWARD.format("CPU flash"),
     "_flash_attention_backward": _ATTENTION_BACKWARD.format("flash"),
     "_efficient_attention_backward": _ATTENTION_BACKWARD.format("memory-efficient"),
     "_thnn_fused_gru_cell": _RNN_CELL.format("GRU"),

@@ -21,8 +21,8 @@ from ..ir.graph import Graph, Node, Scalar, map_tree, terminal
 from ..ir.layout import is_dense
 from ..ir.target import Target
 from ..ir.types import SUPPORTED_DTYPES, TensorType, contiguous_strides, is_float
-from . import (rules, rules_activations, rules_attention, rules_factories, rules_index, rules_norms,  # noqa: F401  (each
-               rules_pooling, rules_resize, rules_scan, rules_scatter)  # module registers its rules in RULES)
+from . import (rules, rules_activations, rules_attention, rules_attention_backward, rules_factories,  # noqa: F401  (each
+               rules_index, rules_norms, rules_pooling, rules_resize, rules_scan, rules_scatter)  # module registers its rules in RULES)
 from .fallback_reasons import deliberate_fallback
 from .registry import RULES, Unsupported, aten, coerce, opmath
 

@@ -2,26 +2,19 @@
 which the attention template runs as minicomp's own flash kernel.
 
 The fused forward ops (``_scaled_dot_product_{flash,efficient,cudnn}_attention``, the CPU flash op)
-also return the log-sum-exp and RNG state their backward reads; they are lowered only where nothing
-but the output (result 0) is used (inference graphs). Elsewhere, and with dropout, the rule declines
-and the op runs in PyTorch with the reason in the report.
+also return the log-sum-exp and RNG state their backward reads: ``attention_results.py`` makes
+those (the log-sum-exp: a second result of the kernel). With dropout the rule declines and the op
+runs in PyTorch with the reason in the report.
 """
 from __future__ import annotations
 
 import math
-import operator
 
 import torch
 
 from ..ir.graph import Node, Scalar
+from .attention_results import forward_results
 from .registry import Unsupported, aten, rule
-
-
-def _only_output_used(L) -> None:
-    for user in L.node.users:
-        if not (user.target is operator.getitem and user.args[1] == 0):
-            raise Unsupported("attention not fused: a result besides the output (the log-sum-exp, RNG state) is "
-                              "read, by a backward; minicomp's attention backward is not written yet (issue 18)")
 
 
 def _heads(L, x: Node, batch: tuple, heads: int) -> Node:
@@ -97,31 +90,26 @@ def _sdpa(L, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=N
 
 
 def _results(L, out: Node) -> tuple:
-    """The op's results: the output, and None for those nobody reads (checked before)."""
-    n = len(L.node.meta["val"])
-    return (out,) + (None,) * (n - 1)
+    """The op's results: the output, the log-sum-exp where a backward reads it, ..."""
+    return forward_results(L, out)
 
 
 @rule(aten._scaled_dot_product_flash_attention_for_cpu.default)
 def _sdpa_cpu_flash(L, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
-    _only_output_used(L)
     return _results(L, sdpa(L, q, k, v, attn_mask, dropout_p, is_causal, scale))
 
 
 @rule(aten._scaled_dot_product_flash_attention.default)
 def _sdpa_flash(L, q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):
-    _only_output_used(L)
     return _results(L, sdpa(L, q, k, v, None, dropout_p, is_causal, scale))
 
 
 @rule(aten._scaled_dot_product_efficient_attention.default)
 def _sdpa_efficient(L, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *, scale=None):
-    _only_output_used(L)
     return _results(L, sdpa(L, q, k, v, attn_bias, dropout_p, is_causal, scale))
 
 
 @rule(aten._scaled_dot_product_cudnn_attention.default)
 def _sdpa_cudnn(L, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,
                 return_debug_mask=False, *, scale=None):
-    _only_output_used(L)
     return _results(L, sdpa(L, q, k, v, attn_bias, dropout_p, is_causal, scale))

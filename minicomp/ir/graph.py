@@ -12,6 +12,8 @@ Node kinds (``Node.op``):
 * ``matmul``    ``a @ b`` with equal batch dims, accumulated in the node's dtype (attrs: ``precision``)
 * ``attention`` ``softmax(q @ kᵀ * scale + mask) @ v`` over batch dims (``ir/attention.py``: inputs,
                 attributes, reference semantics)
+* ``attention_grad`` the gradient of an attention with respect to q, k or v, from its log-sum-exp
+                (``ir/attention_backward.py``)
 * ``view``      no data: an index map from the node's index space into its input's, a validity mask
                 and the value where the mask is false (attrs: ``index``, ``mask``, ``fill``, ``kind``)
 * ``gather``    an indirect read: ``inputs[0]`` (the data) at an index map written in the node's
@@ -91,6 +93,8 @@ class Group:
             return "gemm"
         if any(n.op == "attention" for n in self.nodes):
             return "attention"
+        if any(n.op == "attention_grad" for n in self.nodes):
+            return "attention_backward"
         if any(n.op == "scan" for n in self.nodes):  # axes: the scanned axis; its results keep it
             return "scan"
         return "reduction" if self.axes else "pointwise"
@@ -296,6 +300,9 @@ def format_node(n: Node) -> str:
     elif n.op == "attention":
         from .attention import describe
         body = describe(n)
+    elif n.op == "attention_grad":
+        from .attention_backward import describe_grad
+        body = describe_grad(n)
     elif n.op == "view":
         idx = ", ".join(str(e) for e in a["index"])
         body = f"{a['kind']}({n.inputs[0].name}) [{idx}]"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from .attention import attention_ref
+from .attention_backward import grad_ref
 from .expr import evaluate, index_vars
 from .graph import Graph, Node, Scalar, indirect_vars
 from .ops import OPS, reduce_ref, scan_ref
@@ -91,6 +92,11 @@ def run(graph: Graph, args: list) -> list:
             env[node] = attention_ref(q, k, v, mask[0] if mask else None, scale=a["scale"], mask_kind=a["mask"],
                                       causal=a["causal"], empty_rows=a["empty_rows"], out_dtype=node.dtype,
                                       result=a.get("result", "out"))
+        elif op == "attention_grad":
+            q, k, v, dout, lse, delta, *mask = (env[i] for i in node.inputs)
+            a = node.attrs
+            env[node] = grad_ref(q, k, v, dout, lse, delta, mask[0] if mask else None, wrt=a["wrt"], scale=a["scale"],
+                                 mask_kind=a["mask"], causal=a["causal"]).to(node.dtype)
         elif op == "view":
             env[node] = _view(node, env[node.inputs[0]])
         elif op == "gather":

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from .attention import check as attention_check
+from .attention_backward import check_grad
 from .expr import Affine, index_vars
 from .graph import Graph, Node
 from .ops import OPS, REDUCTIONS, SCANS
@@ -76,6 +77,11 @@ class _RULES:
     def attention(node: Node) -> None:
         problems = attention_check(node)
         _check(not problems, f"{node.name}: attention: {'; '.join(problems)}")
+
+    @staticmethod
+    def attention_grad(node: Node) -> None:
+        problems = check_grad(node)
+        _check(not problems, f"{node.name}: attention_grad: {'; '.join(problems)}")
 
     @staticmethod
     def view(node: Node) -> None:

@@ -23,6 +23,7 @@ from collections import defaultdict
 import networkx as nx
 
 from ..ir.expr import Affine, Var, index_vars, linear_index, unravel
+from ..ir.attention_backward import siblings
 from ..ir.types import contiguous_strides
 from ..ir.graph import (Graph, Group, Node, compose_gather, compose_view, indirect_vars,  # Group: used by schedule
                         terminal)
@@ -44,6 +45,7 @@ RULES = (
     ("scan-prologue", "pointwise ops feeding a scan (cumsum, ...) are computed on the row it scans"),
     ("scan-epilogue", "pointwise ops on a scan's result, at the same positions, run on the scanned row"),
     ("attention-lse", "an attention's output and its rows' log-sum-exp come from one kernel (one pass over the keys)"),
+    ("attention-grads", "the dk and dv of an attention's backward come from one kernel (one pass over the queries)"),
 )
 
 MAX_PROLOGUE_OPS = 4  # pointwise ops (each ``OPS[fn].cheap``) recomputed on a GEMM operand's tiles
@@ -56,7 +58,7 @@ class NotFusable(Exception):
 
 
 def is_compute(node: Node) -> bool:
-    return node.op in ("pointwise", "reduce", "scan", "matmul", "gather", "attention")
+    return node.op in ("pointwise", "reduce", "scan", "matmul", "gather", "attention", "attention_grad")
 
 
 def operand_indices(node: Node, idx) -> tuple[tuple, tuple]:
@@ -306,7 +308,7 @@ class _Partition:
         if a is b:
             return True
         twins = len(a.nodes) == len(b.nodes) == 1 and attention_twins(a.nodes[0], b.nodes[0])
-        if (a.kind == "attention" or b.kind == "attention") and not twins:  # its own template, reads through views
+        if {a.kind, b.kind} & {"attention", "attention_backward"} and not twins:  # own templates, read through views
             self._refuse(a, b, "attention", "the attention kernel fuses no other op yet")
             return False
         if a.matmul is not None or b.matmul is not None:
@@ -341,6 +343,20 @@ class _Partition:
             self.group_of[n] = a
         self.groups.remove(b)
         self._merge_units(ua, ub)
+        return True
+
+    def join_results(self, node: Node) -> bool:
+        """Put ``node`` in the group of an earlier node it is computed with (the dk beside the dv of an
+        attention backward: ``attention_backward.siblings``); True if it joined one."""
+        mine = self.group_of[node]
+        a = next((g for g in self.groups if g is not mine and any(siblings(n, node) for n in g.nodes)), None)
+        if a is None:
+            return False
+        self.unit_graph()
+        a.nodes, a.rule = sorted(a.nodes + [node], key=self.position.__getitem__), a.rule or "attention-grads"
+        self.group_of[node] = a
+        self.groups.remove(mine)
+        self._merge_units(("g", a.id), ("g", mine.id))
         return True
 
     def _refuse(self, a: Group, b: Group, rule: str, reason: str) -> None:
@@ -382,6 +398,8 @@ def fusion(graph: Graph) -> Graph:
         if not is_compute(node):
             continue
         part.new_group(node)
+        if node.op == "attention_grad" and part.join_results(node):
+            continue
         for producer in dict.fromkeys(terminal(i) for i in node.inputs):
             if producer in part.group_of:
                 mine, theirs = part.group_of[node], part.group_of[producer]

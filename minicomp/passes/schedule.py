@@ -21,7 +21,7 @@ def plan_layouts(graph: Graph) -> dict[Node, tuple[int, ...]]:
             base = strides_through_view(node, strides)  # a pooled result: (N, C, H, W, 1) viewed as 4-D
             if base is not None:
                 out.setdefault(node.inputs[0], base)
-        if strides is not None and node.op in ("pointwise", "reduce", "scan", "gather", "attention") \
+        if strides is not None and node.op in ("pointwise", "reduce", "scan", "gather", "attention", "attention_grad") \
                 and len(strides) == len(node.shape):
             out.setdefault(node, tuple(strides))
     for node in graph.nodes:  # [B, H, T, D] attention stored as [B, T, H, D] (as SDPA's): the heads' merge

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from ..ir.kernel import Kernel
 from ..passes.fusion import Group
-from . import attention, gemm, pointwise, reduction, scan, tiled
+from . import attention, attention_backward, gemm, pointwise, reduction, scan, tiled
 from .base import Context, Template
 
 TEMPLATES: list[Template] = [
     attention.TEMPLATE,  # one attention node: the flash forward kernel
+    attention_backward.DKDV,  # attention_grad nodes: the flash backward's dk/dv and dq kernels
+    attention_backward.DQ,
     gemm.TEMPLATE,
     scan.TEMPLATE,
     reduction.TEMPLATE,

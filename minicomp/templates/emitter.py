@@ -92,7 +92,7 @@ class Emitter:
             value, inner = self.emit(node.inputs[0], inner_idx, mask + extra)
             stmt = Masked(self._var(), extra, value, Scalar(node.attrs["fill"], node.dtype))
             return self._put(key, stmt, inner or self._inner(*(r.expr for r in extra)))
-        if node in self.members and node.op in ("reduce", "matmul", "attention"):
+        if node in self.members and node.op in ("reduce", "matmul", "attention", "attention_grad"):
             return self.reduced[node], False
         if node in self.members and node.op == "gather":
             return self._gather(node, idx, mask, key)
@@ -286,8 +286,8 @@ def kernel_name(group: Group) -> str:
         base = _NAME_ALIASES.get(base, base.strip("_"))
         if base not in names:
             names.append(base)
-    if group.kind == "attention":
-        names = ["attention"]
+    if group.kind in ("attention", "attention_backward"):
+        names = [group.kind]
     elif group.matmul is not None:
         names = ["mm"] + [n for n in names if n not in ("mm", "addmm", "bmm", "baddbmm", "to")]
     elif any(n in names for n in ("softmax", "log_softmax", "layer_norm")):
