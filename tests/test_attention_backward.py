@@ -222,3 +222,14 @@ def test_dropout_declines():
     from minicomp.frontend.rules_attention_backward import sdpa_backward
     with pytest.raises(Unsupported, match="dropout"):
         sdpa_backward(None, *([None] * 6), None, 0.3, False, None)
+
+
+def test_off_where_the_target_says_so_both_ways(monkeypatch):
+    """A target whose ``fused_attention`` is off (a GPU without MINICOMP_ATTENTION=1) keeps SDPA's
+    forward and backward ops in PyTorch, each with the reason; gradients stay eager's."""
+    from minicomp.ir.target import Target
+    monkeypatch.setattr(Target, "fused_attention", property(lambda self: False))
+    reports = compare_gradients(sdpa(is_causal=True), *qkv(tq=17))
+    assert "attention" not in templates(reports) and "attention_dq" not in templates(reports)
+    reasons = [f.reason for r in reports for f in r.fallbacks]
+    assert len(reasons) == 2 and all("MINICOMP_ATTENTION=1" in why for why in reasons), reasons
