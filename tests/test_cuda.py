@@ -489,3 +489,50 @@ def test_cuda_graph_from_the_graph_cache():
         torch.testing.assert_close(f(x), fn(x))
     rep = minicomp.report()
     assert rep.from_cache and _captured(rep), rep.summary()
+
+
+# --- attention (issue 18): minicomp's flash kernels, on where MINICOMP_ATTENTION=1 ------------------
+
+@pytest.fixture
+def fused_attention(monkeypatch):
+    monkeypatch.setenv("MINICOMP_ATTENTION", "1")
+
+
+def _causal_written_out(q, k, v):
+    t = q.shape[-2]
+    s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    s = s.masked_fill(torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return torch.softmax(s.float(), -1).to(q.dtype) @ v
+
+
+@pytest.mark.parametrize("d,t", [(64, 1024), (128, 257)])
+def test_attention_written_out_is_one_flash_kernel(fused_attention, d, t):
+    q, k, v = _dev((2, 4, t, d), (2, 4, t, d), (2, 4, t, d), dtype=torch.bfloat16)
+    report = compile_and_compare(_causal_written_out, q, k, v)
+    assert [k.template for k in report.kernels].count("attention") == 1, report.summary()
+
+
+def test_attention_decode_splits_the_keys(fused_attention):
+    q, k, v = _dev((8, 16, 1, 128), (8, 16, 8192, 128), (8, 16, 8192, 128), dtype=torch.bfloat16)
+    report = compile_and_compare(lambda q, k, v: torch.softmax((q @ k.transpose(-1, -2)).float() / 11.3, -1)
+                                 .to(q.dtype) @ v, q, k, v)
+    assert "attention" in [k.template for k in report.kernels], report.summary()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_training_runs_minicomp_forward_and_backward_kernels(fused_attention, causal):
+    q, k, v, dout = _dev((2, 4, 300, 64), (2, 4, 300, 64), (2, 4, 300, 64), (2, 4, 300, 64), dtype=torch.bfloat16)
+
+    def run(fn):
+        leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+        out = fn(*leaves)
+        out.backward(dout)
+        return [out] + [x.grad for x in leaves]
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    expected = run(fn)
+    before = minicomp.report()
+    actual = run(minicomp.compile(fn))
+    for e, a in zip(expected, actual):
+        assert (a.float() - e.float()).abs().max() <= 2e-2 * e.float().abs().max(), (e, a)
+    templates = {k.template for r in minicomp.reports_since(before) for k in r.kernels}
+    assert {"attention", "attention_dq", "attention_dkdv"} <= templates, templates
