@@ -611,6 +611,30 @@ def test_interpreter_runs_a_hand_built_graph():
     torch.testing.assert_close(out, m - m.sum(1, keepdim=True))
 
 
+def test_interpreter_plain_views_equal_the_gathered_ones(monkeypatch):
+    """Views that only select, permute, slice from 0 and broadcast are taken without a gather
+    (``interpreter._plain_view``); every such map, and views that are not plain (a step, a flip, a
+    reshape, a diagonal), give what the general gather gives."""
+    from minicomp.ir import interpreter
+    x = torch.randn(3, 1, 5, 4)
+    maps = [views.permute((3, 1, 5, 4), (2, 0, 3, 1)), views.expand((3, 1, 5, 4), (2, 3, 6, 5, 4)),
+            views.select((3, 1, 5, 4), 2, 3), views.slice_((3, 1, 5, 4), 2, 0, 1, (3, 1, 2, 4)),
+            views.slice_((3, 1, 5, 4), 2, 1, 2, (3, 1, 2, 4)), views.flip((3, 1, 5, 4), (0,)),
+            views.reshape((3, 1, 5, 4), (3, 20))]
+    shapes = [(5, 3, 4, 1), (2, 3, 6, 5, 4), (3, 1, 4), (3, 1, 2, 4), (3, 1, 2, 4), (3, 1, 5, 4), (3, 20)]
+    (i0, i1) = index_vars((3, 4))
+    maps.append(((Affine.of(i0), Affine.of(0), Affine.of(i0), Affine.of(i1)), ()))  # a diagonal
+    shapes.append((3, 4))
+    g, inp = graph_with_input((3, 1, 5, 4), F32)
+    nodes = [g.view(inp, shape, index) for (index, _), shape in zip(maps, shapes)]
+    plain = [interpreter._plain_view(n, x) is not None for n in nodes]
+    assert plain == [True, True, True, True, False, False, False, False], plain
+    fast = [interpreter._view(n, x) for n in nodes]
+    monkeypatch.setattr(interpreter, "_plain_view", lambda node, x: None)
+    for n, got in zip(nodes, fast):
+        torch.testing.assert_close(got, interpreter._view(n, x), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("fn", ["sum", "prod", "max", "min", "any", "all"])
 def test_interpreter_reductions_keep_reduced_axes(fn):
     x = (torch.randn(3, 4, 5) > 0) if fn in ("any", "all") else torch.randn(3, 4, 5)

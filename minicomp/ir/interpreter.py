@@ -29,7 +29,35 @@ def eval_pointwise(node: Node, env) -> torch.Tensor:
 
 
 
+def _plain_view(node: Node, x: torch.Tensor) -> torch.Tensor | None:
+    """The view without a gather when its index map only selects, permutes, slices from 0 and
+    broadcasts: every input dim read at a constant or at one coordinate of the view (each at most
+    once), no mask. None otherwise. (A broadcast stays a stride-0 expand: a [T, T] causal mask made of
+    two iotas costs one comparison, not two T x T gathers.)"""
+    if node.attrs["mask"] or x.dim() != len(node.attrs["index"]):
+        return None
+    coords = index_vars(node.shape)
+    picks: list[int | None] = []  # per input dim: the view dim it follows, or None (a constant)
+    for e in node.attrs["index"]:
+        if e.is_const:
+            picks.append(None)
+        elif e.const == 0 and len(e.terms) == 1 and e.terms[0][1] == 1 and e.terms[0][0] in coords:
+            picks.append(coords.index(e.terms[0][0]))
+        else:
+            return None
+    dims = [d for d in picks if d is not None]
+    if len(set(dims)) != len(dims):
+        return None  # a diagonal
+    y = x[tuple(e.const if d is None else slice(0, node.shape[d]) for e, d in zip(node.attrs["index"], picks))]
+    y = y.permute(sorted(range(len(dims)), key=dims.__getitem__))
+    y = y.reshape([node.shape[d] if d in dims else 1 for d in range(len(node.shape))])
+    return y.expand(node.shape)
+
+
 def _view(node: Node, x: torch.Tensor) -> torch.Tensor:
+    plain = _plain_view(node, x)
+    if plain is not None:
+        return plain
     shape = node.shape
     grids = torch.meshgrid(*[torch.arange(s) for s in shape], indexing="ij") if shape else ()
     env = dict(zip(index_vars(shape), grids))
