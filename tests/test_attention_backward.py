@@ -142,7 +142,7 @@ def test_h200_schedule_and_source():
 # --- the nodes' reference semantics ----------------------------------------------------------------
 
 def lse_ref(q, k, mask, *, scale, mask_kind, causal):
-    from minicomp.ir.attention_backward import scores
+    from minicomp.ir.attention import scores
     return torch.logsumexp(scores(q, k, mask, scale=scale, mask_kind=mask_kind, causal=causal), -1)
 
 

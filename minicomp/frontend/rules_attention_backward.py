@@ -15,7 +15,7 @@ import math
 import torch
 
 from ..ir import views
-from ..ir.attention_backward import acc_dtype
+from ..ir.attention import acc_dtype
 from ..ir.graph import Node
 from .attention_results import read_results
 from .registry import Unsupported, aten, rule

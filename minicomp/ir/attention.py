@@ -30,11 +30,14 @@ import torch
 MASK_KINDS = (None, "add", "keep", "drop")
 
 
-def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *, scale: float,
-                  mask_kind: str | None, causal: int | None, empty_rows: str, out_dtype: torch.dtype,
-                  result: str = "out") -> torch.Tensor:
-    """The reference: the math of the written-out form, in fp32 for half inputs."""
-    acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+def acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Scores, softmax statistics and gradients accumulate in fp32 (fp64 for fp64 inputs)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def scores(q, k, mask, *, scale: float, mask_kind: str | None, causal: int | None) -> torch.Tensor:
+    """The scaled, masked scores ``s`` (``-inf`` where a key is hidden), in the accumulation dtype."""
+    acc = acc_dtype(q.dtype)
     s = torch.matmul(q.to(acc), k.to(acc).transpose(-1, -2)) * scale
     if mask_kind == "add":
         s = s + mask.to(acc)
@@ -43,10 +46,17 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
     elif mask_kind == "drop":
         s = s.masked_fill(mask.bool(), float("-inf"))
     if causal is not None:
-        tq, tk = s.shape[-2:]
-        i = torch.arange(tq).unsqueeze(-1)
-        j = torch.arange(tk)
-        s = s.masked_fill(j > i + causal, float("-inf"))
+        i = torch.arange(s.shape[-2]).unsqueeze(-1)
+        s = s.masked_fill(torch.arange(s.shape[-1]) > i + causal, float("-inf"))
+    return s
+
+
+def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *, scale: float,
+                  mask_kind: str | None, causal: int | None, empty_rows: str, out_dtype: torch.dtype,
+                  result: str = "out") -> torch.Tensor:
+    """The reference: the math of the written-out form, in fp32 for half inputs."""
+    acc = acc_dtype(q.dtype)
+    s = scores(q, k, mask, scale=scale, mask_kind=mask_kind, causal=causal)
     if result == "lse":
         return torch.logsumexp(s, dim=-1, keepdim=True).to(out_dtype)
     p = torch.softmax(s, dim=-1)

@@ -19,28 +19,9 @@ from __future__ import annotations
 
 import torch
 
+from .attention import acc_dtype, scores
+
 GRAD_INPUTS = ("q", "k", "v", "dout", "lse", "delta")  # then the mask, if any
-
-
-def acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Scores, softmax statistics and gradients accumulate in fp32 (fp64 for fp64 inputs)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def scores(q, k, mask, *, scale: float, mask_kind: str | None, causal: int | None) -> torch.Tensor:
-    """The scaled, masked scores ``s`` (``-inf`` where a key is hidden), in the accumulation dtype."""
-    acc = acc_dtype(q.dtype)
-    s = torch.matmul(q.to(acc), k.to(acc).transpose(-1, -2)) * scale
-    if mask_kind == "add":
-        s = s + mask.to(acc)
-    elif mask_kind == "keep":
-        s = s.masked_fill(~mask.bool(), float("-inf"))
-    elif mask_kind == "drop":
-        s = s.masked_fill(mask.bool(), float("-inf"))
-    if causal is not None:
-        i = torch.arange(s.shape[-2]).unsqueeze(-1)
-        s = s.masked_fill(torch.arange(s.shape[-1]) > i + causal, float("-inf"))
-    return s
 
 
 def grad_ref(q, k, v, dout, lse, delta, mask, *, wrt: str, scale: float, mask_kind: str | None,

@@ -61,6 +61,14 @@ def decode_splits(programs: int, tq: int, tk: int, target: Target) -> int:
     return splits
 
 
+def mask_scores(kind: str | None, mask: str, acc: str) -> list[str]:
+    """The statements applying an attention node's mask (``kind``: its ``mask`` attribute) to the
+    score tile ``s``; ``mask`` is the loaded mask tile's name."""
+    return {"add": [f"s = s + {mask}.to({acc})"],
+            "keep": [f"s = tl.where({mask}, s, float('-inf'))"],
+            "drop": [f"s = tl.where({mask}, float('-inf'), s)"]}.get(kind, [])
+
+
 class AttentionTemplate(Template):
     name = "attention"
     block_of = {"mindex": "BLOCK_M", "nindex": "BLOCK_N", "nvindex": "BLOCK_N", "dindex": "BLOCK_D",
@@ -195,12 +203,7 @@ class AttentionTemplate(Template):
             # finfo.min scores (a padded query) is uniform, not empty
             units = f" * {LOG2E!r}" if a["mask"] == "add" else ""  # on the exponent, where not in the scale
             L.append(f"{i2}s = tl.dot(q_tile, kt_tile{precision}) * {a['scale'] * (1 if units else LOG2E)!r}")
-            if a["mask"] == "add":
-                L.append(f"{i2}s = s + {mask_name[0]}.to({acc})")
-            elif a["mask"] == "keep":
-                L.append(f"{i2}s = tl.where({mask_name[0]}, s, float('-inf'))")
-            elif a["mask"] == "drop":
-                L.append(f"{i2}s = tl.where({mask_name[0]}, float('-inf'), s)")
+            L += [i2 + line for line in mask_scores(a["mask"], mask_name[0] if mask_name else "", acc)]
             if diagonal:
                 L.append(f"{i2}s = tl.where(nindex <= mindex + {causal}, s, float('-inf'))")
             if p.needs_mask("nindex"):

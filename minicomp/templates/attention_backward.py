@@ -29,7 +29,7 @@ from ..ir.expr import Affine, Var, unravel
 from ..ir.kernel import Kernel, Schedule
 from ..ir.target import Target
 from ..passes.fusion import Group
-from .attention import LOG2E
+from .attention import LOG2E, mask_scores
 from .base import Context, Template, cdiv
 from .emitter import Emitter, finish_kernel, pow2
 
@@ -232,12 +232,7 @@ class AttentionBackwardTemplate(Template):
                 p.emit(s, i2)
             L += [i2 + s for s in loop_tiles]
             L.append(f"{i2}s = {scores.format(precision)} * {c!r}")
-            if add:
-                L.append(f"{i2}s = s + {names['mask']}.to({acc})")
-            elif a["mask"] == "keep":
-                L.append(f"{i2}s = tl.where({names['mask']}, s, float('-inf'))")
-            elif a["mask"] == "drop":
-                L.append(f"{i2}s = tl.where({names['mask']}, float('-inf'), s)")
+            L += [i2 + line for line in mask_scores(a["mask"], names.get("mask", ""), acc)]
             if diagonal:
                 L.append(f"{i2}s = tl.where({visible.format(causal)}, s, float('-inf'))")
             if bounds:  # queries and keys past the ends contribute nothing
