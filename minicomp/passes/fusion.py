@@ -46,9 +46,18 @@ RULES = (
     ("scan-epilogue", "pointwise ops on a scan's result, at the same positions, run on the scanned row"),
     ("attention-lse", "an attention's output and its rows' log-sum-exp come from one kernel (one pass over the keys)"),
     ("attention-grads", "the dk and dv of an attention's backward come from one kernel (one pass over the queries)"),
+    ("attention-prologue", "cheap pointwise producers of q, k, v and the mask (rotary, casts, scales, a bias) run on the "
+                           "attention kernel's loaded tiles"),
 )
 
 MAX_PROLOGUE_OPS = 4  # pointwise ops (each ``OPS[fn].cheap``) recomputed on a GEMM operand's tiles
+# An attention's producers of k, v and the mask are recomputed once per query block (Tq / BLOCK_M times):
+# only ops of about one instruction per element, and few of them. Rotary embedding on bf16 is 7-9 of them
+# (two casts, mul, neg, the cat of rotate_half, mul, add); a tile's q @ kᵀ costs BLOCK_M multiply-adds
+# per loaded k element, so ten such ops stay well under it. The cat and where select, gathers read a
+# table by position (cos/sin[position_ids]).
+ATTENTION_PROLOGUE_FNS = frozenset({"where", "cat"} | {name for name, op in OPS.items() if op.cheap})
+MAX_ATTENTION_PROLOGUE_OPS = 10
 
 
 class NotFusable(Exception):
@@ -68,6 +77,17 @@ def operand_indices(node: Node, idx) -> tuple[tuple, tuple]:
     k = a.shape[-1]
     batch = tuple(idx[:-2])
     return (*batch, idx[-2], Affine.of(Var("k_a", k))), (*batch, Affine.of(Var("k_b", k)), idx[-1])
+
+
+def attention_operand_indices(node: Node) -> list[tuple]:
+    """Where an attention reads its operands, in the template's own variables: q at (batch, m, d),
+    k at (batch, n, dk), v at (batch, nv, e), the mask at (batch, m, n)."""
+    q, k, v, *mask = node.inputs
+    batch = tuple(Affine.of(var) for var in index_vars(q.shape[:-2], "ab"))
+    m, d, n, dk, nv, e = (Affine.of(Var(name, size)) for name, size in (
+        ("am", q.shape[-2]), ("ad", q.shape[-1]), ("an", k.shape[-2]), ("adk", k.shape[-1]),
+        ("anv", v.shape[-2]), ("ae", v.shape[-1])))
+    return [(*batch, m, d), (*batch, n, dk), (*batch, nv, e)] + [(*batch, m, n)] * len(mask)
 
 
 def _space(node: Node) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -123,7 +143,15 @@ def check_group(members: list[Node], shape, axes, stored: list[Node]) -> dict[No
         raise NotFusable("scan-reduction", "a scan and a reduction do not share a kernel")
     if len({m.attrs["reverse"] for m in scans}) > 1:  # a looped kernel walks the row one way
         raise NotFusable("scan-direction", "forward and reversed scans do not share a kernel")
+    for m in members:  # an attention (forward) is read by nothing in its group: its operands' producers
+        if m.op == "attention":
+            work.extend(zip(m.inputs, attention_operand_indices(m)))
     for m in stored:
+        if m.op == "attention":
+            continue
+        if any(a.op == "attention" for a in members):
+            raise NotFusable("attention-prologue", f"{m.name} is read by another kernel too: the attention kernel "
+                                                   f"stores only its own results")
         idx = canonical_index(m, shape, axes)
         if idx is None:
             raise NotFusable("store-shape", f"{m.name} {m.type} is stored but the kernel iterates {list(shape)}")
@@ -307,10 +335,13 @@ class _Partition:
     def try_merge(self, a: Group, b: Group, rule: str) -> bool:
         if a is b:
             return True
-        twins = len(a.nodes) == len(b.nodes) == 1 and attention_twins(a.nodes[0], b.nodes[0])
+        att_a, att_b = ([n for n in g.nodes if n.op == "attention"] for g in (a, b))
+        twins = len(att_a) == len(att_b) == 1 and attention_twins(att_a[0], att_b[0])
         if {a.kind, b.kind} & {"attention", "attention_backward"} and not twins:  # own templates, read through views
-            self._refuse(a, b, "attention", "the attention kernel fuses no other op yet")
-            return False
+            refusal = _attention_refusal(a, b, rule)
+            if refusal:
+                self._refuse(a, b, *refusal)
+                return False
         if a.matmul is not None or b.matmul is not None:
             refusal = _gemm_refusal(a, b, rule)
             if refusal:
@@ -324,16 +355,17 @@ class _Partition:
             shape = b.shape if rule != "horizontal" else a.shape
         if a.matmul is not None or b.matmul is not None:  # a GEMM iterates over its product's tiles
             shape = (a.matmul or b.matmul).shape
-        if twins:  # over the output's rows; the log-sum-exp is stored once per row
-            shape = next(n for n in a.nodes + b.nodes if n.attrs["result"] == "out").shape
+        if twins or att_a or att_b:  # over the output's rows; the log-sum-exp is stored once per row
+            shape = next(n for n in att_a + att_b if n.attrs["result"] == "out" or not twins).shape
         self.unit_graph()
         ua, ub = ("g", a.id), ("g", b.id)
         if self._joined(ua, ub):
             self._refuse(a, b, "cycle", "another kernel or fallback op sits between them")
             return False
         members = sorted(a.nodes + b.nodes, key=self.position.__getitem__)
+        prologue = list(a.nodes)  # (attention-prologue: the producers, before the merge)
         try:
-            if not twins:
+            if not twins or len(members) > 2:
                 check_group(members, shape, axes, self.stored(members))
         except NotFusable as e:
             self._refuse(a, b, e.rule, e.reason)
@@ -343,6 +375,12 @@ class _Partition:
             self.group_of[n] = a
         self.groups.remove(b)
         self._merge_units(ua, ub)
+        if rule == "attention-prologue" and not twins:
+            node = att_b[0]
+            fed = [name for name, i in zip(("q", "k", "v", "mask"), node.inputs) if terminal(i) in prologue]
+            ops = ", ".join(dict.fromkeys(n.attrs.get("fn", n.op) for n in prologue))
+            self.decisions.append(f"attention-prologue: {node.name} computes {'/'.join(fed)} from "
+                                  f"{' '.join(n.name for n in prologue)} ({ops}) on its loads")
         return True
 
     def join_results(self, node: Node) -> bool:
@@ -389,6 +427,23 @@ def _gemm_refusal(a: Group, b: Group, rule: str) -> tuple[str, str] | None:
     return None
 
 
+def _attention_refusal(a: Group, b: Group, rule: str) -> tuple[str, str] | None:
+    """Why an attention group and another group should not merge (None: they may). Only a producer
+    group ``a`` of cheap pointwise ops (``ATTENTION_PROLOGUE_FNS``) and gathers joins an attention
+    forward ``b``; the backward's kernels and the attention's consumers stay apart."""
+    if rule != "attention-prologue" or b.kind != "attention" or a.kind in ("attention", "attention_backward"):
+        return "attention", "the attention kernel fuses only producers of its operands (attention-prologue)"
+    costly = [n for n in a.nodes if not (n.op == "gather" or n.op == "pointwise"
+                                         and n.attrs["fn"] in ATTENTION_PROLOGUE_FNS)]
+    if costly:
+        what = ", ".join(f"{n.name} ({n.attrs.get('fn', n.op)})" for n in costly[:3])
+        return "attention-prologue", f"{what}: not a cheap pointwise op, recomputed for every query block"
+    if len(a.nodes) > MAX_ATTENTION_PROLOGUE_OPS:
+        return "attention-prologue", (f"{len(a.nodes)} ops (> {MAX_ATTENTION_PROLOGUE_OPS}) would be recomputed "
+                                      f"for every query block")
+    return None
+
+
 def fusion(graph: Graph) -> Graph:
     """Group compute nodes into kernels (rules: ``RULES``); results in ``graph.groups``."""
     _copy_unstrided_views(graph)
@@ -403,7 +458,8 @@ def fusion(graph: Graph) -> Graph:
         for producer in dict.fromkeys(terminal(i) for i in node.inputs):
             if producer in part.group_of:
                 mine, theirs = part.group_of[node], part.group_of[producer]
-                rule = ("gemm-prologue" if node.op == "matmul" else
+                rule = ("attention-prologue" if node.op == "attention" else
+                        "gemm-prologue" if node.op == "matmul" else
                         "gemm-epilogue" if theirs.matmul is not None else
                         "scan-prologue" if node.op == "scan" and not theirs.axes else
                         "scan-epilogue" if theirs.kind == "scan" else

@@ -20,7 +20,7 @@ import math
 import torch
 
 from ..ir.expr import Affine, Var, unravel
-from ..ir.kernel import Kernel, Schedule
+from ..ir.kernel import Kernel, Load, Schedule
 from ..ir.target import Target
 from ..passes.fusion import Group
 from .base import Context, Template, cdiv
@@ -164,6 +164,10 @@ class AttentionTemplate(Template):
               f"{i1}l_i = tl.full([BLOCK_M, 1], 0, {acc})",
               f"{i1}acc = tl.full([BLOCK_M, BLOCK_E], 0, {acc})",
               f"{i1}q_tile = tl.broadcast_to({q_name}, [BLOCK_M, BLOCK_D])"]  # a dim of one: a constant index
+        # a fused producer (attention-prologue) computes a value past the head dim too (x + 1 of the 0
+        # a masked load gives): those columns must be 0 in q @ kᵀ
+        if p.needs_mask("dindex") and not _loaded(k, q_name):
+            L.append(f"{i1}q_tile = tl.where(dmask, q_tile, 0.0)")
         if half:
             L += [f"{i1}if INTERPRETED:  # the interpreter multiplies half bits as integers",
                   f"{i2}q_tile = q_tile.to(tl.float32)"]
@@ -193,6 +197,8 @@ class AttentionTemplate(Template):
                 p.emit(s, i2)
             L += [f"{i2}kt_tile = tl.broadcast_to({kt_name}, [BLOCK_D, BLOCK_N])",
                   f"{i2}v_tile = tl.broadcast_to({v_name}, [BLOCK_N, BLOCK_E])"]
+            if p.needs_mask("dkindex") and not _loaded(k, kt_name):
+                L.append(f"{i2}kt_tile = tl.where(dkmask, kt_tile, 0.0)")
             if p.needs_mask("nvindex"):  # keys past the end: p is 0 there, and 0 * v must be 0
                 L.append(f"{i2}v_tile = tl.where(nvmask, v_tile, 0.0)")
             if half:
@@ -231,6 +237,11 @@ class AttentionTemplate(Template):
         for phase in epilogue:
             for s in phase.outer + phase.inner:
                 p.emit(s, i1)
+
+
+def _loaded(kernel: Kernel, name: str) -> bool:
+    """Whether an operand tile is a plain load (0 where masked), not a fused producer's value."""
+    return any(isinstance(s, Load) and s.var == name for ph in kernel.phases for s in ph.outer + ph.inner)
 
 
 def _attention_of(kernel: Kernel):
