@@ -30,8 +30,13 @@ from ..ir.graph import (Graph, Group, Node, compose_gather, compose_view, indire
 from ..ir.attention import twins as attention_twins
 from ..ir.layout import view_as_strided
 from ..ir.ops import OPS
+from .fusion_attention import attention_operand_indices, attention_refusal
 
 MAX_PLACEMENTS = 2
+# a cast or another one-instruction op (``OpDef.cheap``) may be computed at one index more: rotate_half
+# reads its input at d, d + D/2 and d - D/2 (the two halves of its cat), and a widening cast before it
+# (fp32 rotary on bf16 q) would otherwise be a kernel of its own that stores q in fp32
+MAX_CHEAP_PLACEMENTS = 3
 
 # The fusion rules, in the order they are tried; each names the pattern it fuses.
 RULES = (
@@ -51,13 +56,6 @@ RULES = (
 )
 
 MAX_PROLOGUE_OPS = 4  # pointwise ops (each ``OPS[fn].cheap``) recomputed on a GEMM operand's tiles
-# An attention's producers of k, v and the mask are recomputed once per query block (Tq / BLOCK_M times):
-# only ops of about one instruction per element, and few of them. Rotary embedding on bf16 is 7-9 of them
-# (two casts, mul, neg, the cat of rotate_half, mul, add); a tile's q @ kᵀ costs BLOCK_M multiply-adds
-# per loaded k element, so ten such ops stay well under it. The cat and where select, gathers read a
-# table by position (cos/sin[position_ids]).
-ATTENTION_PROLOGUE_FNS = frozenset({"where", "cat"} | {name for name, op in OPS.items() if op.cheap})
-MAX_ATTENTION_PROLOGUE_OPS = 10
 
 
 class NotFusable(Exception):
@@ -77,17 +75,6 @@ def operand_indices(node: Node, idx) -> tuple[tuple, tuple]:
     k = a.shape[-1]
     batch = tuple(idx[:-2])
     return (*batch, idx[-2], Affine.of(Var("k_a", k))), (*batch, Affine.of(Var("k_b", k)), idx[-1])
-
-
-def attention_operand_indices(node: Node) -> list[tuple]:
-    """Where an attention reads its operands, in the template's own variables: q at (batch, m, d),
-    k at (batch, n, dk), v at (batch, nv, e), the mask at (batch, m, n)."""
-    q, k, v, *mask = node.inputs
-    batch = tuple(Affine.of(var) for var in index_vars(q.shape[:-2], "ab"))
-    m, d, n, dk, nv, e = (Affine.of(Var(name, size)) for name, size in (
-        ("am", q.shape[-2]), ("ad", q.shape[-1]), ("an", k.shape[-2]), ("adk", k.shape[-1]),
-        ("anv", v.shape[-2]), ("ae", v.shape[-1])))
-    return [(*batch, m, d), (*batch, n, dk), (*batch, nv, e)] + [(*batch, m, n)] * len(mask)
 
 
 def _space(node: Node) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -176,7 +163,8 @@ def check_group(members: list[Node], shape, axes, stored: list[Node]) -> dict[No
                                              f"not at its own positions")
             feeds = [(m.inputs[0], full)]
         else:
-            if len(placements[m]) > MAX_PLACEMENTS:
+            cheap = m.op == "pointwise" and OPS[m.attrs["fn"]].cheap
+            if len(placements[m]) > (MAX_CHEAP_PLACEMENTS if cheap else MAX_PLACEMENTS):
                 raise NotFusable("recompute", f"{m.name} would be computed at {len(placements[m])} indices")
             feeds = [(i, idx) for i in m.inputs]
             if m.op == "gather":  # the data at the index that names the loaded values
@@ -338,7 +326,7 @@ class _Partition:
         att_a, att_b = ([n for n in g.nodes if n.op == "attention"] for g in (a, b))
         twins = len(att_a) == len(att_b) == 1 and attention_twins(att_a[0], att_b[0])
         if {a.kind, b.kind} & {"attention", "attention_backward"} and not twins:  # own templates, read through views
-            refusal = _attention_refusal(a, b, rule)
+            refusal = attention_refusal(a, b, rule)
             if refusal:
                 self._refuse(a, b, *refusal)
                 return False
@@ -424,23 +412,6 @@ def _gemm_refusal(a: Group, b: Group, rule: str) -> tuple[str, str] | None:
         cheap = all(n.op == "pointwise" and OPS[n.attrs["fn"]].cheap for n in a.nodes)
         if not cheap or len(a.nodes) > MAX_PROLOGUE_OPS:
             return "gemm-prologue", "the operand's producer is too costly to recompute for every tile"
-    return None
-
-
-def _attention_refusal(a: Group, b: Group, rule: str) -> tuple[str, str] | None:
-    """Why an attention group and another group should not merge (None: they may). Only a producer
-    group ``a`` of cheap pointwise ops (``ATTENTION_PROLOGUE_FNS``) and gathers joins an attention
-    forward ``b``; the backward's kernels and the attention's consumers stay apart."""
-    if rule != "attention-prologue" or b.kind != "attention" or a.kind in ("attention", "attention_backward"):
-        return "attention", "the attention kernel fuses only producers of its operands (attention-prologue)"
-    costly = [n for n in a.nodes if not (n.op == "gather" or n.op == "pointwise"
-                                         and n.attrs["fn"] in ATTENTION_PROLOGUE_FNS)]
-    if costly:
-        what = ", ".join(f"{n.name} ({n.attrs.get('fn', n.op)})" for n in costly[:3])
-        return "attention-prologue", f"{what}: not a cheap pointwise op, recomputed for every query block"
-    if len(a.nodes) > MAX_ATTENTION_PROLOGUE_OPS:
-        return "attention-prologue", (f"{len(a.nodes)} ops (> {MAX_ATTENTION_PROLOGUE_OPS}) would be recomputed "
-                                      f"for every query block")
     return None
 
 

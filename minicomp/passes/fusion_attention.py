@@ -1,0 +1,50 @@
+"""Fusion around an attention node (rule ``attention-prologue``): which producers of q, k, v and the
+mask the flash kernel computes on its loads, and where it reads them.
+
+A producer of q is computed once per program (its Q block); a producer of k, v or the mask once per
+query block, for every key tile (``Tq / BLOCK_M`` times in all): only ops of about one instruction per
+element join (``ATTENTION_PROLOGUE_FNS``), at most ``MAX_ATTENTION_PROLOGUE_OPS`` of them, and never
+a reduction, a scan, a matrix product or another attention.
+"""
+from __future__ import annotations
+
+from ..ir.expr import Affine, Var, index_vars
+from ..ir.graph import Group, Node
+from ..ir.ops import OPS
+
+# An attention's producers of k, v and the mask are recomputed once per query block (Tq / BLOCK_M times):
+# only ops of about one instruction per element, and few of them. Rotary embedding on bf16 is 7-9 of them
+# (two casts, mul, neg, the cat of rotate_half, mul, add); a tile's q @ kᵀ costs BLOCK_M (64-128)
+# tensor-core multiply-adds per loaded k element, so ten CUDA-core ops per element stay under it (an
+# estimate: not measured on a GPU yet). The cat and where only select; gathers read a table by position
+# (cos/sin[position_ids]); views are index maps, not ops.
+ATTENTION_PROLOGUE_FNS = frozenset({"where", "cat"} | {name for name, op in OPS.items() if op.cheap})
+MAX_ATTENTION_PROLOGUE_OPS = 10
+
+
+def attention_operand_indices(node: Node) -> list[tuple]:
+    """Where an attention reads its operands, in the template's own variables: q at (batch, m, d),
+    k at (batch, n, dk), v at (batch, nv, e), the mask at (batch, m, n)."""
+    q, k, v, *mask = node.inputs
+    batch = tuple(Affine.of(var) for var in index_vars(q.shape[:-2], "ab"))
+    m, d, n, dk, nv, e = (Affine.of(Var(name, size)) for name, size in (
+        ("am", q.shape[-2]), ("ad", q.shape[-1]), ("an", k.shape[-2]), ("adk", k.shape[-1]),
+        ("anv", v.shape[-2]), ("ae", v.shape[-1])))
+    return [(*batch, m, d), (*batch, n, dk), (*batch, nv, e)] + [(*batch, m, n)] * len(mask)
+
+
+def attention_refusal(a: Group, b: Group, rule: str) -> tuple[str, str] | None:
+    """Why an attention group and another group should not merge (None: they may). Only a producer
+    group ``a`` of cheap pointwise ops (``ATTENTION_PROLOGUE_FNS``) and gathers joins an attention
+    forward ``b``; the backward's kernels and the attention's consumers stay apart."""
+    if rule != "attention-prologue" or b.kind != "attention" or a.kind in ("attention", "attention_backward"):
+        return "attention", "the attention kernel fuses only producers of its operands (attention-prologue)"
+    costly = [n for n in a.nodes if not (n.op == "gather" or n.op == "pointwise"
+                                         and n.attrs["fn"] in ATTENTION_PROLOGUE_FNS)]
+    if costly:
+        what = ", ".join(f"{n.name} ({n.attrs.get('fn', n.op)})" for n in costly[:3])
+        return "attention-prologue", f"{what}: not a cheap pointwise op, recomputed for every query block"
+    if len(a.nodes) > MAX_ATTENTION_PROLOGUE_OPS:
+        return "attention-prologue", (f"{len(a.nodes)} ops (> {MAX_ATTENTION_PROLOGUE_OPS}) would be recomputed "
+                                      f"for every query block")
+    return None
