@@ -9,16 +9,20 @@ a reduction, a scan, a matrix product or another attention.
 from __future__ import annotations
 
 from ..ir.expr import Affine, Var, index_vars
-from ..ir.graph import Group, Node
+from ..ir.graph import Group, Node, terminal
 from ..ir.ops import OPS
 
 # An attention's producers of k, v and the mask are recomputed once per query block (Tq / BLOCK_M times):
 # only ops of about one instruction per element, and few of them. Rotary embedding on bf16 is 7-9 of them
 # (two casts, mul, neg, the cat of rotate_half, mul, add); a tile's q @ kᵀ costs BLOCK_M (64-128)
 # tensor-core multiply-adds per loaded k element, so ten CUDA-core ops per element stay under it (an
-# estimate: not measured on a GPU yet). The cat and where only select; gathers read a table by position
-# (cos/sin[position_ids]); views are index maps, not ops.
-ATTENTION_PROLOGUE_FNS = frozenset({"where", "cat"} | {name for name, op in OPS.items() if op.cheap})
+# estimate: not measured on a GPU yet). Producers of q and the mask are evaluated once per element they
+# give: they have no such limit. Selects, comparisons and logic are one instruction each; gathers read
+# a table by position (cos/sin[position_ids]); views are index maps, not ops.
+SELECTS = {"where", "cat", "iota", "maximum", "minimum"}
+COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_not", "logical_and",
+               "logical_or", "logical_not"}  # a mask's computation (a padding mask and a causal one combined)
+ATTENTION_PROLOGUE_FNS = frozenset(SELECTS | COMPARISONS | {name for name, op in OPS.items() if op.cheap})
 MAX_ATTENTION_PROLOGUE_OPS = 10
 
 
@@ -43,8 +47,10 @@ def attention_refusal(a: Group, b: Group, rule: str) -> tuple[str, str] | None:
                                          and n.attrs["fn"] in ATTENTION_PROLOGUE_FNS)]
     if costly:
         what = ", ".join(f"{n.name} ({n.attrs.get('fn', n.op)})" for n in costly[:3])
-        return "attention-prologue", f"{what}: not a cheap pointwise op, recomputed for every query block"
-    if len(a.nodes) > MAX_ATTENTION_PROLOGUE_OPS:
-        return "attention-prologue", (f"{len(a.nodes)} ops (> {MAX_ATTENTION_PROLOGUE_OPS}) would be recomputed "
-                                      f"for every query block")
+        return "attention-prologue", f"{what}: not a cheap pointwise op (attention-prologue fuses only those)"
+    (node,) = (n for n in b.nodes if n.op == "attention")
+    kv = {terminal(i) for i in node.inputs[1:3]}
+    if any(n in kv for n in a.nodes) and len(a.nodes) > MAX_ATTENTION_PROLOGUE_OPS:
+        return "attention-prologue", (f"{len(a.nodes)} ops (> {MAX_ATTENTION_PROLOGUE_OPS}) on k or v would be "
+                                      f"recomputed for every query block")
     return None
