@@ -165,7 +165,8 @@ class AttentionTemplate(Template):
               f"{i1}acc = tl.full([BLOCK_M, BLOCK_E], 0, {acc})",
               f"{i1}q_tile = tl.broadcast_to({q_name}, [BLOCK_M, BLOCK_D])"]  # a dim of one: a constant index
         # a fused producer (attention-prologue) computes a value past the head dim too (x + 1 of the 0
-        # a masked load gives): those columns must be 0 in q @ kᵀ
+        # a masked load gives): those columns must be 0 in q @ kᵀ — in q and in k (0 * inf is NaN:
+        # a division by a masked 0)
         if p.needs_mask("dindex") and not _loaded(k, q_name):
             L.append(f"{i1}q_tile = tl.where(dmask, q_tile, 0.0)")
         if half:
