@@ -502,6 +502,28 @@ def test_producer_values_past_the_head_dim_do_not_reach_the_scores():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_with_rotary_computes_it_in_the_split_kernel(dtype):
+    """One query against 64 keys splits over the keys (an out and an lse twin in one kernel): the
+    twins join first, so q's and k's rotary and v's scale are read by that kernel alone and fuse."""
+    def fn(q, k, v, cq, sq, ck, sk):
+        return F.scaled_dot_product_attention(rope(q, cq, sq), rope(k, ck, sk), v * 0.5)
+    tables = [torch.randn(2, 1, t, 16, dtype=dtype) for t in (1, 1, 64, 64)]
+    report = compile_and_compare(fn, *qkv(tq=1, tk=64, dtype=dtype), *tables, kernels=3)
+    assert "split over its keys" in decisions(report)
+    assert all(f"computes {x} from" in prologues(report) for x in "qkv")
+
+
+def test_the_bias_of_a_fused_qkv_buffer_is_added_on_the_loads():
+    """q, k and v are heads of one [B, T, 3*H*D] buffer plus a bias (the projection ran in cuBLAS):
+    the add is evaluated at three indices (a cheap op may be) in the attention kernel."""
+    def fn(x, b):
+        qkv = (x + b).view(2, 17, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+    report = compile_and_compare(fn, torch.randn(2, 17, 48), torch.randn(48), kernels=1)
+    assert "computes q/k/v from" in prologues(report)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_padding_masks_computation_joins_the_kernel(dtype):
     """HF's additive mask from a bool padding mask, broadcast over heads, computed in the kernel."""
     def fn(q, k, v, keep):

@@ -421,11 +421,15 @@ def fusion(graph: Graph) -> Graph:
     graph.recompute_users()
     part = _Partition(graph)
     for node in graph.nodes:
-        if not is_compute(node):
+        if not is_compute(node) or node in part.group_of:  # (an attention's twin is grouped with it)
             continue
         part.new_group(node)
         if node.op == "attention_grad" and part.join_results(node):
             continue
+        if node.op == "attention":  # its twin joins first: their producers are then read by no other kernel
+            for twin in [u for u in part.consumers[terminal(node.inputs[0])] if attention_twins(u, node)]:
+                part.new_group(twin)
+                part.try_merge(part.group_of[node], part.group_of[twin], "attention-lse")
         for producer in dict.fromkeys(terminal(i) for i in node.inputs):
             if producer in part.group_of:
                 mine, theirs = part.group_of[node], part.group_of[producer]

@@ -48,8 +48,7 @@ def attention_refusal(a: Group, b: Group, rule: str) -> tuple[str, str] | None:
     if costly:
         what = ", ".join(f"{n.name} ({n.attrs.get('fn', n.op)})" for n in costly[:3])
         return "attention-prologue", f"{what}: not a cheap pointwise op (attention-prologue fuses only those)"
-    (node,) = (n for n in b.nodes if n.op == "attention")
-    kv = {terminal(i) for i in node.inputs[1:3]}
+    kv = {terminal(i) for n in b.nodes if n.op == "attention" for i in n.inputs[1:3]}  # (twins: the same)
     if any(n in kv for n in a.nodes) and len(a.nodes) > MAX_ATTENTION_PROLOGUE_OPS:
         return "attention-prologue", (f"{len(a.nodes)} ops (> {MAX_ATTENTION_PROLOGUE_OPS}) on k or v would be "
                                       f"recomputed for every query block")
