@@ -487,7 +487,8 @@ def test_a_producer_read_by_another_kernel_stays_outside():
     assert "is read by another kernel too" in decisions(report)
 
 
-def test_producer_values_past_the_head_dim_do_not_reach_the_scores():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_producer_values_past_the_head_dim_do_not_reach_the_scores(dtype):
     """d = 12 in 16-wide tiles: ``q + 1`` is 1 and ``k + kb`` is kb[j] where the masked loads gave 0
     (a different shift per key, which softmax does not cancel), ``k / k`` is NaN; the kernel zeroes
     q's and k's columns past the head dim (a scale and a bias on v too)."""
@@ -496,8 +497,9 @@ def test_producer_values_past_the_head_dim_do_not_reach_the_scores():
 
     def over(q, k, v, kb):  # 0 / 0 past the head dim in k
         return F.scaled_dot_product_attention(q + 1.0, k / k, v)
-    report = compile_and_compare(fn, *qkv(tq=17, tk=9, d=12), torch.randn(9, 1) * 3, kernels=1)
-    compile_and_compare(over, *qkv(tq=17, tk=9, d=12), None, kernels=1)
+    report = compile_and_compare(fn, *qkv(tq=17, tk=9, d=12, dtype=dtype), torch.randn(9, 1, dtype=dtype) * 3,
+                                 kernels=1)
+    compile_and_compare(over, *qkv(tq=17, tk=9, d=12, dtype=dtype), None, kernels=1)
     assert "computes v from" in prologues(report)
 
 

@@ -427,7 +427,8 @@ def fusion(graph: Graph) -> Graph:
         if node.op == "attention_grad" and part.join_results(node):
             continue
         if node.op == "attention":  # its twin joins first: their producers are then read by no other kernel
-            for twin in [u for u in part.consumers[terminal(node.inputs[0])] if attention_twins(u, node)]:
+            readers = dict.fromkeys(part.consumers[terminal(node.inputs[0])])  # (q, k, v: views of one buffer)
+            for twin in [u for u in readers if attention_twins(u, node) and u not in part.group_of]:
                 part.new_group(twin)
                 part.try_merge(part.group_of[node], part.group_of[twin], "attention-lse")
         for producer in dict.fromkeys(terminal(i) for i in node.inputs):
