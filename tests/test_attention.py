@@ -558,3 +558,14 @@ def test_llama_rotary_and_mask_fuse_into_the_attention_kernel(impl):
     assert len(fused(report)) == 1
     for operand in ("q", "k", "mask"):
         assert f"computes {operand} from" in prologues(report), report.summary()
+
+
+def test_rotary_in_training_gradients_stay_right():
+    """Training: the rotated q and k are saved for the backward (another graph reads them), so the
+    rotary stays a kernel of its own with the reason; gradients equal eager's."""
+    def fn(q, k, v, cos, sin):
+        q, k = rope(q, cos[:, None], sin[:, None]), rope(k, cos[:, None], sin[:, None])
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    reports = compare_gradients(fn, *qkv(b=1), torch.randn(1, 17, 16), torch.randn(1, 17, 16),
+                                requires_grad=[True, True, True, False, False])
+    assert "is read by another kernel too" in decisions(reports[0])
