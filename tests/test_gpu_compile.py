@@ -69,6 +69,16 @@ def _decode(q, k, v):
     return torch.softmax((q @ k.transpose(-1, -2)).float() / 11.3, -1).to(q.dtype) @ v
 
 
+def _rotary(q, k, v, cos, sin):
+    """Llama's attention: HF's rotate_half in fp32 on bf16 q and k (grouped-query k and v), computed
+    on the attention kernel's loads (attention-prologue)."""
+    def rope(x):
+        x32 = x.float()
+        half = torch.cat((-x32[..., x.shape[-1] // 2:], x32[..., : x.shape[-1] // 2]), dim=-1)
+        return (x32 * cos[:, None].float() + half * sin[:, None].float()).to(x.dtype)
+    return F.scaled_dot_product_attention(rope(q), rope(k), v * 0.5, is_causal=True, enable_gqa=True)
+
+
 def _sdpa_backward(dout, q, k, v, out, lse):
     return aten._scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, True)
 
@@ -90,6 +100,10 @@ CASES = {  # name: (function, inputs, templates that must be among its kernels)
     "attention decode": (_decode, lambda: [_r(2, 4, 1, 128), _r(2, 4, 4096, 128), _r(2, 4, 4096, 128)], {"attention"}),
     "attention backward": (_sdpa_backward, lambda: [_r(1, 2, 256, 64) for _ in range(5)] + [torch.randn(1, 2, 256)],
                            {"attention_dq", "attention_dkdv"}),
+    "attention rotary gqa": (_rotary, lambda: [_r(1, 4, 256, 64), _r(1, 2, 256, 64), _r(1, 2, 256, 64),
+                                               _r(1, 256, 64), _r(1, 256, 64)], {"attention"}),
+    "attention rotary d96": (_rotary, lambda: [_r(1, 2, 130, 96), _r(1, 2, 130, 96), _r(1, 2, 130, 96),
+                                               _r(1, 130, 96), _r(1, 130, 96)], {"attention"}),
     "gemm gelu": (lambda a, b: F.gelu(a @ b, approximate="tanh"), lambda: [_r(256, 512), _r(512, 384)], {"gemm"}),
     "conv block channels-last": (_conv_block, lambda: [_r(2, 64, 16, 16, dtype=F16), _r(64, 64, 3, 3, dtype=F16),
                                                        _r(64, 64, 1, 1, dtype=F16)]
@@ -105,5 +119,7 @@ def test_kernels_compile_for_sm90(case, tmp_path, monkeypatch):
     with torch.no_grad():
         _, kernels = _scheduled(fn, inputs(), H200)
     assert templates <= {k.schedule.template for k in kernels}, [k.schedule for k in kernels]
+    if fn is _rotary:  # one kernel: the rotary and v's scale are computed on its loads
+        assert len(kernels) == 1, [k.name for k in kernels]
     for kernel in kernels:
         compile_for_sm90(kernel, tmp_path)
