@@ -30,12 +30,13 @@ from ..ir.graph import (Graph, Group, Node, compose_gather, compose_view, indire
 from ..ir.attention import twins as attention_twins
 from ..ir.layout import view_as_strided
 from ..ir.ops import OPS
-from .fusion_attention import attention_operand_indices, attention_refusal
+from .fusion_attention import attention_feeders, attention_operand_indices, attention_refusal
 
 MAX_PLACEMENTS = 2
-# a cast or another one-instruction op (``OpDef.cheap``) may be computed at one index more: rotate_half
-# reads its input at d, d + D/2 and d - D/2 (the two halves of its cat), and a widening cast before it
-# (fp32 rotary on bf16 q) would otherwise be a kernel of its own that stores q in fp32
+# on the way into an attention (``attention_feeders``) a one-instruction op (``OpDef.cheap``) may be
+# computed at one index more: rotate_half reads its input at d and d -/+ D/2, and a widening cast before
+# it (fp32 rotary on bf16 q) would otherwise be a kernel of its own storing q in fp32. (Elsewhere
+# MAX_PLACEMENTS: what a third recompute costs other kernels is unmeasured.)
 MAX_CHEAP_PLACEMENTS = 3
 
 # The fusion rules, in the order they are tried; each names the pattern it fuses.
@@ -107,9 +108,10 @@ def canonical_index(node: Node, shape, axes):
     return None
 
 
-def check_group(members: list[Node], shape, axes, stored: list[Node]) -> dict[Node, set]:
+def check_group(members: list[Node], shape, axes, stored: list[Node], feeders=frozenset()) -> dict[Node, set]:
     """Raise NotFusable unless ``members`` can be one kernel over ``shape``/``axes`` that stores
-    ``stored``; return the indices (placements) at which each member is evaluated."""
+    ``stored``; return the indices (placements) at which each member is evaluated. ``feeders``: the
+    nodes allowed ``MAX_CHEAP_PLACEMENTS`` (``attention_feeders``)."""
     member_set = set(members)
     full = tuple(Affine.of(v) for v in index_vars(shape))
     reduced = tuple(Affine.of(0) if d in axes else e for d, e in enumerate(full))
@@ -130,13 +132,14 @@ def check_group(members: list[Node], shape, axes, stored: list[Node]) -> dict[No
         raise NotFusable("scan-reduction", "a scan and a reduction do not share a kernel")
     if len({m.attrs["reverse"] for m in scans}) > 1:  # a looped kernel walks the row one way
         raise NotFusable("scan-direction", "forward and reversed scans do not share a kernel")
+    attention = any(m.op == "attention" for m in members)
     for m in members:  # an attention (forward) is read by nothing in its group: its operands' producers
         if m.op == "attention":
             work.extend(zip(m.inputs, attention_operand_indices(m)))
     for m in stored:
         if m.op == "attention":
             continue
-        if any(a.op == "attention" for a in members):
+        if attention:
             raise NotFusable("attention-prologue", f"{m.name} is read by another kernel too: the attention kernel "
                                                    f"stores only its own results")
         idx = canonical_index(m, shape, axes)
@@ -163,7 +166,7 @@ def check_group(members: list[Node], shape, axes, stored: list[Node]) -> dict[No
                                              f"not at its own positions")
             feeds = [(m.inputs[0], full)]
         else:
-            cheap = m.op == "pointwise" and OPS[m.attrs["fn"]].cheap
+            cheap = m in feeders and OPS[m.attrs["fn"]].cheap
             if len(placements[m]) > (MAX_CHEAP_PLACEMENTS if cheap else MAX_PLACEMENTS):
                 raise NotFusable("recompute", f"{m.name} would be computed at {len(placements[m])} indices")
             feeds = [(i, idx) for i in m.inputs]
@@ -193,6 +196,7 @@ class _Partition:
         self.track_ancestors = False  # answer cycle queries from those masks (many queries, few merges)
         self._node_bits = len(graph.nodes)  # a node's bit comes after every group's (fewer groups than nodes)
         self.position = {n: k for k, n in enumerate(graph.nodes)}  # members are kept in graph order
+        self.feeders = attention_feeders(graph.nodes)
         self.consumers: dict[Node, list[Node]] = defaultdict(list)  # through views
         for n in graph.nodes:
             if n.op != "view":
@@ -354,7 +358,7 @@ class _Partition:
         prologue = list(a.nodes)  # (attention-prologue: the producers, before the merge)
         try:
             if not twins or len(members) > 2:
-                check_group(members, shape, axes, self.stored(members))
+                check_group(members, shape, axes, self.stored(members), self.feeders)
         except NotFusable as e:
             self._refuse(a, b, e.rule, e.reason)
             return False
@@ -481,8 +485,9 @@ def _store_narrow(part: _Partition) -> None:
                 members = sorted(other.nodes + [copy], key=part.graph.nodes.index)
                 for u in users:
                     _rewire(part.graph, u, cast, copy)
+                feeders = part.feeders | {copy} if cast in part.feeders else part.feeders
                 try:
-                    check_group(members, other.shape, other.axes, [])
+                    check_group(members, other.shape, other.axes, [], feeders)
                 except NotFusable:
                     for u in users:
                         _rewire(part.graph, u, copy, cast)

@@ -26,6 +26,20 @@ ATTENTION_PROLOGUE_FNS = frozenset(SELECTS | COMPARISONS | {name for name, op in
 MAX_ATTENTION_PROLOGUE_OPS = 10
 
 
+def attention_feeders(nodes) -> frozenset[Node]:
+    """The pointwise nodes that reach an attention's operands through pointwise ops and views only: the
+    candidates of its prologue, which ``check_group`` lets compute a cheap op at one more index
+    (``fusion.MAX_CHEAP_PLACEMENTS``: rotate_half after a cast)."""
+    out, todo = set(), [i for n in nodes if n.op == "attention" for i in n.inputs]
+    while todo:
+        n = todo.pop()
+        if n in out or n.op not in ("view", "pointwise"):
+            continue
+        out.add(n)
+        todo.extend(n.inputs)
+    return frozenset(n for n in out if n.op == "pointwise")
+
+
 def attention_operand_indices(node: Node) -> list[tuple]:
     """Where an attention reads its operands, in the template's own variables: q at (batch, m, d),
     k at (batch, n, dk), v at (batch, nv, e), the mask at (batch, m, n)."""
