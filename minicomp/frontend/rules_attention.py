@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ..ir.graph import Node, Scalar
+from ..ir.graph import Node, fill_value
 from .attention_results import forward_results
 from .registry import Unsupported, aten, rule
 
@@ -28,25 +28,13 @@ def _heads(L, x: Node, batch: tuple, heads: int) -> Node:
     return L.expand(x, (*batch, heads, t, d))
 
 
-def _fill_value(arg):
-    """The value of a scalar or of a one-value fill node; None for anything else."""
-    if isinstance(arg, Scalar):
-        return arg.value
-    while isinstance(arg, Node) and (arg.op == "view" and not arg.attrs["mask"] or
-                                     arg.op == "pointwise" and arg.attrs["fn"] in ("cast", "identity") and arg.inputs):
-        arg = arg.inputs[0]
-    if isinstance(arg, Node) and arg.op == "pointwise" and arg.attrs["fn"] == "identity" and not arg.inputs:
-        return arg.attrs["args"][0].value
-    return None
-
-
 def _as_bool(mask: Node) -> Node | None:
     """``c`` where ``mask`` is ``where(c, 0, -inf)`` (SDPA turns a bool mask into that float one
     before its fused op): the kernel reads the bool ``c``."""
     if mask.op == "pointwise" and mask.attrs["fn"] == "where":
         cond, a, b = mask.attrs["args"]
-        if (isinstance(cond, Node) and cond.dtype == torch.bool and _fill_value(a) == 0
-                and _fill_value(b) == float("-inf")):
+        if (isinstance(cond, Node) and cond.dtype == torch.bool and fill_value(a, through_casts=True) == 0
+                and fill_value(b, through_casts=True) == float("-inf")):
             return cond
     return None
 
@@ -73,7 +61,7 @@ def sdpa(L, q: Node, k: Node, v: Node, mask: Node | None, dropout_p: float, is_c
         if not enable_gqa and (k.shape[-3] != heads or v.shape[-3] != heads):
             k, v = (L.expand(x, (*batch, heads, *x.shape[-2:])) for x in (k, v))
         k, v = _heads(L, k, batch, heads), _heads(L, v, batch, heads)
-    tq, tk = q.shape[-2], k.shape[-2]
+    tk = k.shape[-2]
     kind = None
     if mask is not None:
         mask = _as_bool(mask) or mask

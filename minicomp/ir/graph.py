@@ -348,6 +348,25 @@ def terminal(node: Node) -> Node:
     return node
 
 
+def fill_value(arg, through_casts: bool = False):
+    """The value of a ``Scalar``, or of a node that is one value everywhere — a fill (``identity`` of a
+    scalar, no inputs) or a one-element constant — read through unmasked views (and casts and
+    identities, with ``through_casts``: the value before them); None for anything else."""
+    if isinstance(arg, Scalar):
+        return arg.value
+    while isinstance(arg, Node) and (arg.op == "view" and not arg.attrs["mask"] or through_casts and arg.inputs
+                                     and arg.op == "pointwise" and arg.attrs["fn"] in ("cast", "identity")):
+        arg = arg.inputs[0]
+    if not isinstance(arg, Node):
+        return None
+    if arg.op == "pointwise" and arg.attrs["fn"] == "identity" and not arg.inputs \
+            and isinstance(arg.attrs["args"][0], Scalar):
+        return arg.attrs["args"][0].value
+    if arg.op == "constant" and arg.attrs["value"].numel() == 1:
+        return arg.attrs["value"].item()
+    return None
+
+
 def map_tree(tree, fn):
     """``tree`` (nested lists, tuples and dicts, as an extern node's ``arg_tree``) with ``fn`` applied to
     every leaf."""

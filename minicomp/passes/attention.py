@@ -29,7 +29,7 @@ import math
 import torch
 
 from ..ir.expr import Affine, Var, evaluate, index_vars, unravel
-from ..ir.graph import Graph, Node, Scalar, compose_view
+from ..ir.graph import Graph, Node, Scalar, compose_view, fill_value
 from ..ir.interpreter import run as interpret
 from ..ir import views
 from ..ir.patterns import Pat
@@ -187,7 +187,7 @@ def _rewrite(graph: Graph, mm: Node, p: Node, p_idx: tuple, b: dict, score_vars)
     if not _rows(idx1, iq, ik) or any(e.vars() - set(batch) for e in idx1[:-2]):
         raise NotAttention(f"the scores are not {mm1.name} read row by row")
     bidx = tuple(idx1[:-2])
-    d, dv = mm1.inputs[0].shape[-1], mm.shape[-1]
+    d = mm1.inputs[0].shape[-1]
     qv = index_vars((*mm.shape[:-2], iq.size, d))
     kv = index_vars((*mm.shape[:-2], ik.size, d))
     scale = scores.scale
@@ -300,20 +300,6 @@ def _scalar_factor(node: Node):
     return x[0], float(c[0].value)
 
 
-def _fill(arg):
-    """The value of a scalar, or of a node that is one value everywhere (a fill, through views)."""
-    if isinstance(arg, Scalar):
-        return arg.value
-    node = arg
-    while node.op == "view" and not node.attrs["mask"]:
-        node = node.inputs[0]
-    if _is(node, "identity") and not node.inputs and isinstance(node.attrs["args"][0], Scalar):
-        return node.attrs["args"][0].value
-    if node.op == "constant" and node.attrs["value"].numel() == 1:
-        return node.attrs["value"].item()
-    return None
-
-
 class _Scores:
     """The walk from the softmax's input down to ``q @ kᵀ``: the scale and the one mask met."""
 
@@ -358,11 +344,11 @@ class _Scores:
                 cond, a, b = node.attrs["args"]
                 if not isinstance(cond, Node):
                     raise NotAttention(f"{node.name} = where(...) with a constant condition")
-                if isinstance(b, Node) and self.reaches_product(b) and _fill(a) == NEG_INF:
+                if isinstance(b, Node) and self.reaches_product(b) and fill_value(a) == NEG_INF:
                     self._set_mask("drop", cond, idx)
                     node = b
                     continue
-                if isinstance(a, Node) and self.reaches_product(a) and _fill(b) == NEG_INF:
+                if isinstance(a, Node) and self.reaches_product(a) and fill_value(b) == NEG_INF:
                     self._set_mask("keep", cond, idx)
                     node = a
                     continue
