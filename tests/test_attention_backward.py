@@ -121,20 +121,20 @@ def test_mixed_pairings(monkeypatch, eager_side):
 
 
 def test_h200_schedule_and_source():
-    """Scheduled for the H200 (nothing runs): blocks by head dim, 8 warps, causal loops split into
+    """Scheduled for the H200 (nothing runs): blocks and warps by head dim, causal loops split into
     the diagonal blocks and the rest, bf16 dots."""
     from minicomp.codegen.triton import kernel_source
     from tests.test_target import _scheduled
     from tests.utils import H200
-    for d, causal, (dkdv, dq) in ((64, True, ((32, 128), (128, 32))), (128, False, ((16, 64), (64, 32)))):
+    for d, causal, (dkdv, dq) in ((64, True, ((32, 64, 4), (128, 64, 4))), (128, False, ((64, 64, 4), (128, 64, 8)))):
         q, k, v, dout, out = (torch.empty(1, 2, 256, d, dtype=torch.bfloat16) for _ in range(5))
         args = [dout, q, k, v, out, torch.empty(1, 2, 256)]
         with torch.no_grad():
             _, kernels = _scheduled(lambda *a: CPU_BACKWARD(*a, 0.0, causal), args, H200)
         found = {kn.schedule.template: kn for kn in kernels}
-        for name, (m, n) in (("attention_dkdv", dkdv), ("attention_dq", dq)):
+        for name, expected in (("attention_dkdv", dkdv), ("attention_dq", dq)):
             kn = found[name]
-            assert (kn.schedule.blocks["BLOCK_M"], kn.schedule.blocks["BLOCK_N"], kn.schedule.num_warps) == (m, n, 8)
+            assert (kn.schedule.blocks["BLOCK_M"], kn.schedule.blocks["BLOCK_N"], kn.schedule.num_warps) == expected
             src = kernel_source(kn)
             assert src.count("tl.range(") == (2 if causal else 1) and ".to(tl.bfloat16)" in src
 
@@ -225,10 +225,10 @@ def test_dropout_declines():
 
 
 def test_off_where_the_target_says_so_both_ways(monkeypatch):
-    """A target whose ``fused_attention`` is off (a GPU without MINICOMP_ATTENTION=1) keeps SDPA's
+    """A target that does not lower SDPA (a GPU without MINICOMP_ATTENTION=1) keeps SDPA's
     forward and backward ops in PyTorch, each with the reason; gradients stay eager's."""
     from minicomp.ir.target import Target
-    monkeypatch.setattr(Target, "fused_attention", property(lambda self: False))
+    monkeypatch.setattr(Target, "lowers_sdpa", property(lambda self: False))
     reports = compare_gradients(sdpa(is_causal=True), *qkv(tq=17))
     assert "attention" not in templates(reports) and "attention_dq" not in templates(reports)
     reasons = [f.reason for r in reports for f in r.fallbacks]
