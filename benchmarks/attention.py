@@ -246,6 +246,7 @@ def main(argv=None) -> None:
     ap.add_argument("--only", action="append", default=[], help="run the cases whose name contains this")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes (checks the script only)")
+    ap.add_argument("--budget", type=float, default=BUDGET_S, help="start no new case after this many seconds")
     args = ap.parse_args(argv)
     device = "cpu" if args.smoke else "cuda"
     dtype = torch.float32 if args.smoke else torch.bfloat16
@@ -254,11 +255,12 @@ def main(argv=None) -> None:
     for name, c in cases(args.smoke):
         if args.only and not any(o in name for o in args.only):
             continue
-        if time.time() - start > BUDGET_S:
+        if time.time() - start > args.budget:
             results[name] = [{"variant": "-", "error": "skipped: over the script's time budget"}]
             continue
         print(f"[{time.time() - start:6.1f}s] {name}", file=sys.stderr, flush=True)
         results[name] = run_case(name, c, device, dtype, bench, args.smoke)
+        print(table({name: results[name]}), file=sys.stderr, flush=True)  # kept if the run is cut short
     if args.out:
         meta = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
                 "torch": torch.__version__, "seconds": time.time() - start}

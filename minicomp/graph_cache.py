@@ -73,7 +73,7 @@ def key(gm: fx.GraphModule, example_inputs, options: Options) -> str | None:
              passes, _source_digest(), torch.__version__, triton.__version__, _tuned_state(),
              os.environ.get("MINICOMP_MEMORY_PLAN", "1"),  # the wrapper's memory plan
              os.environ.get("MINICOMP_CONV", "auto"),  # which convolutions run in the IR (conv_lowering)
-             os.environ.get("MINICOMP_ATTENTION", "0"))  # minicomp's attention kernel on GPUs
+             os.environ.get("MINICOMP_ATTENTION", "auto"))  # which attention runs in minicomp's kernels
     return cache.digest(f"{gm.code}|{inputs}|{state}")
 
 

@@ -253,9 +253,8 @@ def test_h200_schedule_and_source(monkeypatch):
     visible ones and the diagonal ones, ex2 on MUFU; a decode shape takes a short query block."""
     from tests.test_target import _scheduled
     from tests.utils import H200
-    monkeypatch.setenv("MINICOMP_ATTENTION", "1")  # off on GPUs by default until measured there
     from minicomp.codegen.triton import kernel_source
-    for d, causal, tq, block_m, warps in ((64, True, 256, 128, 4), (128, False, 256, 128, 8), (128, False, 1, 16, 8)):
+    for d, causal, tq, block_m, warps in ((64, True, 256, 128, 4), (128, False, 256, 128, 4), (128, False, 1, 16, 4)):
         q, k, v = (torch.empty(1, 2, t, d, dtype=torch.bfloat16) for t in (tq, 256, 256))
         fn = mingpt if causal else (lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2), -1) @ v)
         with torch.no_grad():
@@ -341,7 +340,6 @@ def test_heads_merged_back_are_a_plain_operand_of_the_next_product(monkeypatch):
     from minicomp.ir.kernel import TileLoad
     from tests.test_target import _scheduled
     from tests.utils import H200
-    monkeypatch.setenv("MINICOMP_ATTENTION", "1")  # off on GPUs by default until measured there
     w, wo = torch.randn(64, 192, dtype=torch.bfloat16), torch.randn(64, 64, dtype=torch.bfloat16)
 
     def fn(x):
@@ -373,9 +371,10 @@ def test_mingpt_module_with_a_registered_tril_buffer():
     assert len(fused(report)) == 1 and "read from memory" in decisions(report)
 
 
-def test_off_on_gpus_by_default_with_the_reason(monkeypatch):
-    """Until the kernel is measured on a GPU, a CUDA target keeps attention unfused (written out: the
-    ordinary kernels; SDPA: PyTorch's op, the reason in the report); MINICOMP_ATTENTION=1 turns it on."""
+def test_gpu_default_fuses_written_out_attention_and_keeps_sdpa(monkeypatch):
+    """On a GPU by default the written-out form becomes the attention node while SDPA's ops stay
+    PyTorch's (faster there, measured); MINICOMP_ATTENTION=1 lowers SDPA too, =0 neither."""
+    from minicomp.ir.target import Target
     from tests.test_target import _scheduled
     from tests.utils import H200
     monkeypatch.delenv("MINICOMP_ATTENTION", raising=False)
@@ -383,11 +382,15 @@ def test_off_on_gpus_by_default_with_the_reason(monkeypatch):
 
     def fn(q, k, v):
         return torch.softmax(q @ k.transpose(-1, -2) * 0.125, -1) @ v
-    graph, kernels = _scheduled(fn, [q, k, v], H200)
-    assert not any(n.op == "attention" for n in graph.nodes)
-    monkeypatch.setenv("MINICOMP_ATTENTION", "1")
-    graph, kernels = _scheduled(fn, [q, k, v], H200)
-    assert any(n.op == "attention" for n in graph.nodes)
+    for env, fused, sdpa in ((None, True, False), ("1", True, True), ("0", False, False)):
+        if env is not None:
+            monkeypatch.setenv("MINICOMP_ATTENTION", env)
+        graph, _ = _scheduled(fn, [q, k, v], H200)
+        assert any(n.op == "attention" for n in graph.nodes) == fused, env
+        assert (H200.fused_attention, H200.lowers_sdpa) == (fused, sdpa), env
+    monkeypatch.delenv("MINICOMP_ATTENTION")
+    interpreter = Target("interpreter", torch.device("cpu"), "interpreter")
+    assert interpreter.fused_attention and interpreter.lowers_sdpa  # the CPU tests run every kernel
 
 
 # --- producers of q, k, v and the mask in the kernel's loads (attention-prologue) -------------------

@@ -43,9 +43,9 @@ def sdpa(L, q: Node, k: Node, v: Node, mask: Node | None, dropout_p: float, is_c
          scale: float | None, enable_gqa: bool = True) -> Node:
     """The attention node of ``scaled_dot_product_attention``'s arguments (SDPA's semantics: a bool
     mask keeps where True, is_causal is top-left aligned, a row that sees no key gives 0)."""
-    if not L.graph.target.fused_attention:
-        raise Unsupported("attention not fused: minicomp's attention kernel is off on GPUs until measured "
-                          "there (MINICOMP_ATTENTION=1 turns it on)")
+    if not L.graph.target.lowers_sdpa:
+        raise Unsupported("SDPA kept: PyTorch's fused attention kernels are faster than minicomp's on GPUs "
+                          "(MINICOMP_ATTENTION=1 lowers them)")
     if dropout_p:
         raise Unsupported(f"attention not fused: dropout_p={dropout_p} (dropout inside attention is not fused)")
     if q.type.ndim < 3 or k.type.ndim != q.type.ndim or v.type.ndim != q.type.ndim:

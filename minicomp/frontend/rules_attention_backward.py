@@ -27,9 +27,9 @@ def sdpa_backward(L, dout: Node, q: Node, k: Node, v: Node, out: Node, lse: Node
     """dq, dk, dv of ``scaled_dot_product_attention`` from its output and log-sum-exp."""
     if dropout_p:
         raise Unsupported(f"attention backward not fused: dropout_p={dropout_p} (dropout inside attention is not fused)")
-    if not L.graph.target.fused_attention:
-        raise Unsupported("attention backward not fused: minicomp's attention kernels are off on GPUs until "
-                          "measured there (MINICOMP_ATTENTION=1 turns them on)")
+    if not L.graph.target.lowers_sdpa:
+        raise Unsupported("SDPA backward kept: PyTorch's fused attention kernels are faster than minicomp's "
+                          "on GPUs (MINICOMP_ATTENTION=1 lowers them)")
     if not (q.type.ndim == k.type.ndim == v.type.ndim == 4) or not (q.shape[0] == k.shape[0] == v.shape[0]):
         raise Unsupported("attention backward: q, k and v must be [B, H, T, D] with one batch")
     if is_causal and mask is not None:
