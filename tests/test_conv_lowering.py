@@ -224,6 +224,30 @@ def test_auto_on_the_h200_takes_only_the_measured_winners(grouped_channels):
     assert all(not k.schedule.interpreted for k in kernels)
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_cudnn_convolution_on_the_gpu_adds_its_bias_in_the_next_kernel(channels_last):
+    """On a GPU target a convolution kept in cuDNN is called without its bias; the bias add fuses
+    with the relu after it into one kernel (PyTorch's cuDNN path adds it in a kernel of its own). The
+    rewritten graph, run by the IR interpreter, equals eager."""
+    from minicomp.ir import interpreter
+    x, w, b = rand(2, 8, 6, 5), rand(16, 8, 3, 3), rand(16)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+
+    def fn(x, w, b):
+        return F.conv2d(x, w, b, padding=1).relu()
+    graph, kernels = _scheduled(fn, [x, w, b], H200)
+    (conv,) = [n for n in graph.nodes if n.op == "extern"]
+    assert conv.attrs["arg_tree"][0][2] is None and b.shape not in [i.shape for i in conv.inputs]
+    fns = [[m.attrs.get("fn") for m in g.nodes if m.op == "pointwise"] for g in graph.groups]
+    assert fns == [["add", "relu"]], fns
+    assert any("bias added after the cuDNN call" in d for d in graph.decisions), graph.decisions
+    (out,) = interpreter.run(graph, [x, w, b])
+    torch.testing.assert_close(out, fn(x, w, b))
+    graph, _ = _scheduled(fn, [x, w, b], minicomp.ir.target.INTERPRETER)  # oneDNN fuses the bias itself
+    assert [n.attrs["arg_tree"][0][2] is not None for n in graph.nodes if n.op == "extern"] == [True]
+
+
 @pytest.mark.parametrize("measured", ["aten", "triton"])
 def test_a_measured_choice_overrides_the_heuristic(measured):
     """max-autotune's GEMM tuner measures convolutions too (``tunable``) and fixes the choice in

@@ -17,7 +17,7 @@ import torch.fx as fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO, elementwise_dtypes
 
 from ..ir import ops, views
-from ..ir.graph import Graph, Node, Scalar, map_tree, terminal
+from ..ir.graph import Graph, Node, Scalar, extern_call, map_tree, terminal
 from ..ir.layout import is_dense
 from ..ir.target import Target
 from ..ir.types import SUPPORTED_DTYPES, TensorType, contiguous_strides, is_float
@@ -176,7 +176,7 @@ class Lowering:
         node = self.graph.add("extern", inputs, types, (_short(target),), target=target,
                               arg_tree=tree, reason=reason, strides=strides,
                               input_strides=self._traced_input_strides(args, kwargs) if own_node else None)
-        node.attrs["call"] = _make_call(target, tree, inputs)
+        node.attrs["call"] = extern_call(target, tree, inputs)
         self.fallbacks.append((_short(target), reason))
         if isinstance(types, (tuple, list)):
             return tuple(self._getitem(node, k) for k in range(len(types)))
@@ -370,16 +370,6 @@ def _flatten(tree):
             yield from _flatten(t)
     else:
         yield tree
-
-
-def _make_call(target, tree, inputs):
-    """A function of the input tensors that runs the aten op (used by interpreter and wrapper)."""
-    def call(*tensors):
-        env = dict(zip(map(id, inputs), tensors))
-        sub = lambda v: env[id(v)] if isinstance(v, Node) else v  # noqa: E731
-        args, kwargs = map_tree(tree, sub)
-        return target(*args, **kwargs)
-    return call
 
 
 def _infer_shape(shape, numel) -> tuple[int, ...]:

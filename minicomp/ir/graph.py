@@ -375,3 +375,13 @@ def map_tree(tree, fn):
     if isinstance(tree, dict):
         return {k: map_tree(v, fn) for k, v in tree.items()}
     return fn(tree)
+
+
+def extern_call(target, tree, inputs: list[Node]):
+    """An extern node's ``call``: a function of its input tensors that runs ``target`` on ``tree``
+    (its ``arg_tree``) with the tensors in place of the nodes (the IR interpreter runs it)."""
+    def call(*tensors):
+        env = dict(zip(map(id, inputs), tensors))
+        args, kwargs = map_tree(tree, lambda v: env[id(v)] if isinstance(v, Node) else v)
+        return target(*args, **kwargs)
+    return call

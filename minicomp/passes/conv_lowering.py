@@ -23,6 +23,11 @@ Bias is an ordinary add after the product and the result is cast to the input's 
 computes (fp32 accumulation, one rounding). Grouped convolutions with 1 < groups < Cin stay in
 cuDNN (see ``GROUPED_REASON``).
 
+A convolution kept in cuDNN on the GPU loses its bias to an ordinary add after it (``_bias_after``):
+PyTorch's cuDNN path adds the bias in a kernel of its own (53 extra launches per ResNet-50 call under
+``freeze``, measured), where minicomp's add fuses into the kernel that follows (batch norm,
+activation, residual). oneDNN on the CPU fuses the bias itself, so there it stays an argument.
+
 Which convolutions are rewritten: ``MINICOMP_CONV`` = ``cudnn`` (none), ``ir`` (every one this
 pass can lower) or ``auto`` (default: the choice max-autotune measured, as for matmuls, in
 ``graph.gemm_choices``; else ``heuristic``). Every choice is a decision in the report; a
@@ -36,7 +41,7 @@ from dataclasses import dataclass
 import torch
 
 from ..ir.expr import Affine, Range, index_vars, unravel
-from ..ir.graph import Graph, Node
+from ..ir.graph import Graph, Node, extern_call
 from ..ir.target import Target
 from ..ir.types import short_dtype
 from .gemm_choice import ATEN
@@ -180,6 +185,8 @@ def conv_lowering(graph: Graph) -> Graph:
         if not use_ir:
             graph.decisions.append(f"{conv.describe()}: cuDNN/oneDNN extern ({reason})")
             _note_reason(graph, node, f"convolution kept as extern: {reason}")
+            if conv.bias is not None and graph.target.is_cuda:
+                _bias_after(graph, conv)
             continue
         if conv.kind == "depthwise":
             how, result = "window sum (reduction)", _depthwise(graph, conv)
@@ -301,6 +308,29 @@ def _finish(graph: Graph, conv: Conv, acc: Node) -> Node:
         bias = _cast(add, bias, torch.float32)
         acc = add("pointwise", [acc, bias], acc.type, fn="add", args=(acc, bias), params={})
     return _cast(add, acc, conv.node.dtype)
+
+
+def _bias_after(graph: Graph, conv: Conv) -> None:
+    """Replace the extern ``conv(x, w, b)`` by ``conv(x, w, None) + b`` (b broadcast over channels), in
+    the convolution's dtype: eager's cuDNN path rounds the product, then adds the bias."""
+    node = conv.node
+    (args, kwargs) = node.attrs["arg_tree"]
+    tree = ((*args[:2], None, *args[3:]), kwargs) if len(args) > 2 else (args, {**kwargs, "bias": None})
+    keep = [k for k, v in enumerate(node.inputs) if v is not conv.bias]
+    inputs = [node.inputs[k] for k in keep]
+    attrs = dict(node.attrs, arg_tree=tree)
+    if node.attrs.get("input_strides"):
+        attrs["input_strides"] = [node.attrs["input_strides"][k] for k in keep]
+    bare = graph.add("extern", inputs, node.type, node.origin, before=node, **attrs)
+    bare.attrs["call"] = extern_call(node.attrs["target"], tree, inputs)
+    add = _adder(graph, node)
+    o = index_vars(node.shape)
+    bias = add("view", [conv.bias], conv.bias.type.with_(shape=node.shape), index=(Affine.of(o[1]),), mask=(),
+               fill=None, kind="expand")
+    out = add("pointwise", [bare, bias], node.type, fn="add", args=(bare, bias), params={})
+    graph.decisions.append(f"conv {node.name}: bias added after the cuDNN call as {out.name} (fuses with what follows)")
+    graph.replace_all_uses(node, out)
+    graph.nodes.remove(node)
 
 
 def _adder(graph: Graph, before: Node):
