@@ -99,8 +99,9 @@ def compiled(variant: str, model: torch.nn.Module):
 
 
 def profile(fn, x, device: str) -> dict:
-    """GPU kernels per call from a profiler trace: time, launches, layout conversions, copies, and the
-    most frequent kernel names (to see what the libraries call their conversions)."""
+    """GPU kernels per call from a profiler trace: time, launches, layout conversions, copies, the
+    most frequent kernel names (to see what the libraries call their conversions) and the kernels
+    that take the most GPU time."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
@@ -111,15 +112,20 @@ def profile(fn, x, device: str) -> dict:
             torch.cuda.synchronize()
     kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA
                and not e.name.lower().startswith(("memcpy", "memset"))]
-    names: dict[str, int] = {}
+    names: dict[str, list] = {}  # name -> [launches, microseconds]
     for e in kernels:
-        names[e.name] = names.get(e.name, 0) + 1
-    top = sorted(names.items(), key=lambda kv: -kv[1])[:12]
+        entry = names.setdefault(e.name, [0, 0.0])
+        entry[0] += 1
+        entry[1] += e.time_range.elapsed_us()
+    top = sorted(names.items(), key=lambda kv: -kv[1][0])[:12]
+    slowest = sorted(names.items(), key=lambda kv: -kv[1][1])[:15]
     per = lambda n: round(n / PROFILE_CALLS, 2)  # noqa: E731
     return dict(gpu_ms=round(sum(e.time_range.elapsed_us() for e in kernels) / 1e3 / PROFILE_CALLS, 4),
                 launches=per(len(kernels)), convs=per(sum(bool(CONVERSION.search(e.name)) for e in kernels)),
                 copies=per(sum(bool(COPY.search(e.name)) for e in kernels)),
-                top_kernels=[f"{per(c)}x {n[:120]}" for n, c in top])
+                top_kernels=[f"{per(c)}x {n[:120]}" for n, (c, _) in top],
+                # where the GPU time goes, per call: microseconds, launches, name
+                time_kernels=[f"{per(us):.1f} us {per(c)}x {n[:120]}" for n, (c, us) in slowest])
 
 
 def check(out: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> tuple[float, bool]:
@@ -239,7 +245,7 @@ def main() -> None:
         for variant in variants:
             row["variants"][variant] = r = run_variant(variant, model, x, expected, dtype, device, bench)
             print(f"{name} b{batch} {dtype_name} {variant}: " + ", ".join(
-                f"{k}={v}" for k, v in r.items() if k not in ("top_kernels", "decisions")), flush=True)
+                f"{k}={v}" for k, v in r.items() if k not in ("top_kernels", "time_kernels", "decisions")), flush=True)
         rows.append(row)
         del model
         if device == "cuda":
