@@ -33,16 +33,16 @@ class Target:
     def fused_attention(self) -> bool:
         """Whether written-out attention (``softmax(q @ kᵀ) @ v``) becomes minicomp's flash kernel:
         yes unless ``MINICOMP_ATTENTION=0``. Measured on the H200 (benchmarks/attention.py): causal
-        forms 3-10x faster than Inductor (which does not fuse them), GPT-2 and Llama blocks 1.5x and
-        1.07x; non-causal 0.6-0.9x of Inductor (which matches them to PyTorch's SDPA)."""
+        forms 2-10x faster than Inductor (which does not fuse them), GPT-2 and Llama blocks 1.5x and
+        1.06x; non-causal 0.7-0.9x of Inductor (which matches them to PyTorch's SDPA)."""
         return os.environ.get("MINICOMP_ATTENTION", "auto") != "0"
 
     @property
     def lowers_sdpa(self) -> bool:
         """Whether ``F.scaled_dot_product_attention``'s ops (forward and backward) run as minicomp's
         kernels: always in the interpreter; on a GPU only with ``MINICOMP_ATTENTION=1``, since
-        PyTorch's flash/cuDNN kernels measured faster there (forward 1.1-1.6x, forward + backward
-        1.2-1.4x on the H200)."""
+        PyTorch's flash/cuDNN kernels measured faster there (forward 1.1-1.8x, forward + backward
+        1.2-1.4x at T >= 4096 on the H200)."""
         env = os.environ.get("MINICOMP_ATTENTION", "auto")
         return env != "0" and (self.interpreted or env == "1")
 
