@@ -29,7 +29,7 @@ from triton.testing import do_bench
 
 import minicomp
 
-# what these scripts measure: minicomp's attention kernels, off on GPUs by default until measured
+# what these scripts measure: minicomp's attention kernels, also for SDPA's ops (PyTorch's by default on GPUs)
 os.environ.setdefault("MINICOMP_ATTENTION", "1")
 
 B, H = 4, 16
