@@ -88,6 +88,14 @@ def _conv_block(x, w1, w2, g, b, m, var):
     return F.avg_pool2d(F.conv2d(y, w2) + y, 2).flatten(1)
 
 
+def _squeeze_excite(x, w, w1, w2):
+    """EfficientNet's squeeze-excite after a 1x1 conv: the mean over H, W of a channels-last buffer
+    (a column reduction on the GPU, looped) and the scale."""
+    y = F.silu(F.conv2d(x, w))
+    s = torch.sigmoid(F.conv2d(F.silu(F.conv2d(y.mean((2, 3), keepdim=True), w1)), w2))
+    return y * s
+
+
 def _r(*shape, dtype=BF16):
     return torch.randn(*shape, dtype=dtype)
 
@@ -108,6 +116,8 @@ CASES = {  # name: (function, inputs, templates that must be among its kernels)
     "conv block channels-last": (_conv_block, lambda: [_r(2, 64, 16, 16, dtype=F16), _r(64, 64, 3, 3, dtype=F16),
                                                        _r(64, 64, 1, 1, dtype=F16)]
                                  + [_r(64, dtype=F16).abs() + 0.5 for _ in range(4)], {"pointwise", "reduction"}),
+    "squeeze-excite channels-last": (_squeeze_excite, lambda: [_r(4, 96, 14, 14), _r(96, 96, 1, 1), _r(24, 96, 1, 1),
+                                                               _r(96, 24, 1, 1)], {"reduction"}),
 }
 
 

@@ -48,7 +48,7 @@ def test_interrupted_staged_launch_leaves_later_calls_right(kind, monkeypatch):
     fn, shape, decision = STAGED[kind]
     from minicomp.templates import reduction
     choose = reduction.reduction_schedule  # the GPU's column tiles: combine groups of several programs
-    monkeypatch.setattr(reduction, "reduction_schedule", lambda g, target: choose(g, H200))
+    monkeypatch.setattr(reduction, "reduction_schedule", lambda g, target, layouts=None: choose(g, H200, layouts))
     f = minicomp.compile(fn)
     x = torch.randn(shape)
     torch.testing.assert_close(f(x), fn(x))

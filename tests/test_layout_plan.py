@@ -223,3 +223,48 @@ def test_cudnn_returns_the_planned_layout(make, dtype, freeze, copies, monkeypat
     assert copies["ensure_layout"] == [], copies
     if freeze:
         assert all(s == tuple(x.shape) for s in copies["eager_strided"]), copies  # only the NCHW input
+
+
+# --- reductions over channels-last buffers: scheduled by memory order -------------------------------
+
+def _h200_reduction_schedules(fn, *args):
+    from tests.test_target import _scheduled
+    from tests.utils import H200
+    with torch.no_grad():
+        _, kernels = _scheduled(fn, list(args), H200)
+    return [k.schedule for k in kernels if k.schedule.template == "reduction"]
+
+
+def test_a_channels_last_pooling_is_a_column_reduction_on_the_gpu():
+    """Scheduled for the H200 (nothing runs): a mean over H, W of a buffer the layout plan stores
+    NHWC reads C neighbouring outputs per pixel, so it takes the column tiles (COLUMN_TILE outputs per
+    program) as x.sum(0) does; the same mean of an NCHW input stays one row per output; a sum over C
+    of an NHWC input is a row reduction in memory although C is not the last dim."""
+    from minicomp.templates.reduction import COLUMN_TILE
+    x, w = torch.randn(4, 8, 10, 10), torch.randn(64, 8, 3, 3)
+    (pool,) = _h200_reduction_schedules(
+        lambda x, w: torch.nn.functional.conv2d(x, w, padding=1).relu().mean((2, 3)), x, w)
+    assert pool.blocks["XBLOCK"] == COLUMN_TILE, pool
+    (row,) = _h200_reduction_schedules(lambda x: x.relu().mean((2, 3)), torch.randn(4, 64, 10, 10))
+    assert row.blocks["RBLOCK"] == 128 and row.persistent, row
+    nhwc = torch.randn(4, 64, 10, 10).contiguous(memory_format=torch.channels_last)
+    (over_c,) = _h200_reduction_schedules(lambda x: x.relu().sum(1), nhwc)
+    assert over_c.blocks["RBLOCK"] == 64 and over_c.persistent, over_c
+    (over_hw,) = _h200_reduction_schedules(lambda x: x.relu().sum((2, 3)), nhwc)
+    assert over_hw.blocks["XBLOCK"] == COLUMN_TILE, over_hw
+
+
+@pytest.mark.parametrize("dims", [(2, 3), (1,), (1, 3)])
+def test_channels_last_reductions_with_the_gpu_schedule_match_eager(dims, monkeypatch):
+    """The H200's blocks (column tiles where memory says so, looped over the reduced elements) run
+    in the interpreter and give eager's values, for an NHWC input reduced over H, W, over C and over
+    C, W."""
+    from minicomp.templates import reduction
+    from tests.utils import H200
+    choose = reduction.reduction_schedule
+    monkeypatch.setattr(reduction, "reduction_schedule", lambda g, target, layouts=None: choose(g, H200, layouts))
+    x = torch.randn(3, 70, 9, 11).contiguous(memory_format=torch.channels_last)
+    fn = lambda x: (x * 2).sigmoid().sum(dims)  # noqa: E731
+    torch.testing.assert_close(minicomp.compile(fn)(x), fn(x))
+    (kernel,) = minicomp.report().kernels
+    assert kernel.template == ("reduction looped" if dims == (2, 3) else "reduction persistent"), kernel

@@ -74,7 +74,7 @@ def gpu_tiles(monkeypatch):
     """The GPU's column tiles (64 outputs per program) in the interpreter: several combine groups."""
     from minicomp.templates import reduction
     choose = reduction.reduction_schedule
-    monkeypatch.setattr(reduction, "reduction_schedule", lambda g, target: choose(g, H200))
+    monkeypatch.setattr(reduction, "reduction_schedule", lambda g, target, layouts=None: choose(g, H200, layouts))
 
 
 @pytest.mark.parametrize("dtype,fn", [(torch.float32, torch.sum), (torch.bfloat16, torch.sum),

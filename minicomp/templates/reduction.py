@@ -4,7 +4,8 @@
 is the same (phases of outer and inner statements closed by reductions) and the autotuner may move
 between them by changing RBLOCK. Persistent: a row fits in one block, and every phase reuses the row
 held in registers (layer_norm reads ``x`` once). Looped: one loop over the row's blocks per phase.
-A *column* reduction (the innermost axis is not reduced) takes ``COLUMN_TILE`` neighbouring outputs
+A *column* reduction (in memory, neighbouring outputs are neighbours: the innermost axis is not
+reduced, or a channels-last buffer is reduced over H, W) takes ``COLUMN_TILE`` neighbouring outputs
 per program so every load is a contiguous run. Split reductions are not a template either: the
 ``split_reductions`` pass rewrites the graph before fusion into two ordinary reductions (and
 ``split_combines`` may run them as one launch).
@@ -16,12 +17,13 @@ import math
 import torch
 
 from ..ir.kernel import Kernel, Load, Reduce, Schedule
+from ..ir.layout import buffer_strides
 from ..ir.ops import reduce_identity
 from ..ir.types import is_float
 from ..ir.target import Target
 from ..passes.fusion import Group
 from .base import Context, Template
-from .emitter import build_rows, pow2
+from .emitter import build_rows, pow2, walk_order
 
 COLUMN_TILE = 64  # contiguous outputs per program of a column reduction
 
@@ -32,14 +34,17 @@ def persistent_limit(target: Target) -> int:
     return 8192 if target.is_cuda else 2**14
 
 
-def reduction_schedule(group: Group, target: Target) -> Schedule:
-    """The heuristic's blocks for a reduction group."""
+def reduction_schedule(group: Group, target: Target, layouts: dict | None = None) -> Schedule:
+    """The heuristic's blocks for a reduction group (``layouts``: the planned buffer strides, so a
+    channels-last buffer reduced over H, W counts as the column reduction it is in memory)."""
     on_gpu = target.is_cuda
     numel = math.prod(group.shape)
     rnumel = math.prod(group.shape[d] for d in group.axes)
     xnumel = numel // max(rnumel, 1) if rnumel else math.prod(
         s for d, s in enumerate(group.shape) if d not in group.axes)
-    inner = math.prod(group.shape[max(group.axes) + 1:])
+    inner = contiguous_outputs(group, layouts or {})
+    if inner is None:  # nothing read whole: row-major buffers assumed
+        inner = math.prod(group.shape[max(group.axes) + 1:])
     if on_gpu and inner > 1:
         # a column reduction: a program takes COLUMN_TILE neighbouring outputs so every load is a
         # contiguous run, and walks down the reduced rows (measured on the H200: x.sum(0))
@@ -55,6 +60,31 @@ def reduction_schedule(group: Group, target: Target) -> Schedule:
         return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, warps, 1, True)
     rblock = 2048 if on_gpu else 4096
     return Schedule("reduction", {"XBLOCK": 1, "RBLOCK": rblock}, 8 if on_gpu else 1, 1, False)
+
+
+def contiguous_outputs(group: Group, layouts: dict) -> int | None:
+    """How many neighbouring outputs (in the kernel's walk order) lie next to each other in memory,
+    below every reduced element, in each buffer the group reads whole: 1 for a row reduction, the
+    kept inner extent for a column one (a channels-last buffer reduced over H, W: C). The smallest
+    over the buffers; None if the group reads none whole."""
+    members = set(group.nodes)
+    reads = {i for n in group.nodes for i in n.inputs
+             if i not in members and i.op != "view" and i.shape == tuple(group.shape)}
+    runs = []
+    for buffer in reads:
+        strides = buffer_strides(buffer, layouts)
+        reduced = [strides[d] for d in group.axes if group.shape[d] > 1]
+        if not reduced:
+            return None
+        run = 1
+        for d in reversed(walk_order(group)):
+            if group.shape[d] == 1:
+                continue
+            if strides[d] != run or run * group.shape[d] > min(reduced):
+                break
+            run *= group.shape[d]
+        runs.append(run)
+    return min(runs) if runs else None
 
 
 # --- spelling reductions ----------------------------------------------------------------------
@@ -124,7 +154,7 @@ class ReductionTemplate(Template):
         return group.kind == "reduction"
 
     def default_schedule(self, group: Group, ctx: Context) -> Schedule:
-        return reduction_schedule(group, ctx.target)
+        return reduction_schedule(group, ctx.target, ctx.layouts)
 
     def build(self, group: Group, ctx: Context, sched: Schedule) -> Kernel:
         return build_rows(group, ctx.layouts, sched, tiled=False, target=ctx.target)
