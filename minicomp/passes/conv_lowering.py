@@ -302,10 +302,7 @@ def _finish(graph: Graph, conv: Conv, acc: Node) -> Node:
     """``acc`` (fp32; output channels along dim 1) plus the bias, cast to the convolution's dtype."""
     add = _adder(graph, conv.node)
     if conv.bias is not None:
-        o = index_vars(acc.shape)
-        bias = add("view", [conv.bias], conv.bias.type.with_(shape=acc.shape), index=(Affine.of(o[1]),), mask=(),
-                   fill=None, kind="expand")
-        bias = _cast(add, bias, torch.float32)
+        bias = _cast(add, _channel_bias(add, conv.bias, acc.shape), torch.float32)
         acc = add("pointwise", [acc, bias], acc.type, fn="add", args=(acc, bias), params={})
     return _cast(add, acc, conv.node.dtype)
 
@@ -314,7 +311,7 @@ def _bias_after(graph: Graph, conv: Conv) -> None:
     """Replace the extern ``conv(x, w, b)`` by ``conv(x, w, None) + b`` (b broadcast over channels), in
     the convolution's dtype: eager's cuDNN path rounds the product, then adds the bias."""
     node = conv.node
-    (args, kwargs) = node.attrs["arg_tree"]
+    args, kwargs = node.attrs["arg_tree"]
     tree = ((*args[:2], None, *args[3:]), kwargs) if len(args) > 2 else (args, {**kwargs, "bias": None})
     keep = [k for k, v in enumerate(node.inputs) if v is not conv.bias]
     inputs = [node.inputs[k] for k in keep]
@@ -324,13 +321,17 @@ def _bias_after(graph: Graph, conv: Conv) -> None:
     bare = graph.add("extern", inputs, node.type, node.origin, before=node, **attrs)
     bare.attrs["call"] = extern_call(node.attrs["target"], tree, inputs)
     add = _adder(graph, node)
-    o = index_vars(node.shape)
-    bias = add("view", [conv.bias], conv.bias.type.with_(shape=node.shape), index=(Affine.of(o[1]),), mask=(),
-               fill=None, kind="expand")
+    bias = _channel_bias(add, conv.bias, node.shape)
     out = add("pointwise", [bare, bias], node.type, fn="add", args=(bare, bias), params={})
     graph.decisions.append(f"conv {node.name}: bias added after the cuDNN call as {out.name} (fuses with what follows)")
     graph.replace_all_uses(node, out)
     graph.nodes.remove(node)
+
+
+def _channel_bias(add, bias: Node, shape) -> Node:
+    """The per-output-channel ``bias`` broadcast to a convolution result's ``shape`` (channels: dim 1)."""
+    return add("view", [bias], bias.type.with_(shape=shape), index=(Affine.of(index_vars(shape)[1]),), mask=(),
+               fill=None, kind="expand")
 
 
 def _adder(graph: Graph, before: Node):

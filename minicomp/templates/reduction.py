@@ -42,7 +42,7 @@ def reduction_schedule(group: Group, target: Target, layouts: dict | None = None
     rnumel = math.prod(group.shape[d] for d in group.axes)
     xnumel = numel // max(rnumel, 1) if rnumel else math.prod(
         s for d, s in enumerate(group.shape) if d not in group.axes)
-    inner = contiguous_outputs(group, layouts or {})
+    inner = contiguous_outputs(group, layouts or {}) if on_gpu else None
     if inner is None:  # nothing read whole: row-major buffers assumed
         inner = math.prod(group.shape[max(group.axes) + 1:])
     if on_gpu and inner > 1:
@@ -76,11 +76,11 @@ def contiguous_outputs(group: Group, layouts: dict) -> int | None:
         reduced = [strides[d] for d in group.axes if group.shape[d] > 1]
         if not reduced:
             return None
-        run = 1
+        below, run = min(reduced), 1
         for d in reversed(walk_order(group)):
             if group.shape[d] == 1:
                 continue
-            if strides[d] != run or run * group.shape[d] > min(reduced):
+            if strides[d] != run or run * group.shape[d] > below:
                 break
             run *= group.shape[d]
         runs.append(run)
