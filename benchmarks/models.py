@@ -209,7 +209,7 @@ def run_inference(job: Job, device: str, bench, args: argparse.Namespace) -> dic
                 ok = err <= tol
                 if not ok and dtype == torch.float32:  # eager itself may be the inexact one (cuDNN's TF32)
                     exact = float64_logits(spec, model, inputs)
-                    err64, eager64 = (zoo.relative_error(spec.logits(o).double(), exact) for o in (out, expected))
+                    err64, eager64 = (zoo.relative_error(o.double(), exact) for o in (spec.logits(out), expected))
                     row[f"{backend}_rel_error_fp64"], row["eager_rel_error_fp64"] = float(f"{err64:.3g}"), float(f"{eager64:.3g}")
                     ok = err64 <= max(tol, 2 * eager64)
                 error = None if ok else f"mismatch: relative error {err:.3g} > {tol:g}"
@@ -347,8 +347,12 @@ def run_jobs(todo: list[Job], device: str, bench, args: argparse.Namespace, cach
                        error="benchmark failed: " + first_lines(e))
         rows.append(row)
         print(f"{job.label:<32} eager {fmt(row.get('eager_ms'))}  inductor {fmt(row.get('inductor_ms'))}  "
-              f"minicomp {fmt(row.get('minicomp_ms'))} ms  ({time.perf_counter() - t0:.1f} s)"
+              f"minicomp {fmt(row.get('minicomp_ms'))} ms  cold s {fmt(row.get('inductor_compile_cold_s'), '.2f')}"
+              f" / {fmt(row.get('minicomp_compile_cold_s'), '.2f')}  ({time.perf_counter() - t0:.1f} s)"
               + ("" if row.get("correct") else f"  minicomp: {row.get('error')}"), flush=True)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        with open(Path(args.out, "models-rows.jsonl"), "a") as log:  # the rows so far survive a run cut short
+            log.write(json.dumps(row) + "\n")
         if device == "cuda":
             torch.cuda.empty_cache()
     return rows

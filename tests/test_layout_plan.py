@@ -225,6 +225,31 @@ def test_cudnn_returns_the_planned_layout(make, dtype, freeze, copies, monkeypat
         assert all(s == tuple(x.shape) for s in copies["eager_strided"]), copies  # only the NCHW input
 
 
+def test_one_convolution_among_many_nodes_stays_nchw_on_the_gpu():
+    """Scheduled for the H200 (nothing runs): a patch-embedding convolution followed by a long chain
+    (a transformer: >= NODES_PER_CONV nodes per convolution) keeps NCHW, as Inductor decides; the same
+    convolution followed by a short chain is planned channels-last; on the CPU both are."""
+    from minicomp.ir.target import INTERPRETER
+    from minicomp.passes.layout_plan import NODES_PER_CONV
+    from tests.test_target import _scheduled
+    from tests.utils import H200
+
+    def net(steps):
+        def fn(x, w):
+            y = torch.nn.functional.conv2d(x, w, stride=4).flatten(2).transpose(1, 2)
+            for _ in range(steps):
+                y = torch.tanh(y) * 0.5 + y
+            return y
+        return fn
+    args = [torch.randn(2, 3, 16, 16), torch.randn(8, 3, 4, 4)]
+    for steps, nchw in ((NODES_PER_CONV // 3, True), (3, False)):
+        graph, _ = _scheduled(net(steps), args, H200)
+        kept = [d for d in graph.decisions if d.startswith("layout: NCHW kept")]
+        assert bool(kept) == nchw and (not nchw or "NODES_PER_CONV" in kept[0]), graph.decisions
+        graph, _ = _scheduled(net(steps), args, INTERPRETER)
+        assert not any(d.startswith("layout: NCHW kept") for d in graph.decisions), graph.decisions
+
+
 # --- reductions over channels-last buffers: scheduled by memory order -------------------------------
 
 def _h200_reduction_schedules(fn, *args):

@@ -45,7 +45,7 @@ from ..ir.graph import Graph, Node, extern_call
 from ..ir.target import Target
 from ..ir.types import short_dtype
 from .gemm_choice import ATEN
-from .layout_plan import channels_last_pays, is_conv2d
+from .layout_plan import channels_last_pays
 
 MODES = ("cudnn", "ir", "auto")
 AUTO_IR_MIN_COUT = 256
@@ -167,7 +167,7 @@ def conv_lowering(graph: Graph) -> Graph:
     """Rewrite the chosen convolution externs into IR (see the module docstring)."""
     mode = conv_mode()
     graph.recompute_users()
-    channels_last = channels_last_pays([n for n in graph.nodes if is_conv2d(n)], graph.target)[0]
+    channels_last = channels_last_pays(graph)[0]
     for node in [n for n in graph.nodes if n.op == "extern"]:
         conv, why_not = parse(node)
         if conv is None:

@@ -55,18 +55,29 @@ def conv_kind(conv: Node) -> str:
     return "default"
 
 
-def channels_last_pays(convs: list[Node], target) -> tuple[bool, str]:
-    """Whether a graph with these convolutions runs them channels-last, and why: always on the CPU
-    (oneDNN); on a GPU when the FLOP-weighted ``CHANNELS_LAST_SPEEDUP`` of its convolutions is at most 1."""
-    if not target.is_cuda:
+# Inductor's rule too (decide_layout_opt): a graph with this many nodes per convolution (a transformer
+# whose only convolution embeds the patches) gains nothing from converting its input to NHWC, and
+# keeps the convolution's cuDNN algorithm (and TF32 rounding) as in eager.
+NODES_PER_CONV = 300
+
+
+def channels_last_pays(graph: Graph) -> tuple[bool, str]:
+    """Whether ``graph`` runs its 2-D convolutions channels-last, and why: always on the CPU (oneDNN);
+    on a GPU when they are not few among many nodes (``NODES_PER_CONV``) and the FLOP-weighted
+    ``CHANNELS_LAST_SPEEDUP`` of its convolutions is at most 1."""
+    if not graph.target.is_cuda:
         return True, "oneDNN runs NHWC natively"
+    convs = [n for n in graph.nodes if is_conv2d(n)]
+    if len(graph.nodes) >= NODES_PER_CONV * len(convs):
+        return False, f"{len(convs)} convolution(s) among {len(graph.nodes)} nodes (NODES_PER_CONV)"
     flops = {kind: 0 for kind in CHANNELS_LAST_SPEEDUP}
     for c in convs:
         w = c.attrs["arg_tree"][0][1]
         flops[conv_kind(c)] += 2 * c.type.numel * w.shape[1] * w.shape[2] * w.shape[3]
     total = sum(flops.values()) or 1
     ratio = sum(flops[k] * CHANNELS_LAST_SPEEDUP[k] for k in flops) / total
-    why = f"estimated NHWC/NCHW convolution time {ratio:.2f} (grouped {flops['grouped'] / total:.0%} of FLOPs)"
+    why = (f"estimated NHWC/NCHW convolution time {ratio:.2f} (grouped {flops['grouped'] / total:.0%} of FLOPs; "
+           f"CHANNELS_LAST_SPEEDUP)")
     return ratio <= 1, why
 
 
@@ -75,9 +86,9 @@ def layout_plan(graph: Graph) -> Graph:
     convs = [n for n in graph.nodes if is_conv2d(n)]
     if not convs:
         return graph
-    pays, why = channels_last_pays(convs, graph.target)
+    pays, why = channels_last_pays(graph)
     if not pays:
-        graph.decisions.append(f"layout: NCHW kept: {why} (CHANNELS_LAST_SPEEDUP)")
+        graph.decisions.append(f"layout: NCHW kept: {why}")
         return graph
     graph.recompute_users()
     outputs = set(graph.output.inputs)
