@@ -339,6 +339,28 @@ def test_epilogue_cast_to_half_output():
     assert_one_gemm_kernel(r)
 
 
+@pytest.mark.parametrize("dtype", LOW, ids=DTYPE_IDS.get)
+def test_epilogue_stores_the_narrow_value_a_layer_norm_upcasts(dtype):
+    """BERT's head: gelu(linear) in half precision, then a layer norm that computes in fp32. The GEMM
+    kernel stores the half gelu, not its fp32 upcast (half the bytes); the layer norm's kernel reads and
+    upcasts it (fusion's store-narrow). An upcast that is also a result is stored as well."""
+    from minicomp.ir.target import INTERPRETER
+    from tests.test_target import _scheduled
+    args = (rand(16, 40, dtype=dtype), rand(24, 40, dtype=dtype), rand(24, dtype=dtype), rand(24, dtype=dtype),
+            rand(24, dtype=dtype))
+    def head(a, w, b, g, beta):
+        return F.layer_norm(F.gelu(F.linear(a, w, b)), (24,), g, beta)
+
+    def head_and_upcast(a, w, b, g, beta):
+        y = F.gelu(F.linear(a, w, b))
+        return F.layer_norm(y, (24,), g, beta), y.float()
+    for fn, stored in ((head, [dtype]), (head_and_upcast, [dtype, torch.float32])):
+        compile_and_compare(fn, *args, kernels=2, **tol(dtype, 40))
+        graph, _ = _scheduled(fn, list(args), INTERPRETER)
+        (gemm,) = [g for g in graph.groups if any(m.op == "matmul" for m in g.nodes)]
+        assert [m.dtype for m in gemm.stores] == stored, graph.decisions
+
+
 PROLOGUES = {
     "cast_scale": (lambda a, b: (a.float() * 2) @ b, torch.float16),
     "scale_sub": (lambda a, b: (a * 0.5 - 1.0) @ b, torch.float32),

@@ -31,6 +31,7 @@ from ..ir.attention import twins as attention_twins
 from ..ir.layout import view_as_strided
 from ..ir.ops import OPS
 from .fusion_attention import attention_feeders, attention_operand_indices, attention_refusal
+from .fusion_narrow import store_narrow
 
 MAX_PLACEMENTS = 2
 # on the way into an attention (``attention_feeders``) a one-instruction op (``OpDef.cheap``) may be
@@ -324,6 +325,15 @@ class _Partition:
         self.unit_graph()
         return self._joined(("g", a.id), ("g", b.id))
 
+    def fits(self, members: list[Node], shape, axes, stored: list[Node], feeders=None) -> bool:
+        """Whether ``members`` can be one kernel over ``shape``/``axes`` that stores ``stored``
+        (``check_group``, with this graph's attention feeders unless ``feeders`` is given)."""
+        try:
+            check_group(members, shape, axes, stored, self.feeders if feeders is None else feeders)
+            return True
+        except NotFusable:
+            return False
+
     def try_merge(self, a: Group, b: Group, rule: str) -> bool:
         if a is b:
             return True
@@ -452,71 +462,13 @@ def fusion(graph: Graph) -> Graph:
             if twin is not None:
                 part.try_merge(part.group_of[twin], part.group_of[node], "attention-lse")
     _horizontal(part)
-    _store_narrow(part)
+    store_narrow(part)
     for k, g in enumerate(part.groups):
         g.id = k
         g.stores = part.stored(g.nodes)
     graph.groups = part.groups
     graph.decisions.extend(part.decisions)
     return graph
-
-
-def _is_widening_cast(node: Node) -> bool:
-    return (node.op == "pointwise" and node.attrs["fn"] == "cast"
-            and node.dtype.itemsize > node.inputs[0].dtype.itemsize)
-
-
-def _store_narrow(part: _Partition) -> None:
-    """A group that stores ``cast(x)`` to a wider dtype only for other kernels would write more bytes
-    than needed: those kernels get their own copy of the cast and read ``x`` instead."""
-    part._dag = None  # group membership changes here without merges
-    for group in list(part.groups):
-        stored = part.stored(group.nodes)
-        for cast in [m for m in stored if _is_widening_cast(m)]:
-            src = terminal(cast.inputs[0])
-            if src in group.nodes and src not in stored:
-                continue  # the group would have to store the cast's input instead, maybe outside its space
-            outside = [c for c in part.consumers[cast] if part.group_of.get(c) not in (group, None)]
-            for other in dict.fromkeys(part.group_of[c] for c in outside):
-                users = [c for c in outside if part.group_of[c] is other]
-                after_cast = part.graph.nodes[part.graph.nodes.index(cast) + 1]
-                copy = part.graph.add("pointwise", list(cast.inputs), cast.type, cast.origin, before=after_cast,
-                                      fn="cast", args=cast.attrs["args"], params=dict(cast.attrs["params"]))
-                members = sorted(other.nodes + [copy], key=part.graph.nodes.index)
-                for u in users:
-                    _rewire(part.graph, u, cast, copy)
-                feeders = part.feeders | {copy} if cast in part.feeders else part.feeders
-                try:
-                    check_group(members, other.shape, other.axes, [], feeders)
-                except NotFusable:
-                    for u in users:
-                        _rewire(part.graph, u, copy, cast)
-                    part.graph.nodes.remove(copy)
-                    continue
-                other.nodes = members
-                part.group_of[copy] = other
-                part.consumers[copy] = users
-                part.consumers[cast] = [c for c in part.consumers[cast] if c not in users]
-                part.consumers[terminal(cast.inputs[0])].append(copy)
-                part.decisions.append(f"store-narrow: {other.nodes[0].name}.. recomputes {cast.name} "
-                                      f"({cast.dtype}) from {cast.inputs[0].name}")
-            if not part.consumers[cast]:
-                group.nodes.remove(cast)
-                del part.group_of[cast]
-        if not group.nodes:  # every result was recomputed elsewhere
-            part.groups.remove(group)
-
-
-def _rewire(graph: Graph, user: Node, old: Node, new: Node) -> None:
-    """Point ``user`` (through its own copies of the views between them) at ``new`` instead of ``old``.
-    The views are copied: another kernel may read ``old`` through the same view node."""
-    if old in user.inputs:
-        Graph.replace_all_uses_in(user, old, new)
-    for i in list(user.inputs):
-        if i.op == "view" and terminal(i) is old:
-            copy = graph.add("view", list(i.inputs), i.type, i.origin, before=user, **dict(i.attrs))
-            Graph.replace_all_uses_in(user, i, copy)
-            _rewire(graph, copy, old, new)
 
 
 def _reads(group: Group) -> set[Node]:
