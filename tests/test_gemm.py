@@ -361,6 +361,26 @@ def test_epilogue_stores_the_narrow_value_a_layer_norm_upcasts(dtype):
         assert [m.dtype for m in gemm.stores] == stored, graph.decisions
 
 
+@pytest.mark.parametrize("dtype", LOW, ids=DTYPE_IDS.get)
+def test_rms_norm_after_a_gemm_recomputes_the_square_from_the_stored_residual(dtype):
+    """Llama's residual add then RMSNorm: the GEMM kernel stores the residual stream ``h`` (a result)
+    and nothing else; the norm's kernel recomputes ``h.float() ** 2`` from it rather than reading an
+    fp32 copy the GEMM would store for it (store-narrow over a chain of cheap ops)."""
+    from minicomp.ir.target import INTERPRETER
+    from tests.test_target import _scheduled
+
+    def block(x, w, res, g):
+        h = F.linear(x, w) + res
+        var = h.float().pow(2).mean(-1, keepdim=True)
+        return g * (h.float() * torch.rsqrt(var + 1e-6)).to(dtype), h
+    args = (rand(16, 40, dtype=dtype), rand(24, 40, dtype=dtype), rand(16, 24, dtype=dtype), rand(24, dtype=dtype))
+    compile_and_compare(block, *args, kernels=2, **tol(dtype, 40))
+    graph, _ = _scheduled(block, list(args), INTERPRETER)
+    (gemm,) = [g for g in graph.groups if any(m.op == "matmul" for m in g.nodes)]
+    assert [m.dtype for m in gemm.stores] == [dtype], graph.decisions
+    assert any(d.startswith("store-narrow") and "ops)" in d for d in graph.decisions), graph.decisions
+
+
 PROLOGUES = {
     "cast_scale": (lambda a, b: (a.float() * 2) @ b, torch.float16),
     "scale_sub": (lambda a, b: (a * 0.5 - 1.0) @ b, torch.float32),

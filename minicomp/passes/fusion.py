@@ -48,7 +48,8 @@ RULES = (
     ("horizontal", "independent kernels over the same space that read the same data become one pass"),
     ("gemm-epilogue", "bias, activation, residual and casts after a matrix product run on its tile"),
     ("gemm-prologue", "a cheap pointwise op on an operand (cast, scale) runs on the loaded tile"),
-    ("store-narrow", "a widening cast read by other kernels is recomputed there: the narrow value is stored"),
+    ("store-narrow", "a widening cast (or a short chain of cheap ops over values stored anyway) read by other "
+                     "kernels is recomputed there: the narrow value is stored"),
     ("scan-prologue", "pointwise ops feeding a scan (cumsum, ...) are computed on the row it scans"),
     ("scan-epilogue", "pointwise ops on a scan's result, at the same positions, run on the scanned row"),
     ("attention-lse", "an attention's output and its rows' log-sum-exp come from one kernel (one pass over the keys)"),

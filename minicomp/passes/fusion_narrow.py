@@ -3,7 +3,11 @@ widened copy of a value (``cast(x)`` to fp32) only for other kernels to read; th
 from ``x`` instead, which halves the bytes written and read for half-precision ``x``."""
 from __future__ import annotations
 
-from ..ir.graph import Graph, Group, Node, terminal
+from ..ir.graph import Graph, Node, terminal
+from ..ir.ops import OPS
+
+
+MAX_CHAIN = 3  # cheap pointwise ops a reader recomputes instead of reading one stored result
 
 
 def _is_widening_cast(node: Node) -> bool:
@@ -16,61 +20,117 @@ def store_narrow(part) -> None:
     ``cast(x)`` to a wider dtype only for other kernels would write more bytes than needed: those
     kernels get their own copy of the cast and read ``x`` instead. When ``x`` is computed in the group
     (a GEMM's half-precision epilogue upcast for the next layer norm), the group stores ``x`` in the
-    cast's place, but only if every reader of the cast takes its copy."""
+    cast's place, but only if every reader of the cast takes its copy. Likewise a result that a short
+    chain of cheap ops computes from values the group stores anyway (RMSNorm's ``x.float() ** 2`` after
+    a GEMM's residual add, which stores ``x``) is recomputed by all its readers, or stays stored."""
     part._dag = None  # group membership changes here without merges
     for group in list(part.groups):
-        stored = part.stored(group.nodes)
-        for cast in [m for m in stored if _is_widening_cast(m)]:
-            src = terminal(cast.inputs[0])
-            outside = [c for c in part.consumers[cast] if c not in group.nodes]
-            readers = {g: [c for c in outside if part.group_of.get(c) is g]
-                       for g in dict.fromkeys(part.group_of.get(c) for c in outside)}
-            if src in group.nodes and src not in stored:  # stored instead of the cast, or nothing changes
-                instead = [m for m in stored if m is not cast] + [src]
-                inside = any(c in group.nodes for c in part.consumers[cast])
-                if not part.fits([m for m in group.nodes if inside or m is not cast], group.shape, group.axes,
-                                 instead):
-                    continue
-                if None in readers or not all(_recompute_cast(part, cast, g, users, keep=False)
-                                              for g, users in readers.items()):
-                    continue
-            for other, users in readers.items():
-                if other is not None:
-                    _recompute_cast(part, cast, other, users, keep=True)
-            if not part.consumers[cast]:
-                group.nodes.remove(cast)
-                del part.group_of[cast]
+        for result in [m for m in part.stored(group.nodes) if m.op == "pointwise"]:
+            stored = part.stored(group.nodes)  # as the rewrites so far left it
+            if result not in stored:
+                continue
+            readers: dict = {}  # group (None: not a kernel) -> its members that read the result
+            for c in part.consumers[result]:
+                readers.setdefault(part.group_of.get(c), []).append(c)
+            chain = _chain(group, result, stored)
+            src = terminal(result.inputs[0]) if result.inputs else None
+            if chain == [result] and _is_widening_cast(result):  # x loaded or stored: as many readers as can
+                for other, users in readers.items():
+                    if other not in (group, None):
+                        _recompute(part, chain, other, users, keep=True)
+            elif None in readers:  # a result of the graph, or read by a fallback op
+                continue
+            elif chain is None and _is_widening_cast(result) and src in group.nodes:  # store x instead
+                if part.fits([m for m in group.nodes if m is not result or group in readers], group.shape,
+                             group.axes, [m for m in stored if m is not result] + [src]):
+                    _recompute_everywhere(part, [result], readers)
+            elif chain is not None and _saves_bytes(result, chain, readers):
+                _recompute_everywhere(part, chain, readers)
+            _drop_unread(part, group, chain or [result])
         if not group.nodes:  # every result was recomputed elsewhere
             part.groups.remove(group)
 
 
-def _recompute_cast(part, cast: Node, other: Group, users: list[Node], keep: bool) -> bool:
-    """Whether ``other`` can compute its own copy of ``cast`` for ``users`` (its members reading it);
-    with ``keep``, the copy stays when it can."""
-    nodes_before = list(part.graph.nodes)
+def _chain(group, result: Node, stored: list[Node]) -> list[Node] | None:
+    """The group's nodes that compute ``result`` from values it loads or stores anyway (in graph
+    order), when they are at most ``MAX_CHAIN`` cheap pointwise ops; else None."""
+    chain, todo = set(), [result]
+    while todo:
+        n = todo.pop()
+        if n in chain:
+            continue
+        if n.op != "pointwise" or not OPS[n.attrs["fn"]].cheap or len(chain) == MAX_CHAIN:
+            return None
+        chain.add(n)
+        todo += [t for t in map(terminal, n.inputs) if t in group.nodes and (t not in stored or t is result)]
+    return [n for n in group.nodes if n in chain]
+
+
+def _saves_bytes(result: Node, chain: list[Node], readers: dict) -> bool:
+    """Whether no reader reads more bytes per element from the chain's inputs than from ``result``."""
+    inputs = {terminal(i) for n in chain for i in n.inputs} - set(chain)
+    for other in readers:
+        read = {terminal(i) for n in other.nodes for i in n.inputs} | set(other.nodes)
+        if sum(t.dtype.itemsize for t in inputs - read) > result.dtype.itemsize:
+            return False
+    return True
+
+
+def _recompute_everywhere(part, chain: list[Node], readers: dict) -> None:
+    """Every other group that reads ``chain``'s result recomputes the chain, or none does."""
+    others = {g: users for g, users in readers.items() if g is not part.group_of[chain[-1]]}
+    if all(_recompute(part, chain, other, users, keep=False) for other, users in others.items()):
+        for other, users in others.items():
+            _recompute(part, chain, other, users, keep=True)
+
+
+def _drop_unread(part, group, chain: list[Node]) -> None:
+    """Remove from ``group`` the chain's nodes that nothing reads any more."""
+    gone: set[Node] = set()
+    for m in reversed(chain):
+        if m in group.nodes and all(c in gone for c in part.consumers[m]):
+            group.nodes.remove(m)
+            del part.group_of[m]
+            gone.add(m)
+
+
+def _recompute(part, chain: list[Node], other, users: list[Node], keep: bool) -> bool:
+    """Whether ``other`` can compute its own copy of ``chain`` (ending in the value ``users``, its
+    members, read); with ``keep``, the copies stay when it can."""
+    graph, result = part.graph, chain[-1]
+    nodes_before = list(graph.nodes)
     users_before = {u: (u.inputs, dict(u.attrs)) for u in users}  # _rewire replaces both, adds views
-    after_cast = part.graph.nodes[part.graph.nodes.index(cast) + 1]
-    copy = part.graph.add("pointwise", list(cast.inputs), cast.type, cast.origin, before=after_cast,
-                          fn="cast", args=cast.attrs["args"], params=dict(cast.attrs["params"]))
-    members = sorted(other.nodes + [copy], key=part.graph.nodes.index)
+    after = graph.nodes[graph.nodes.index(result) + 1]
+    copies: dict[Node, Node] = {}
+    for n in chain:
+        copy = graph.add(n.op, list(n.inputs), n.type, n.origin, before=after,
+                         **{**n.attrs, "params": dict(n.attrs.get("params", {}))})
+        for old, new in copies.items():
+            _rewire(graph, copy, old, new)
+        copies[n] = copy
     for u in users:
-        _rewire(part.graph, u, cast, copy)
-    feeders = part.feeders | {copy} if cast in part.feeders else part.feeders
+        _rewire(graph, u, result, copies[result])
+    members = sorted(other.nodes + list(copies.values()), key=graph.nodes.index)
+    feeders = part.feeders | {copies[n] for n in chain if n in part.feeders}
     fits = part.fits(members, other.shape, other.axes, [], feeders)
     if not (fits and keep):
-        part.graph.nodes[:] = nodes_before
+        graph.nodes[:] = nodes_before
         for u, (inputs, attrs) in users_before.items():
             u.inputs = inputs
             u.attrs.clear()
             u.attrs.update(attrs)
         return fits
     other.nodes = members
-    part.group_of[copy] = other
-    part.consumers[copy] = users
-    part.consumers[cast] = [c for c in part.consumers[cast] if c not in users]
-    part.consumers[terminal(cast.inputs[0])].append(copy)
-    part.decisions.append(f"store-narrow: {other.nodes[0].name}.. recomputes {cast.name} "
-                          f"({cast.dtype}) from {cast.inputs[0].name}")
+    for n, copy in copies.items():
+        part.group_of[copy] = other
+        part.consumers[copy] = users if n is result else [c for c in copies.values() if copy in map(terminal, c.inputs)]
+        for t in {terminal(i) for i in n.inputs} - set(chain):
+            part.consumers[t].append(copy)
+    part.consumers[result] = [c for c in part.consumers[result] if c not in users]
+    sources = sorted({terminal(i).name for n in chain for i in n.inputs} - {n.name for n in chain})
+    ops = f", {len(chain)} ops" if len(chain) > 1 else ""
+    part.decisions.append(f"store-narrow: {other.nodes[0].name}.. recomputes {result.name} ({result.dtype}{ops}) "
+                          f"from {', '.join(sources)}")
     return True
 
 
