@@ -32,20 +32,20 @@ def store_narrow(part) -> None:
             readers: dict = {}  # group (None: not a kernel) -> its members that read the result
             for c in part.consumers[result]:
                 readers.setdefault(part.group_of.get(c), []).append(c)
+            others = {g: users for g, users in readers.items() if g not in (group, None)}
             chain = _chain(group, result, stored)
-            src = terminal(result.inputs[0]) if result.inputs else None
             if chain == [result] and _is_widening_cast(result):  # x loaded or stored: as many readers as can
-                for other, users in readers.items():
-                    if other not in (group, None):
-                        _recompute(part, chain, other, users, keep=True)
+                for other, users in others.items():
+                    _recompute(part, chain, other, users, keep=True)
             elif None in readers:  # a result of the graph, or read by a fallback op
                 continue
-            elif chain is None and _is_widening_cast(result) and src in group.nodes:  # store x instead
+            elif chain is None and _is_widening_cast(result) and terminal(result.inputs[0]) in group.nodes:
+                # x computed here: stored instead of the cast
                 if part.fits([m for m in group.nodes if m is not result or group in readers], group.shape,
-                             group.axes, [m for m in stored if m is not result] + [src]):
-                    _recompute_everywhere(part, [result], readers)
-            elif chain is not None and _saves_bytes(result, chain, readers):
-                _recompute_everywhere(part, chain, readers)
+                             group.axes, [m for m in stored if m is not result] + [terminal(result.inputs[0])]):
+                    _recompute_everywhere(part, [result], others)
+            elif chain is not None and _saves_bytes(result, chain, others):
+                _recompute_everywhere(part, chain, others)
             _drop_unread(part, group, chain or [result])
         if not group.nodes:  # every result was recomputed elsewhere
             part.groups.remove(group)
@@ -62,23 +62,23 @@ def _chain(group, result: Node, stored: list[Node]) -> list[Node] | None:
         if n.op != "pointwise" or not OPS[n.attrs["fn"]].cheap or len(chain) == MAX_CHAIN:
             return None
         chain.add(n)
-        todo += [t for t in map(terminal, n.inputs) if t in group.nodes and (t not in stored or t is result)]
+        todo += [t for t in map(terminal, n.inputs) if t in group.nodes and t not in stored]
     return [n for n in group.nodes if n in chain]
 
 
-def _saves_bytes(result: Node, chain: list[Node], readers: dict) -> bool:
-    """Whether no reader reads more bytes per element from the chain's inputs than from ``result``."""
+def _saves_bytes(result: Node, chain: list[Node], others: dict) -> bool:
+    """Whether no other group reads more bytes per element from the chain's inputs than from ``result``."""
     inputs = {terminal(i) for n in chain for i in n.inputs} - set(chain)
-    for other in readers:
+    for other in others:
         read = {terminal(i) for n in other.nodes for i in n.inputs} | set(other.nodes)
         if sum(t.dtype.itemsize for t in inputs - read) > result.dtype.itemsize:
             return False
     return True
 
 
-def _recompute_everywhere(part, chain: list[Node], readers: dict) -> None:
-    """Every other group that reads ``chain``'s result recomputes the chain, or none does."""
-    others = {g: users for g, users in readers.items() if g is not part.group_of[chain[-1]]}
+def _recompute_everywhere(part, chain: list[Node], others: dict) -> None:
+    """Every other group that reads ``chain``'s result (``others``: group -> its readers) recomputes
+    the chain, or none does."""
     if all(_recompute(part, chain, other, users, keep=False) for other, users in others.items()):
         for other, users in others.items():
             _recompute(part, chain, other, users, keep=True)
