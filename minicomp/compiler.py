@@ -31,7 +31,7 @@ from .ir.target import Target
 from .passes.attention import attention
 from .passes.conv_lowering import conv_lowering, tunable as conv_tunable
 from .passes.fusion import fusion
-from .passes.gemm_choice import gemm_backend
+from .passes.gemm_choice import gemm_backend, plain_gemms
 from .passes.layout_plan import layout_plan
 from .passes.manager import Pass, run_pipeline
 from .passes.schedule import schedule
@@ -53,6 +53,7 @@ PIPELINE: list[Pass] = [
     Pass("conv_lowering", conv_lowering, "rewrite chosen convolutions into matmuls over im2col views / window sums"),
     Pass("gemm_backend", gemm_backend, "choose the Triton GEMM template or cuBLAS for each matmul"),
     Pass("fusion", fusion, "group compute nodes into kernels"),
+    Pass("plain_gemms", plain_gemms, "a matrix product nothing fused into runs in cuBLAS"),
     Pass("layout_plan", layout_plan, "store the 4-D buffers around convolutions channels-last"),
     Pass("schedule", schedule, "choose templates and block sizes, build kernels"),
     Pass("pipelines", row_pipelines, "run row-local kernel chains that re-read an input as one launch"),

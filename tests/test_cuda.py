@@ -102,14 +102,14 @@ def test_mlp_on_cuda_matches_eager():
     assert any("layer_norm" in k.name for k in minicomp.report().kernels)
 
 
-GEMMS = [
-    ("mm_bf16_tma", lambda a, b: a @ b, ((1024, 512), (512, 768)), torch.bfloat16),
+GEMMS = [  # each with an epilogue: a product alone runs in cuBLAS (below)
+    ("mm_bf16_tma", lambda a, b: (a @ b) + 1, ((1024, 512), (512, 768)), torch.bfloat16),
     ("linear_relu_residual", lambda x, w, b, r: F.relu(F.linear(x, w, b)) + r,
      ((512, 256), (384, 256), (384,), (512, 384)), torch.bfloat16),
-    ("mm_transposed_fp16", lambda a, b: a.t() @ b.t(), ((256, 200), (136, 256)), torch.float16),
-    ("mm_odd_sizes_fp32", lambda a, b: a @ b, ((127, 17), (17, 33)), torch.float32),
+    ("mm_transposed_fp16", lambda a, b: (a.t() @ b.t()).relu(), ((256, 200), (136, 256)), torch.float16),
+    ("mm_odd_sizes_fp32", lambda a, b: (a @ b).relu(), ((127, 17), (17, 33)), torch.float32),
     ("bmm_broadcast", lambda a, b: torch.relu(a @ b), ((4, 1, 64, 48), (3, 48, 80)), torch.bfloat16),
-    ("misaligned_view", lambda a, b: a[1:] @ b, ((129, 64), (64, 128)), torch.bfloat16),
+    ("misaligned_view", lambda a, b: (a[1:] @ b).relu(), ((129, 64), (64, 128)), torch.bfloat16),
 ]
 
 
@@ -118,6 +118,25 @@ def test_gemm_on_cuda(name, fn, shapes, dtype):
     args = [torch.randn(s, device="cuda", dtype=dtype) / 8 for s in shapes]
     compile_and_compare(fn, *args, kernels=1, atol=3e-2, rtol=3e-2)
     assert minicomp.report().kernels[0].name.startswith("k0_mm")
+
+
+PLAIN_GEMMS = [
+    ("mm_bf16", lambda a, b: a @ b, ((1024, 512), (512, 768)), torch.bfloat16),
+    ("mm_transposed_fp16", lambda a, b: a.t() @ b.t(), ((256, 200), (136, 256)), torch.float16),
+    ("mm_odd_sizes_fp32", lambda a, b: a @ b, ((127, 17), (17, 33)), torch.float32),
+    ("bmm_bf16", torch.bmm, ((3, 64, 48), (3, 48, 80)), torch.bfloat16),
+    ("misaligned_view", lambda a, b: a[1:] @ b, ((129, 64), (64, 128)), torch.bfloat16),
+    ("linear_no_bias_then_softmax", lambda x, w: torch.softmax(F.linear(x, w), -1), ((64, 96), (40, 96)),
+     torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize("name,fn,shapes,dtype", PLAIN_GEMMS, ids=[g[0] for g in PLAIN_GEMMS])
+def test_a_product_nothing_fuses_into_runs_in_cublas(name, fn, shapes, dtype):
+    args = [torch.randn(s, device="cuda", dtype=dtype) / 8 for s in shapes]
+    rep = compile_and_compare(fn, *args, atol=3e-2, rtol=3e-2)
+    assert not [k for k in rep.kernels if "mm" in k.name], rep.summary()
+    assert any("cuBLAS" in d and "nothing fused" in d for d in rep.decisions), rep.summary()
 
 
 def test_heavy_epilogue_runs_in_cublas_and_says_why():

@@ -59,7 +59,7 @@ def test_persistent_grid_of_a_gemm_is_the_targets_sm_count():
     tiles = {}
     targets = (("interpreter", INTERPRETER), ("h200", H200), ("4 SMs", dataclasses.replace(H200, sm_count=4)))
     for name, target in targets:
-        _, (k,) = _scheduled(lambda a, b: a @ b, [a, b], target)
+        _, (k,) = _scheduled(lambda a, b: (a @ b).relu(), [a, b], target)  # (a product alone: cuBLAS)
         s = k.schedule
         tiles[name] = (512 // s.blocks["BLOCK_M"]) * (512 // s.blocks["BLOCK_N"])
         assert s.template == "gemm"
@@ -75,7 +75,7 @@ def test_tma_loads_only_where_the_target_has_tma():
     loads = {}
     targets = (("interpreter", INTERPRETER), ("h200", H200), ("no tma", dataclasses.replace(H200, tma=False)))
     for name, target in targets:
-        _, (k,) = _scheduled(lambda a, b: a @ b, [a, b], target)
+        _, (k,) = _scheduled(lambda a, b: (a @ b).relu(), [a, b], target)
         loads[name] = sum(isinstance(s, TileLoad) for p in k.phases for s in p.inner)
     assert loads == {"interpreter": 0, "h200": 2, "no tma": 0}
 
@@ -108,6 +108,28 @@ def test_gemm_backend_choice_reads_the_target():
         graph, _ = _scheduled(lambda a, b: a @ b, [a, b], target)
         (choice,) = [d for d in graph.decisions if d.startswith("gemm")]
         assert expected in choice, choice
+
+
+def test_a_product_nothing_fuses_into_is_a_cublas_call_on_the_gpu():
+    """After fusion, a GEMM kernel that is the product alone becomes aten.mm/bmm on GPUs (faster, no
+    compile); with an epilogue, or in the interpreter, it stays the template."""
+    a, b, c = torch.empty(64, 32, dtype=BF16), torch.empty(32, 48, dtype=BF16), torch.empty(3, 48, 16, dtype=BF16)
+    cases = {  # function, args -> (H200 GEMM kernels, H200 externs)
+        "mm": (lambda a, b: a @ b, [a, b], 0, ["mm.default"]),
+        "mm of a transposed view": (lambda a, b: b.t() @ a.t(), [a, b], 0, ["mm.default"]),
+        "bmm": (lambda c: torch.bmm(c.transpose(1, 2), c), [c], 0, ["bmm.default"]),
+        "epilogue": (lambda a, b: (a @ b) + 1, [a, b], 1, []),
+        "product also stored": (lambda a, b: (lambda y: (y, y.relu()))(a @ b), [a, b], 1, []),
+        "then a reduction": (lambda a, b: torch.softmax(a @ b, -1), [a, b], 0, ["mm.default"]),
+    }
+    for name, (fn, args, gemms, externs) in cases.items():
+        _, kernels = _scheduled(fn, args, INTERPRETER)
+        assert [k.schedule.template for k in kernels].count("gemm") == 1, name
+        graph, kernels = _scheduled(fn, args, H200)
+        assert [k.schedule.template for k in kernels].count("gemm") == gemms, name
+        assert [str(n.attrs["target"]).split(".", 1)[1] for n in graph.nodes if n.op == "extern"] == externs, name
+        assert sum("nothing fused" in d for d in graph.decisions) == len(externs), (name, graph.decisions)
+        assert all(n.type.dtype == BF16 for n in graph.nodes if n.op == "extern"), name  # cuBLAS rounds once
 
 
 def test_row_pipelines_only_pay_off_on_the_gpu():

@@ -2,14 +2,16 @@
 and epilogue) and cuBLAS through aten (``extern``), whose epilogue then becomes its own kernel.
 
 ``graph.gemm_choices`` may fix the choice per matmul node id (the autotuner does, with
-measurements); otherwise a heuristic decides. Every choice and its reason is recorded in
-``graph.decisions``.
+measurements); otherwise a heuristic decides before fusion (``gemm_backend``), and after fusion a
+product that nothing joined goes to cuBLAS too (``plain_gemms``). Every choice and its reason is
+recorded in ``graph.decisions``.
 """
 from __future__ import annotations
 
 import torch
 
-from ..ir.graph import Graph, Node
+from ..ir.graph import Graph, Group, Node
+from ..ir.layout import view_as_strided
 from ..ir.ops import OPS
 from ..ir.target import Target
 from ..ir.types import contiguous_strides
@@ -67,15 +69,67 @@ def gemm_backend(graph: Graph) -> Graph:
     return graph
 
 
-def _to_extern(graph: Graph, node: Node) -> None:
-    """``matmul(a, b)`` (fp32 accumulate) becomes ``cast(aten.mm(a, b), fp32)``: cuBLAS accumulates
-    in fp32 too and rounds once to the operand dtype."""
+def plain_gemms(graph: Graph) -> Graph:
+    """A GEMM kernel that fused nothing (the product and its rounding to the operand dtype, no prologue,
+    no epilogue) gains nothing from the template: cuBLAS runs it faster (bf16 4096^3 on the H200:
+    0.195 vs 0.219 ms, benchmarks/results/2026-11-23-gemm.md) and needs no compile. Llama's q/k/v and
+    head projections are such products."""
+    if not graph.target.is_cuda:
+        return graph
+    graph.recompute_users()
+    plain = [g for g in graph.groups if _plain(g, graph)]
+    for group in plain:
+        node = group.matmul
+        a, b = node.inputs
+        graph.decisions[:] = [d for d in graph.decisions if not d.startswith(f"gemm {node.name} ")]
+        graph.decisions.append(f"gemm {node.name} {list(node.shape)}: cuBLAS via aten (nothing fused into "
+                               "it: cuBLAS is faster than the plain template and needs no compile)")
+        out_type = node.type.with_(dtype=a.dtype)
+        ext = _extern(graph, node, out_type)
+        for member in group.nodes:
+            if member.type == out_type:  # the product rounded to the operand dtype: cuBLAS's result
+                graph.replace_all_uses(member, ext)
+        graph.replace_all_uses(node, ext)  # (fp32 operands: the product itself, same type)
+        graph.nodes = [n for n in graph.nodes if n not in group.nodes]
+    if plain:
+        graph.groups = [g for g in graph.groups if g not in plain]
+        for k, g in enumerate(graph.groups):
+            g.id = k
+        graph.recompute_users()
+    return graph
+
+
+def _plain(group: Group, graph: Graph) -> bool:
+    """Is ``group`` a product alone (plus casts to the operand dtype), free to be a cuBLAS call?"""
+    node = group.matmul
+    if node is None or node.id in graph.gemm_choices or len(node.shape) not in (2, 3):
+        return False
+    a, b = node.inputs
+    if not (a.dtype == b.dtype and a.dtype.is_floating_point and len(a.shape) == len(b.shape) == len(node.shape)):
+        return False  # aten.mm/bmm: no integer products on GPUs, no broadcast batch
+    rounded = node.type.with_(dtype=a.dtype)
+    others = [n for n in group.nodes if n is not node]
+    if any(not (n.op == "pointwise" and n.attrs["fn"] == "cast" and n.inputs == [node] and n.type == rounded)
+           for n in others):
+        return False
+    if node.type != rounded and any(u not in others for u in node.users):
+        return False  # another kernel reads the fp32 product: cuBLAS would round it first
+    return all(i.op != "view" or view_as_strided(i, {}) is not None for i in (a, b))  # aten takes strided views
+
+
+def _extern(graph: Graph, node: Node, out_type) -> Node:
     a, b = node.inputs
     target = torch.ops.aten.bmm.default if len(node.shape) == 3 else torch.ops.aten.mm.default
-    out_type = node.type.with_(dtype=a.dtype)
     ext = graph.add("extern", [a, b], out_type, node.origin, before=node, target=target, arg_tree=((a, b), {}),
                     reason="cuBLAS chosen for this GEMM", strides=contiguous_strides(out_type.shape))
     ext.attrs["call"] = lambda x, y: target(x, y)
+    return ext
+
+
+def _to_extern(graph: Graph, node: Node) -> None:
+    """``matmul(a, b)`` (fp32 accumulate) becomes ``cast(aten.mm(a, b), fp32)``: cuBLAS accumulates
+    in fp32 too and rounds once to the operand dtype."""
+    ext = _extern(graph, node, node.type.with_(dtype=node.inputs[0].dtype))
     cast = graph.add("pointwise", [ext], node.type, node.origin, before=node, fn="cast", args=(ext,),
                      params={"to": node.dtype})
     graph.replace_all_uses(node, cast)
