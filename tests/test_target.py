@@ -104,10 +104,11 @@ def test_long_rows_split_by_the_targets_persistent_limit():
 
 def test_gemm_backend_choice_reads_the_target():
     a, b = torch.empty(64, 32), torch.empty(32, 48)  # fp32 lowered on the CPU: IEEE precision
-    for target, expected in ((INTERPRETER, "Triton template"), (H200, "cuBLAS via aten")):
-        graph, _ = _scheduled(lambda a, b: a @ b, [a, b], target)
+    for target, expected, kernels in ((INTERPRETER, "Triton template", 1), (H200, "cuBLAS via aten", 0)):
+        graph, scheduled = _scheduled(lambda a, b: a @ b, [a, b], target)
         (choice,) = [d for d in graph.decisions if d.startswith("gemm")]
         assert expected in choice, choice
+        assert len(scheduled) == kernels, scheduled  # cuBLAS's fp32 result is the output (no copy kernel)
 
 
 def test_a_product_nothing_fuses_into_is_a_cublas_call_on_the_gpu():

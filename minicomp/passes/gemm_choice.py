@@ -130,9 +130,10 @@ def _to_extern(graph: Graph, node: Node) -> None:
     """``matmul(a, b)`` (fp32 accumulate) becomes ``cast(aten.mm(a, b), fp32)``: cuBLAS accumulates
     in fp32 too and rounds once to the operand dtype."""
     ext = _extern(graph, node, node.type.with_(dtype=node.inputs[0].dtype))
-    cast = graph.add("pointwise", [ext], node.type, node.origin, before=node, fn="cast", args=(ext,),
-                     params={"to": node.dtype})
-    graph.replace_all_uses(node, cast)
+    if ext.type != node.type:  # (fp32 operands: the product itself, no copy)
+        ext = graph.add("pointwise", [ext], node.type, node.origin, before=node, fn="cast", args=(ext,),
+                        params={"to": node.dtype})
+    graph.replace_all_uses(node, ext)
     graph.nodes.remove(node)
 
 
