@@ -63,16 +63,17 @@ def _argmin(v1, i1, v2, i2):
 '''),
     "_tanh": Helper('''
 @triton.jit
-def _tanh(x):
-    # tanh(|x|) = (1 - e) / (1 + e) with e = exp(-2|x|); a short series near 0 avoids cancellation
+def _tanh(x, INTERPRETED: tl.constexpr):
+    # tanh(|x|) = (1 - e) / (1 + e) with e = exp(-2|x|); a short series near 0 avoids cancellation.
+    # 1/(1 + e) to 1 ulp in one MUFU op: an IEEE division made GPT-2's gelu epilogue 2x slower to compile
     ax = tl.abs(x)
     e = tl.exp(-2.0 * ax)
-    big = (1.0 - e) / (1.0 + e)
+    big = (1.0 - e) * _rcp_approx(1.0 + e, INTERPRETED)
     x2 = x * x
     small = ax * (1.0 - x2 * (0.3333333333333333 - x2 * (0.13333333333333333 - x2 * 0.05396825396825397)))
     t = tl.where(ax < 0.0625, small, big)
     return tl.where(x < 0, -t, tl.where(x == x, t, x))
-'''),
+''', uses=("_rcp_approx",)),
     "_gelu_erf": Helper('''
 @triton.jit
 def _gelu_erf(x, INTERPRETED: tl.constexpr):

@@ -90,8 +90,23 @@ def _gelu(o: Operands) -> str:
         return o.helper("_gelu_tanh" if tanh else "_gelu_erf", [x, "INTERPRETED"])
     if tanh:
         inner = f"0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})"
-        return f"0.5 * {x} * (1.0 + {o.helper('_tanh', [inner])})"
+        return f"0.5 * {x} * (1.0 + {o.helper('_tanh', [inner, 'INTERPRETED'])})"
     return f"0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476))"
+
+
+def _pow(o: Operands) -> str:
+    """The exponents eager's pow computes without exp/log (2, 3, -1), the same way; others through
+    exp2/log2 with the sign rules (the ``_pow`` helper). (0.5 is a square root in eager for some
+    dtypes and devices only: pow(-inf, 0.5) is inf on the CPU in fp16, nan in fp32.)"""
+    x, e = o.a[0], o.stmt.args[1]
+    exponent = e.value if isinstance(e, Scalar) and type(e.value) in (int, float) else None
+    if exponent == 2:
+        return f"{x} * {x}"
+    if exponent == 3:
+        return f"{x} * {x} * {x}"
+    if o.floating and exponent == -1:
+        return f"1.0 / {x}"
+    return o.helper("_pow", o.blocks)
 
 
 def _sign(o: Operands) -> str:
@@ -143,7 +158,7 @@ SPELLINGS: dict[str, Spelling] = {
     "truncdiv": _float_or_int(lambda o: o.helper("_trunc", [f"{o.a[0]} / {o.a[1]}"]), _infix("//")),
     "remainder": lambda o: o.helper("_remainder_float" if o.floating else "_remainder_int", o.blocks),
     "fmod": _float_or_int(lambda o: o.helper("_fmod_float", o.blocks), _infix("%")),
-    "pow": lambda o: o.helper("_pow", o.blocks),
+    "pow": _pow,
     "maximum": _float_or_int(lambda o: o.helper("_max_nan", o.blocks), lambda o: f"tl.maximum({o.a[0]}, {o.a[1]})"),
     "minimum": _float_or_int(lambda o: o.helper("_min_nan", o.blocks), lambda o: f"tl.minimum({o.a[0]}, {o.a[1]})"),
     "neg": lambda o: f"-{o.a[0]}", "abs": _call("tl.abs"), "reciprocal": lambda o: f"1.0 / {o.a[0]}",
@@ -154,7 +169,7 @@ SPELLINGS: dict[str, Spelling] = {
     "log2": _call("tl.log2"), "log1p": _helper("_log1p"), "rsqrt": _call("tl.rsqrt"),
     "sqrt": lambda o: f"tl.sqrt_rn({o.a[0]})" if o.in_dtype == torch.float32 else f"tl.sqrt({o.a[0]})",
     "sin": _call("tl.sin"), "cos": _call("tl.cos"), "tan": lambda o: f"tl.sin({o.a[0]}) / tl.cos({o.a[0]})",
-    "tanh": _helper("_tanh"), "erf": _call("tl.erf"),
+    "tanh": lambda o: o.helper("_tanh", [o.a[0], "INTERPRETED"]), "erf": _call("tl.erf"),
     "sigmoid": lambda o: (o.helper("_sigmoid", [o.a[0], "INTERPRETED"]) if o.in_dtype == torch.float32
                           else f"1.0 / (1.0 + tl.exp(-{o.a[0]}))"),
     "relu": lambda o: f"tl.where({o.a[0]} < 0, 0, {o.a[0]})", "gelu": _gelu,
