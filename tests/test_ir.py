@@ -18,7 +18,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import minicomp
 from minicomp.passes.conv_lowering import conv_lowering
-from minicomp.passes.gemm_choice import gemm_backend
+from minicomp.passes.gemm_choice import gemm_backend, plain_gemms
 from minicomp.backend import Backend
 from minicomp.compiler import PIPELINE, Options
 from minicomp.frontend.lowering import Lowering
@@ -1001,7 +1001,7 @@ def test_schedule_load_offsets_match_eager_views(name, fn):
 
 def test_pipeline_is_a_list_of_named_documented_passes():
     names = ["dce", "cse", "constant_folding", "algebraic_simplification", "view_folding", "attention",
-             "split_reductions", "conv_lowering", "gemm_backend", "fusion", "layout_plan", "schedule", "pipelines",
+             "split_reductions", "conv_lowering", "gemm_backend", "fusion", "plain_gemms", "layout_plan", "schedule", "pipelines",
              "split_combines", "tune"]
     assert minicomp.PIPELINE is PIPELINE
     assert isinstance(PIPELINE, list) and all(isinstance(p, Pass) for p in PIPELINE)
@@ -1010,7 +1010,7 @@ def test_pipeline_is_a_list_of_named_documented_passes():
     assert all(p.doc.strip() and callable(p.run) for p in PIPELINE)
     assert [p.run for p in PIPELINE] == [dce, cse, constant_folding, algebraic_simplification, view_folding,
                                          attention, split_reductions, conv_lowering, gemm_backend, fusion,
-                                         layout_plan, schedule, row_pipelines, split_combines, tune]
+                                         plain_gemms, layout_plan, schedule, row_pipelines, split_combines, tune]
     opts = Options()
     assert opts.pipeline == PIPELINE and opts.pipeline is not PIPELINE  # a copy: safe to edit
     custom = [p for p in PIPELINE if p.name != "cse"]
