@@ -133,6 +133,18 @@ def test_unary_math_extreme(dtype):
     compile_and_compare(fn, x, tiny)
 
 
+@dtypes(*FLOATS, torch.int32)
+def test_pow_by_2_3_and_minus_1_is_computed_as_eager_does(dtype):
+    """``x ** 2``, ``x ** 3``, ``x ** -1`` are products and a division (eager's own special cases), not
+    exp2/log2: the RMSNorm's square and GPT-2's gelu cube. Other exponents keep the general helper."""
+    from pathlib import Path
+    powers = (2, 3, 2.5) if dtype == torch.int32 else (2, 3, -1, 2.5)
+    x = rand(5, 7, dtype=dtype, low=-9, high=9) if dtype == torch.int32 else rand(5, 7, dtype=dtype)
+    rep = compile_and_compare(lambda x: tuple(x ** e for e in powers), x)
+    (kernel,) = rep.kernels
+    assert Path(kernel.source_path).read_text().count("_pow(") == 2  # its definition and 2.5's call
+
+
 @dtypes(torch.float32, torch.float16)
 def test_domain_edges(dtype):
     """Zeros, negatives and infinities at the edges of each op's domain: inf/nan results as eager."""
