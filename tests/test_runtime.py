@@ -711,3 +711,17 @@ def test_equal_results_merged_by_cse_are_two_tensors():
     a.add_(1)
     torch.testing.assert_close(b, x.bfloat16())
     torch.testing.assert_close(c, x * 2)
+
+
+def test_eager_strided_copies_to_the_strides_a_fallback_op_is_handed():
+    """A permuted layout (a convolution weight channels-last) is one copy with those strides; a broadcast
+    dim stays broadcast over a copy of one slice; strides no buffer can have give a contiguous copy."""
+    from minicomp.runtime.support import eager_strided
+    w = torch.randn(6, 3, 2, 5)
+    for t, strides, expect in ((w, (30, 1, 15, 3), (30, 1, 15, 3)),                       # channels-last
+                               (w[:, :1].expand(6, 3, 2, 5), (10, 0, 5, 1), (10, 0, 5, 1)),  # broadcast
+                               (w, (1, 1, 1, 1), w.contiguous().stride()),                  # overlapping
+                               (w, w.stride(), w.stride())):                                # already so
+        out = eager_strided(t, strides)
+        assert out.stride() == expect and torch.equal(out, t), (strides, out.stride())
+    assert eager_strided(w, w.stride()) is w

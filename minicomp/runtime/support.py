@@ -60,14 +60,18 @@ def eager_strided(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
     one slice; where the rest would overlap, contiguous."""
     if t.numel() <= 1 or all(a == b for a, b, n in zip(t.stride(), strides, t.shape) if n > 1):
         return t
-    one = tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for st, n in zip(strides, t.shape))
-    base, rest = t[one], tuple(st if st else 1 for st in strides)
+    broadcast = any(st == 0 and n > 1 for st, n in zip(strides, t.shape))
+    base, rest = t, strides
+    if broadcast:  # (slicing and expanding cost host time: only where needed, not per convolution weight)
+        base = t[tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for st, n in zip(strides, t.shape))]
+        rest = tuple(st if st else 1 for st in strides)
     extent = 1
     for stride, size in sorted((st, n) for st, n in zip(rest, base.shape) if n > 1):
         if stride < extent:  # overlapping: no buffer has these strides
             return t.contiguous()
         extent = stride * size
-    return ensure_layout(base, rest).expand(t.shape)
+    out = ensure_layout(base, rest)
+    return out.expand(t.shape) if broadcast else out
 
 
 _COUNTERS: dict = {}
