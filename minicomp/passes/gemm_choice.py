@@ -78,24 +78,27 @@ def plain_gemms(graph: Graph) -> Graph:
         return graph
     graph.recompute_users()
     plain = [g for g in graph.groups if _plain(g, graph)]
+    if not plain:
+        return graph
+    moved = {g.matmul.name for g in plain}
+    graph.decisions[:] = [d for d in graph.decisions if not (d.startswith("gemm ") and d.split()[1] in moved)]
+    gone: set[Node] = set()
     for group in plain:
         node = group.matmul
-        a, b = node.inputs
-        graph.decisions[:] = [d for d in graph.decisions if not d.startswith(f"gemm {node.name} ")]
         graph.decisions.append(f"gemm {node.name} {list(node.shape)}: cuBLAS via aten (nothing fused into "
                                "it: cuBLAS is faster than the plain template and needs no compile)")
-        out_type = node.type.with_(dtype=a.dtype)
+        out_type = node.type.with_(dtype=node.inputs[0].dtype)
         ext = _extern(graph, node, out_type)
-        for member in group.nodes:
-            if member.type == out_type:  # the product rounded to the operand dtype: cuBLAS's result
-                graph.replace_all_uses(member, ext)
-        graph.replace_all_uses(node, ext)  # (fp32 operands: the product itself, same type)
-        graph.nodes = [n for n in graph.nodes if n not in group.nodes]
-    if plain:
-        graph.groups = [g for g in graph.groups if g not in plain]
-        for k, g in enumerate(graph.groups):
-            g.id = k
-        graph.recompute_users()
+        for member in group.nodes:  # the product rounded to the operand dtype (fp32: the product): cuBLAS's result
+            if member.type == out_type:
+                for user in member.users:  # (users as recomputed above: the rewrites leave them valid)
+                    Graph.replace_all_uses_in(user, member, ext)
+        gone.update(group.nodes)
+    graph.nodes = [n for n in graph.nodes if n not in gone]
+    graph.groups = [g for g in graph.groups if g not in plain]
+    for k, g in enumerate(graph.groups):
+        g.id = k
+    graph.recompute_users()
     return graph
 
 
