@@ -83,6 +83,12 @@ def _program_strides(dump) -> dict[str, tuple]:
     return {name: tuple(int(s) for s in strides.split(",")) for name, *_, strides in found}
 
 
+def _layout_copies(rep) -> list[tuple[int, ...]]:
+    """The shapes of the graph inputs the layout plan's copy kernels convert to channels-last."""
+    shapes = [re.fullmatch(r"k\d+_copy_\w+?_(\d+(?:x\d+)*)", k.name) for k in rep.kernels]
+    return sorted(tuple(int(n) for n in m.group(1).split("x")) for m in shapes if m)
+
+
 def _check(model, x, tmp_path):
     with torch.no_grad():
         expected = model(x)
@@ -106,9 +112,10 @@ def test_block_nhwc_inside_user_layout_outside(fmt, tmp_path, copies):
     strides = _program_strides(tmp_path)
     nhwc = (210, 1, 35, 5)  # [2, 5, 6, 7] channels-last
     assert list(strides.values()).count(nhwc) >= 3, strides  # both convolutions' results, bn-relu's
-    # weights are graph inputs (no freeze): converted once per call; the NCHW input once
+    # weights are graph inputs (no freeze): copied by a kernel once per call; the NCHW input once
     expected_inputs = [(5, 3, 3, 3), (5, 5, 3, 3)] + ([(2, 3, 6, 7)] if fmt is torch.contiguous_format else [])
-    assert sorted(copies["eager_strided"]) == sorted(expected_inputs), copies
+    assert _layout_copies(rep) == sorted(expected_inputs), rep.kernels
+    assert copies["eager_strided"] == [], copies
     assert copies["ensure_layout"] == [], "a convolution returned another layout than planned"
 
 
@@ -118,15 +125,53 @@ def test_net_odd_sizes_pooling_and_head(tmp_path, copies):
     rep = _check(model, x, tmp_path)
     assert copies["ensure_layout"] == []
     assert any("kernel(s) walk them in memory order" in d for d in rep.decisions)
-    assert sorted(copies["eager_strided"]) == [(3, 3, 9, 11), (6, 2, 3, 3), (6, 3, 3, 3), (7, 6, 3, 3)]
+    assert _layout_copies(rep) == [(3, 3, 9, 11), (6, 2, 3, 3), (6, 3, 3, 3), (7, 6, 3, 3)]
+    assert copies["eager_strided"] == []
+
+
+@pytest.mark.parametrize("pool", [torch.nn.MaxPool2d(3, 2, 1), torch.nn.AvgPool2d(2)])
+def test_a_pooled_buffer_between_convolutions_is_stored_nhwc(pool, tmp_path, copies):
+    """ResNet's stem: conv -> bn -> relu -> max pool -> conv. The pooling kernel's result (its window
+    kept as a trailing size-1 dim) is stored channels-last and walked in memory order, so the next
+    convolution reads it as it is: nothing converted but the graph inputs, by their copy kernels."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3, 2, 1, bias=False), torch.nn.BatchNorm2d(6), torch.nn.ReLU(),
+                                pool, torch.nn.Conv2d(6, 5, 3, 1, 1)).eval()
+    x = torch.randn(2, 3, 13, 11)
+    rep = _check(model, x, tmp_path)
+    assert copies == {"eager_strided": [], "ensure_layout": []}, copies
+    assert _layout_copies(rep) == [(2, 3, 13, 11), (5, 6, 3, 3), (6, 3, 3, 3)], rep.kernels
+    text = next(tmp_path.glob("*/program.txt")).read_text()
+    pooled = re.search(r"^alloc\s+\w+ f32\[2,6,(\d+),(\d+)(,1)?\] strides=\(([\d, ]+)\)", text, re.M)
+    h, w = int(pooled.group(1)), int(pooled.group(2))
+    nhwc = (h * w * 6, 1, w * 6, 6) + ((1,) if pooled.group(3) else ())
+    assert tuple(map(int, pooled.group(4).split(","))) == nhwc, text
+
+
+def test_a_pooling_window_loads_per_channel_parameters_once_per_output():
+    """Scheduled for the H200 (nothing runs): batch norm and relu fused into a padded max pool read
+    the input per tap under the padding mask, but the per-channel parameters, always in bounds, need
+    no mask and are loaded once per output, outside the taps."""
+    from minicomp.ir.kernel import Load
+    from tests.test_target import _scheduled
+    from tests.utils import H200
+    bn = torch.nn.BatchNorm2d(8).eval()
+
+    def fn(x):
+        return torch.nn.functional.max_pool2d(torch.relu(bn(x)), 3, 2, 1)
+    with torch.no_grad():
+        _, (kernel,) = _scheduled(fn, [torch.randn(2, 8, 9, 9)], H200)
+    outer = [s for p in kernel.phases for s in p.outer if isinstance(s, Load)]
+    inner = [s for p in kernel.phases for s in p.inner if isinstance(s, Load)]
+    assert len(outer) == 4 and all(not s.mask for s in outer), kernel.phases
+    assert len(inner) == 1 and inner[0].mask, kernel.phases
 
 
 def test_channels_last_input_converts_nothing_but_weights(tmp_path, copies):
     model = Net().eval()
     x = torch.randn(2, 3, 8, 8).contiguous(memory_format=CL)
-    _check(model, x, tmp_path)
-    assert all(len(s) == 4 and s[0] in (6, 7, 2) for s in copies["eager_strided"]), copies
-    assert (2, 3, 8, 8) not in copies["eager_strided"]
+    rep = _check(model, x, tmp_path)
+    assert _layout_copies(rep) == [(6, 2, 3, 3), (6, 3, 3, 3), (7, 6, 3, 3)], rep.kernels
+    assert copies["eager_strided"] == []
 
 
 def test_flatten_of_a_planned_buffer_returned(tmp_path):

@@ -44,9 +44,9 @@ def test_printed_program_lists_launches_allocations_and_fallbacks_in_order(tmp_p
 
     lines = _program_lines(tmp_path)
     assert [line.split()[0] for line in lines] == \
-        ["program", "input", "input", "alloc", "launch", "extern", "free", "alloc", "launch", "free", "return",
-         "#"], lines
-    pointwise, conv, reduction = lines[4], lines[5], lines[8]
+        ["program", "input", "input", "alloc", "launch", "alloc", "launch", "extern", "free", "alloc", "launch", "free",
+         "return", "#"], lines
+    pointwise, copy, conv, reduction = lines[4], lines[6], lines[7], lines[10]
     # the chain's buffer is allocated with its shape and strides, then written by the first launch
     # (channels-last: the convolution's input and result, layout_plan; the NCHW input is transposed
     # by a tiled kernel that walks (N, H, W) x C)
@@ -56,18 +56,21 @@ def test_printed_program_lists_launches_allocations_and_fallbacks_in_order(tmp_p
                      pointwise)
     assert match and match[3] == chain[1], pointwise
     assert int(match[2]) == math.ceil(42 / int(match[4])) * math.ceil(2 / int(match[5])) >= 1
-    # the fallback reads it; the reduction reads the fallback's result and writes the last allocation
+    # the weight (a graph input) is copied channels-last by a kernel of its own
+    weight = re.match(r"alloc\s+(buf\d+) f32\[3,2,3,3\] strides=\(18, 1, 6, 2\) cpu$", lines[5])
+    assert weight and re.match(rf"launch\s+k\d+_copy_\w+ grid=\(\d+,\) \(arg1, {weight[1]}\)", copy), lines[5:7]
+    # the fallback reads both; the reduction reads the fallback's result and writes the last allocation
     conv_match = re.match(rf"extern\s+(buf\d+) f32\[1,3,4,5\] strides=\(60, 1, 15, 3\) cpu = "
-                          rf"aten\.convolution\.default\({chain[1]}, arg1 as strides \(18, 1, 6, 2\)\)$", conv)
+                          rf"aten\.convolution\.default\({chain[1]}, {weight[1]}\)$", conv)
     assert conv_match, conv
-    out = re.match(r"alloc\s+(buf\d+) f32\[1,3,4,1\]", lines[7])
-    assert out, lines[7]
+    out = re.match(r"alloc\s+(buf\d+) f32\[1,3,4,1\]", lines[9])
+    assert out, lines[9]
     assert re.match(rf"launch\s+k1_\w+ grid=\(\d+,\) \({conv_match[1]}, {out[1]}\)\s+\[reduction persistent\]",
                     reduction), reduction
     # each intermediate is freed after its last reader; the result is not
-    assert lines[6] == f"free    {chain[1]}" and lines[9] == f"free    {conv_match[1]}", lines
-    assert lines[10] == f"return  (as_strided({out[1]}, (1, 3, 4), (0, 4, 1), +0))", lines[10]
-    assert lines[11].startswith("# memory plan: allocations 2 (0 reusing"), lines[11]
+    assert lines[8] == f"free    {chain[1]}, {weight[1]}" and lines[11] == f"free    {conv_match[1]}", lines
+    assert lines[12] == f"return  (as_strided({out[1]}, (1, 3, 4), (0, 4, 1), +0))", lines[12]
+    assert lines[13].startswith("# memory plan: allocations 3 (0 reusing"), lines[13]
 
 
 def test_program_of_a_staged_launch_and_a_multi_result_fallback(tmp_path, monkeypatch):

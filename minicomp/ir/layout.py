@@ -48,9 +48,10 @@ def view_as_strided(view: Node, layouts: dict) -> tuple[tuple[int, ...], int] | 
 
 
 def channels_last_strides(shape) -> tuple[int, ...]:
-    """NHWC strides of a 4-D (N, C, H, W) shape, as ``torch.channels_last`` lays it out."""
-    n, c, h, w = shape
-    return (h * w * c, 1, w * c, c)
+    """NHWC strides of a 4-D (N, C, H, W) shape, as ``torch.channels_last`` lays it out; trailing
+    size-1 dims (a pooled window's kept axis) follow with stride 1."""
+    n, c, h, w = shape[:4]
+    return (h * w * c, 1, w * c, c) + (1,) * (len(shape) - 4)
 
 
 def same_strides(a, b, shape) -> bool:

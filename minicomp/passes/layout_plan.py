@@ -98,9 +98,10 @@ def layout_plan(graph: Graph) -> Graph:
         return graph
     layouts = {n: channels_last_strides(n.shape) for n in region}
     planned = [c for c in convs if c in region or terminal(c.attrs["arg_tree"][0][0]) in region]
-    notes = []
+    notes, copies = [], {}
     for conv in planned:
-        notes += _plan_conv(graph, conv, layouts)
+        notes += _plan_conv(graph, conv, layouts, copies)
+    _copy_groups(graph, list(copies.values()))
     graph.layouts.update(layouts)
     final = {**graph.layouts, **plan_layouts(graph)}  # as schedule will have them: results in eager's strides
     ordered = 0
@@ -119,7 +120,12 @@ def _is_buffer(node: Node, outputs: set) -> bool:
     """A 4-D float intermediate this pass may lay out: a kernel's result or a convolution's, not a
     graph input, constant or result (those keep the user's and eager's layouts)."""
     return (node.op in ("pointwise", "reduce", "gather") or is_conv2d(node)) and node not in outputs \
-        and len(node.shape) == 4 and is_float(node.dtype)
+        and is_image(node.shape) and is_float(node.dtype)
+
+
+def is_image(shape) -> bool:
+    """(N, C, H, W), or that with trailing size-1 dims (a pooling window's kept axis)."""
+    return len(shape) >= 4 and all(s == 1 for s in shape[4:])
 
 
 def _region(graph: Graph, convs: list[Node], outputs: set) -> set[Node]:
@@ -138,7 +144,7 @@ def _region(graph: Graph, convs: list[Node], outputs: set) -> set[Node]:
         if g.kind not in ("pointwise", "reduction") or len(outer) != 4:
             continue
         members = set(g.nodes)
-        touched = [m for m in g.stores if len(m.shape) == 4]
+        touched = [m for m in g.stores if is_image(m.shape)]
         touched += [terminal(i) for n in g.nodes for i in n.inputs if terminal(i) not in members]
         touched = [t for t in touched if (t in stored or is_conv2d(t)) and _is_buffer(t, outputs)]
         for a, b in zip(touched, touched[1:]):
@@ -176,9 +182,11 @@ def _drop_unexpressible_views(graph: Graph, region: set[Node]) -> set[Node]:
         region -= bad
 
 
-def _plan_conv(graph: Graph, conv: Node, layouts: dict) -> list[str]:
-    """Hand ``conv`` channels-last input and weight; record its result's strides. Returns notes on
-    the conversions this costs (a graph input converted on every call, a constant once)."""
+def _plan_conv(graph: Graph, conv: Node, layouts: dict, copies: dict[Node, Node]) -> list[str]:
+    """Hand ``conv`` channels-last input and weight; record its result's strides. A graph input in
+    another layout is copied channels-last by a kernel of its own (``copies``: one per input, shared
+    by the convolutions reading it; a Triton launch costs less host time than PyTorch's copy, and
+    its time shows in the report). Returns notes on the conversions this costs."""
     x, w = conv.attrs["arg_tree"][0][:2]
     strides = list(conv.attrs.get("input_strides") or [None] * len(conv.inputs))
     notes = []
@@ -192,11 +200,16 @@ def _plan_conv(graph: Graph, conv: Node, layouts: dict) -> list[str]:
             if not same_strides(value.stride(), want, value.shape):
                 base.attrs["value"] = value.contiguous(memory_format=torch.channels_last)
                 notes.append(f"layout: weight {w.name} (a constant) converted to channels-last at compile time")
-        elif v.op == "input" and not same_strides(v.attrs["strides"], want, v.shape):
-            what = "weight" if v is w else "input"
-            notes.append(f"layout: {what} {v.name} (a graph input, NCHW) converted to channels-last once per "
-                         f"call before {conv.name}" + (" (freeze=True makes it a constant converted once)"
-                                                       if v is w else ""))
+        elif v.op == "input" and is_float(v.dtype) and not same_strides(v.attrs["strides"], want, v.shape):
+            if v not in copies:
+                copies[v] = graph.add("pointwise", [v], v.type, v.origin, before=conv, fn="identity", args=(v,),
+                                      params={})
+                layouts[copies[v]] = want
+                what = "weight" if v is w else "input"
+                notes.append(f"layout: {what} {v.name} (a graph input, NCHW) copied channels-last by a kernel on "
+                             f"every call, first before {conv.name}"
+                             + (" (freeze=True makes it a constant converted once)" if v is w else ""))
+            graph.replace_all_uses_in(conv, v, copies[v])
         elif v is w and v.op != "view" and v.op != "input" and v.op != "constant":
             layouts[v] = want  # a computed weight: its kernel writes it channels-last
         strides[k] = want
@@ -206,6 +219,17 @@ def _plan_conv(graph: Graph, conv: Node, layouts: dict) -> list[str]:
     return notes
 
 
+def _copy_groups(graph: Graph, copies: list[Node]) -> None:
+    """A pointwise group (kernel) per layout copy, placed among the groups in graph order."""
+    position = {n: i for i, n in enumerate(graph.nodes)}
+    next_id = max((g.id for g in graph.groups), default=-1) + 1
+    for i, copy in enumerate(copies):
+        group = Group(next_id + i, [copy], tuple(copy.shape), stores=[copy], rule="layout copy (layout_plan)")
+        at = next((j for j, g in enumerate(graph.groups) if min(position[n] for n in g.nodes) > position[copy]),
+                  len(graph.groups))
+        graph.groups.insert(at, group)
+
+
 def _group_order(group: Group, layouts: dict) -> tuple[int, ...]:
     """The order a pointwise or reduction kernel walks its non-reduced dims in, slowest first: the
     memory order of its first stored planned buffer; for a pointwise kernel that reads a planned
@@ -213,8 +237,9 @@ def _group_order(group: Group, layouts: dict) -> tuple[int, ...]:
     if group.kind not in ("pointwise", "reduction"):
         return ()
     outer = [d for d in range(len(group.shape)) if d not in group.axes]
+    walked = tuple(group.shape[d] for d in outer)
     for m in group.stores:
-        if m in layouts and m.shape == tuple(group.shape[d] for d in outer):
+        if m in layouts and m.shape[:len(outer)] == walked and all(s == 1 for s in m.shape[len(outer):]):
             order = memory_order(layouts[m], outer)
             if list(order) != outer:
                 return order

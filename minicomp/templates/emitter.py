@@ -99,8 +99,24 @@ class Emitter:
         if node in self.members:
             return self._pointwise(node, idx, mask, key)
         index = linear_index(idx, buffer_strides(node, self.layouts))
+        if mask and self._in_bounds(idx, node.shape):
+            mask = ()  # a view's mask guards addresses; a value outside it is replaced by the view's fill
         stmt = Load(self._var("v"), self.arg(node, False), index, mask, node.dtype)
         return self._put(key, stmt, self._inner(index, *(r.expr for r in mask)))
+
+    def _in_bounds(self, idx, shape) -> bool:
+        """Whether ``idx`` (in the kernel's dims only) stays inside ``shape`` wherever those run: a
+        pooling window's per-channel batch-norm parameters need no padding mask, and so stay out of
+        the per-tap loop (one load per output, not per tap)."""
+        dims = set(self.dims)
+        for e, n in zip(idx, shape):
+            e = Affine.of(e)
+            if not e.vars() <= dims:
+                return False
+            lo, hi = e.bounds()
+            if lo < 0 or hi >= n:
+                return False
+        return True
 
     def _pointwise(self, node: Node, idx, mask, key) -> tuple[str, bool]:
         args, inner = [], False
