@@ -3,6 +3,7 @@ backward), the report, strict mode, dumps, the on-disk cache across processes, s
 graph breaks, mutation and aliasing."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -725,3 +726,32 @@ def test_eager_strided_copies_to_the_strides_a_fallback_op_is_handed():
         out = eager_strided(t, strides)
         assert out.stride() == expect and torch.equal(out, t), (strides, out.stride())
     assert eager_strided(w, w.stride()) is w
+
+
+def test_fallback_ops_call_the_public_function_where_it_can_only_mean_that_overload():
+    """``torch.convolution`` / ``torch.mm`` instead of the aten overloads (less host time per call)
+    where no other overload takes that many positional arguments; the overloads otherwise (sort's
+    ``stable`` takes as many, add's ``Scalar`` too), and keyword arguments keep the overload. Every
+    spelling computes what the overload computes."""
+    from minicomp.runtime.support import InputRef, extern_call, public_function
+    aten = torch.ops.aten
+    assert public_function(aten.convolution.default, 9) is torch._C._VariableFunctions.convolution
+    assert public_function(aten.mm.default, 2) is torch._C._VariableFunctions.mm
+    assert public_function(aten.addmm.default, 5) is aten.addmm.default  # addmm.dtype takes 4
+    assert public_function(aten.sort.default, 3) is aten.sort.default
+    assert public_function(aten.add.Tensor, 2) is aten.add.Tensor
+    fn = lambda x: x  # noqa: E731 - not an OpOverload
+    assert public_function(fn, 1) is fn
+    x, w, y = torch.randn(2, 3, 7, 6), torch.randn(4, 3, 3, 3), torch.randn(5, 4)
+    conv_args = [InputRef(0), InputRef(1), None, [2, 1], [1, 0], [1, 1], False, [0, 0], 1]
+    cases = [(aten.convolution.default, (conv_args, {}), (x, w)),
+             (aten.cumsum.default, ([InputRef(0), 1], {"dtype": torch.float64}), (y,)),
+             (aten.sort.default, ([InputRef(0), 0, True], {}), (y,)),
+             ("aten.mm.default", ([InputRef(0), InputRef(1)], {}), (y, y.t()))]
+    for target, tree, tensors in cases:
+        op = functools.reduce(getattr, target.split("."), torch.ops) if isinstance(target, str) else target
+        args = [tensors[a.k] if isinstance(a, InputRef) else a for a in tree[0]]
+        expected, actual = op(*args, **tree[1]), extern_call(target, tree)(*tensors)
+        for e, a in zip(expected if isinstance(expected, tuple) else (expected,),
+                        actual if isinstance(actual, tuple) else (actual,)):
+            assert torch.equal(a, e) and a.dtype == e.dtype, target
