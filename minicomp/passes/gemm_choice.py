@@ -19,16 +19,20 @@ from ..ir.types import contiguous_strides
 ATEN = "aten"
 
 
-def _epilogue_fns(node: Node, depth: int = 6) -> set[str]:
-    """Pointwise fns applied to ``node``'s result, following single consumers (and views)."""
+def _epilogue_fns(node: Node, most: int = 16) -> set[str]:
+    """Pointwise fns the epilogue applies to ``node``'s result: the pointwise (and view) nodes reached
+    from it through pointwise and view users, up to ``most`` nodes (a written-out gelu_new reads the
+    biased product three times: a chain of single users would stop at the bias)."""
     fns: set[str] = set()
-    while depth and len(node.users) == 1:
-        node = node.users[0]
-        if node.op == "pointwise":
-            fns.add(node.attrs["fn"])
-        elif node.op != "view":
-            break
-        depth -= 1
+    seen, todo = {node}, list(node.users)
+    while todo and len(seen) <= most:
+        n = todo.pop(0)
+        if n in seen or n.op not in ("pointwise", "view"):
+            continue
+        seen.add(n)
+        if n.op == "pointwise":
+            fns.add(n.attrs["fn"])
+        todo += n.users
     return fns
 
 

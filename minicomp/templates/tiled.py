@@ -32,6 +32,9 @@ def transposed(group: Group, layouts: dict) -> bool:
     return False
 
 
+MIN_TILE = 1024  # elements: the smallest tile the GPU schedule shrinks to (32 x 32)
+
+
 class Tiled(Template):
     name = "tiled"
     block_of = {"xindex": "XBLOCK", "yindex": "YBLOCK"}
@@ -43,9 +46,14 @@ class Tiled(Template):
         on_gpu = ctx.target.is_cuda
         block = 64 if on_gpu else 128
         order = walk_order(group)  # a narrow x (NCHW -> NHWC of 3 channels) gives its lanes to y
-        x = min(block, pow2(group.shape[order[-1]]))
-        y = min(block * block // x, pow2(math.prod(group.shape[d] for d in order[:-1])), 1024)
-        return Schedule(self.name, {"YBLOCK": max(y, 1), "XBLOCK": x}, 4 if on_gpu else 1)
+        xnumel, ynumel = group.shape[order[-1]], math.prod(group.shape[d] for d in order[:-1])
+        x = min(block, pow2(xnumel))
+        y = max(min(block * block // x, pow2(ynumel), 1024), 1)
+        # a small transpose (a batch-1 convnet's weights to NHWC) in smaller tiles, down to 1024
+        # elements, until every multiprocessor has a program: fewer, fuller programs leave most idle
+        while on_gpu and x * y > MIN_TILE and cdiv(xnumel, x) * cdiv(ynumel, y) < ctx.target.sm_count:
+            y, x = (y // 2, x) if y >= x else (y, x // 2)
+        return Schedule(self.name, {"YBLOCK": y, "XBLOCK": x}, 4 if on_gpu else 1)
 
     def build(self, group: Group, ctx: Context, sched: Schedule) -> Kernel:
         return build_rows(group, ctx.layouts, sched, tiled=True, target=ctx.target)
