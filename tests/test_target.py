@@ -81,7 +81,7 @@ def test_tma_loads_only_where_the_target_has_tma():
 
 
 def test_gpu_block_sizes_come_from_the_target():
-    x = torch.empty(64, 1024, dtype=BF16)
+    x = torch.empty(1024, 1024, dtype=BF16)  # large enough to fill the SMs at 4096 a program
     _, (cpu,) = _scheduled(lambda x: x.relu(), [x], INTERPRETER)
     _, (gpu,) = _scheduled(lambda x: x.relu(), [x], H200)
     assert (cpu.schedule.blocks, cpu.schedule.num_warps) == ({"XBLOCK": 65536}, 1)
@@ -147,6 +147,25 @@ def test_a_transcendental_anywhere_in_the_epilogue_sends_a_large_product_to_cubl
         externs = [str(n.attrs["target"]) for n in graph.nodes if n.op == "extern"]
         assert (externs == ["aten.mm.default"]) == cublas, graph.decisions
         assert any("would stall the tensor cores" in d for d in graph.decisions) == cublas, graph.decisions
+
+
+def test_small_elementwise_kernels_give_every_sm_a_program_on_the_gpu():
+    """A small pointwise kernel (a batch-1 ResNet's batch norm, 256x14x14) takes smaller blocks until
+    the grid covers the H200's SMs; a large one keeps 1024 fp32 elements a program. A small transpose
+    (a 64x64x3x3 weight to channels-last) takes 32x32 tiles; a large one 64x64. The interpreter's
+    blocks do not change."""
+    from minicomp.passes.program import grid
+    small, large = torch.empty(1, 256, 14, 14), torch.empty(64, 256, 16, 16)
+    for x, xblock in ((small, 256), (large, 1024)):
+        _, (k,) = _scheduled(lambda x: (x * 2).relu(), [x], H200)
+        assert k.schedule.template == "pointwise" and k.schedule.blocks["XBLOCK"] == xblock, k.schedule
+        assert grid(k)[0] >= H200.sm_count
+        _, (k,) = _scheduled(lambda x: (x * 2).relu(), [x], INTERPRETER)
+        assert k.schedule.blocks["XBLOCK"] >= 2**14
+    for w, tile in ((torch.empty(64, 64, 3, 3), (32, 32)), (torch.empty(512, 512, 3, 3), (64, 64))):
+        _, (k,) = _scheduled(lambda w: w.permute(0, 2, 3, 1) * 2, [w], H200)
+        assert k.schedule.template == "tiled", k.schedule
+        assert (k.schedule.blocks["YBLOCK"], k.schedule.blocks["XBLOCK"]) == tile, k.schedule
 
 
 def test_row_pipelines_only_pay_off_on_the_gpu():

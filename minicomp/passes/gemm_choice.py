@@ -19,7 +19,7 @@ from ..ir.types import contiguous_strides
 ATEN = "aten"
 
 
-def _epilogue_fns(node: Node, most: int = 16) -> set[str]:
+def _epilogue_fns(node: Node, most: int = 64) -> set[str]:
     """Pointwise fns the epilogue applies to ``node``'s result: the pointwise (and view) nodes reached
     from it through pointwise and view users, up to ``most`` nodes (a written-out gelu_new reads the
     biased product three times: a chain of single users would stop at the bias)."""
