@@ -129,22 +129,27 @@ def test_net_odd_sizes_pooling_and_head(tmp_path, copies):
     assert copies["eager_strided"] == []
 
 
+@pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("pool", [torch.nn.MaxPool2d(3, 2, 1), torch.nn.AvgPool2d(2)])
-def test_a_pooled_buffer_between_convolutions_is_stored_nhwc(pool, tmp_path, copies):
-    """ResNet's stem: conv -> bn -> relu -> max pool -> conv. The pooling kernel's result (its window
-    kept as a trailing size-1 dim) is stored channels-last and walked in memory order, so the next
-    convolution reads it as it is: nothing converted but the graph inputs, by their copy kernels."""
+def test_a_pooled_buffer_between_convolutions_is_stored_nhwc(pool, batch, tmp_path, copies):
+    """ResNet's stem: conv -> bn -> relu -> max pool -> conv (1x1, as in a bottleneck). The pooling
+    kernel's result (its window kept as a trailing size-1 dim) is stored channels-last and walked in
+    memory order, so the next convolution reads it as it is: nothing converted but the graph inputs,
+    by their copy kernels. At batch 1 the view handed to the convolution has the batch stride eager's
+    NHWC tensor has (PyTorch reads the memory format off it; another makes the library return NCHW)."""
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3, 2, 1, bias=False), torch.nn.BatchNorm2d(6), torch.nn.ReLU(),
-                                pool, torch.nn.Conv2d(6, 5, 3, 1, 1)).eval()
-    x = torch.randn(2, 3, 13, 11)
+                                pool, torch.nn.Conv2d(6, 5, 1)).eval()
+    x = torch.randn(batch, 3, 13, 11)
     rep = _check(model, x, tmp_path)
     assert copies == {"eager_strided": [], "ensure_layout": []}, copies
-    assert _layout_copies(rep) == [(2, 3, 13, 11), (5, 6, 3, 3), (6, 3, 3, 3)], rep.kernels
+    assert _layout_copies(rep) == [(batch, 3, 13, 11), (6, 3, 3, 3)], rep.kernels
     text = next(tmp_path.glob("*/program.txt")).read_text()
-    pooled = re.search(r"^alloc\s+\w+ f32\[2,6,(\d+),(\d+)(,1)?\] strides=\(([\d, ]+)\)", text, re.M)
+    pooled = re.search(rf"^alloc\s+\w+ f32\[{batch},6,(\d+),(\d+)(,1)?\] strides=\(([\d, ]+)\)", text, re.M)
     h, w = int(pooled.group(1)), int(pooled.group(2))
-    nhwc = (h * w * 6, 1, w * 6, 6) + ((1,) if pooled.group(3) else ())
-    assert tuple(map(int, pooled.group(4).split(","))) == nhwc, text
+    nhwc = (h * w * 6, 1, w * 6, 6)
+    assert tuple(map(int, pooled.group(4).split(","))) == nhwc + ((1,) if pooled.group(3) else ()), text
+    if pooled.group(3):  # the 5-D buffer is handed to the convolution as a 4-D view
+        assert f"({batch}, 6, {h}, {w}), {nhwc}" in text, text
 
 
 def test_a_pooling_window_loads_per_channel_parameters_once_per_output():

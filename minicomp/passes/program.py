@@ -134,13 +134,24 @@ class _Builder:
 
     def extern(self, node: Node) -> None:
         eager = node.attrs.get("input_strides") or [None] * len(node.inputs)
-        inputs = tuple(ExternArg(self.value(i), self._eager_strides(i, s)) for i, s in zip(node.inputs, eager))
+        inputs = tuple(ExternArg(self._as_handed(self.value(i), s), self._eager_strides(i, s))
+                       for i, s in zip(node.inputs, eager))
         position = {id(v): k for k, v in enumerate(node.inputs)}
         tree = map_tree(node.attrs["arg_tree"], lambda v: Operand(position[id(v)]) if isinstance(v, Node) else v)
         several = isinstance(node.type, (tuple, list))
         result = buffer_name(node) if several else self.buffer(node)
         self.steps.append(ExternCall(result, node.id, node.attrs["target"], inputs, tree,
                                      None if several else tuple(node.attrs["strides"])))
+
+    @staticmethod
+    def _as_handed(value: Value, strides) -> Value:
+        """A view handed to a fallback op with eager's strides in its size-1 dims too: PyTorch reads
+        memory formats off them (a batch-1 NHWC view whose batch stride is C reads as NCHW to cuDNN,
+        which then returns NCHW)."""
+        if not isinstance(value, View) or strides is None or len(strides) != len(value.shape) or \
+                any(a != b for a, b, n in zip(value.strides, strides, value.shape) if n > 1):
+            return value
+        return View(value.base, value.shape, tuple(strides), value.offset)
 
     def _eager_strides(self, node: Node, strides) -> tuple[int, ...] | None:
         """The strides eager hands a fallback op this input with, where minicomp's differ
