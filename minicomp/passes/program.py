@@ -134,8 +134,7 @@ class _Builder:
 
     def extern(self, node: Node) -> None:
         eager = node.attrs.get("input_strides") or [None] * len(node.inputs)
-        inputs = tuple(ExternArg(self._as_handed(self.value(i), s), self._eager_strides(i, s))
-                       for i, s in zip(node.inputs, eager))
+        inputs = tuple(self._handed(i, s) for i, s in zip(node.inputs, eager))
         position = {id(v): k for k, v in enumerate(node.inputs)}
         tree = map_tree(node.attrs["arg_tree"], lambda v: Operand(position[id(v)]) if isinstance(v, Node) else v)
         several = isinstance(node.type, (tuple, list))
@@ -143,25 +142,21 @@ class _Builder:
         self.steps.append(ExternCall(result, node.id, node.attrs["target"], inputs, tree,
                                      None if several else tuple(node.attrs["strides"])))
 
-    @staticmethod
-    def _as_handed(value: Value, strides) -> Value:
-        """A view handed to a fallback op with eager's strides in its size-1 dims too: PyTorch reads
-        memory formats off them (a batch-1 NHWC view whose batch stride is C reads as NCHW to cuDNN,
-        which then returns NCHW)."""
-        if not isinstance(value, View) or strides is None or len(strides) != len(value.shape) or \
-                any(a != b for a, b, n in zip(value.strides, strides, value.shape) if n > 1):
-            return value
-        return View(value.base, value.shape, tuple(strides), value.offset)
-
-    def _eager_strides(self, node: Node, strides) -> tuple[int, ...] | None:
-        """The strides eager hands a fallback op this input with, where minicomp's differ
-        (``runtime.support.eager_strided`` copies to them), else None."""
+    def _handed(self, node: Node, strides) -> ExternArg:
+        """An input of a fallback op as handed to it. ``strides``: eager's (None: unknown). Where
+        minicomp's differ in a dim of size > 1, ``runtime.support.eager_strided`` copies to eager's;
+        where they differ only in size-1 dims, a view takes eager's anyway: PyTorch reads memory
+        formats off them (a batch-1 NHWC view whose batch stride is C reads as NCHW to cuDNN, which
+        then returns NCHW)."""
+        value = self.value(node)
         if strides is None or len(strides) != len(node.shape):
-            return None
-        have = view_as_strided(node, self.layouts)[0] if node.op == "view" else buffer_strides(node, self.layouts)
-        if all(a == b for a, b, n in zip(have, strides, node.shape) if n > 1):
-            return None
-        return tuple(strides)
+            return ExternArg(value, None)
+        have = value.strides if isinstance(value, View) else buffer_strides(node, self.layouts)
+        if any(a != b for a, b, n in zip(have, strides, node.shape) if n > 1):
+            return ExternArg(value, tuple(strides))
+        if isinstance(value, View):
+            value = View(value.base, value.shape, tuple(strides), value.offset)
+        return ExternArg(value, None)
 
     def outputs(self) -> list[Returned | Literal]:
         out = self.graph.output
