@@ -31,7 +31,9 @@ class Pointwise(Template):
         # every multiprocessor has a program: a few full programs leave most of the GPU idle
         while on_gpu and xblock > MIN_BLOCK and cdiv(numel, xblock) < ctx.target.sm_count:
             xblock //= 2
-        warps = max(1, min(4, xblock // 256)) if on_gpu else 1
+        # a shrunk block keeps about four elements (one 16-byte load) per thread: 256 in 2 warps ran
+        # a batch norm of 50176 elements in 1.74 us vs 1.88 in 1 warp (H200)
+        warps = max(1, min(4, xblock // 128)) if on_gpu else 1
         return Schedule(self.name, {"XBLOCK": xblock}, warps)
 
     def build(self, group: Group, ctx: Context, sched: Schedule) -> Kernel:

@@ -26,6 +26,7 @@ from .base import Context, Template
 from .emitter import build_rows, pow2, walk_order
 
 COLUMN_TILE = 64  # contiguous outputs per program of a column reduction
+WINDOW = 32  # a pooling window (or a window-sum convolution's taps) of at most this many is unrolled
 
 
 def persistent_limit(target: Target) -> int:
@@ -42,6 +43,8 @@ def reduction_schedule(group: Group, target: Target, layouts: dict | None = None
     rnumel = math.prod(group.shape[d] for d in group.axes)
     xnumel = numel // max(rnumel, 1) if rnumel else math.prod(
         s for d, s in enumerate(group.shape) if d not in group.axes)
+    if 1 < rnumel <= WINDOW and reads_window(group):
+        return window_schedule(xnumel, target)
     inner = contiguous_outputs(group, layouts or {}) if on_gpu else None
     if inner is None:  # nothing read whole: row-major buffers assumed
         inner = math.prod(group.shape[max(group.axes) + 1:])
@@ -60,6 +63,26 @@ def reduction_schedule(group: Group, target: Target, layouts: dict | None = None
         return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, warps, 1, True)
     rblock = 2048 if on_gpu else 4096
     return Schedule("reduction", {"XBLOCK": 1, "RBLOCK": rblock}, 8 if on_gpu else 1, 1, False)
+
+
+def reads_window(group: Group) -> bool:
+    """The group reduces a sliding window (a ``window`` view: pooling, a convolution as window sums)."""
+    members = set(group.nodes)
+    return any(i.op == "view" and i.attrs.get("kind") == "window" and i not in members
+               for n in group.nodes for i in n.inputs)
+
+
+def window_schedule(xnumel: int, target: Target) -> Schedule:
+    """A short window (max pool's 3x3 taps, read from a channels-last buffer): one output per lane,
+    the taps unrolled (RBLOCK=1), so every load is a contiguous run across the outputs. A ``[XBLOCK, 16]`` tile of 9 taps left 7 of 16 lanes idle and strided its loads (a
+    ResNet-18 stem pool at batch 32 ran 165 us on the H200, now 47; Inductor's bn + unrolled pool, 85)."""
+    if not target.is_cuda:
+        return Schedule("reduction", {"XBLOCK": min(2**15, pow2(xnumel)), "RBLOCK": 1}, 1, 1, False)
+    xblock = min(1024, pow2(xnumel))
+    while xblock > 256 and -(-xnumel // xblock) < target.sm_count:
+        xblock //= 2
+    # two outputs per thread: 40.5 us for that pool at 1024/8 warps, 44.7 at 1024/4 (H200)
+    return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": 1}, max(1, xblock // 128), 1, False)
 
 
 def contiguous_outputs(group: Group, layouts: dict) -> int | None:
@@ -181,18 +204,22 @@ class ReductionTemplate(Template):
                 p.emit(s, ind)
             if not (phase.inner or phase.reductions):
                 continue
-            # a streamed buffer that a later loop reads again should stay in L2; one read once should not
+            steps = -(-k.numels["r"] // k.schedule.blocks["RBLOCK"])
+            window = k.schedule.blocks["RBLOCK"] == 1 and steps <= WINDOW
+            # a streamed buffer that a later loop reads again should stay in L2; one read once should
+            # not (a window's taps overlap their neighbours': no hint)
             again = set().union(*loaded[i + 1:])
-            p.evict = {b: "evict_last" if b in again else "evict_first" for b in loaded[i]}
+            p.evict = {} if window else {b: "evict_last" if b in again else "evict_first" for b in loaded[i]}
             for r in phase.reductions:
                 dt = input_dtype(r)
                 body.append(f"{ind}acc_{r.var} = {p.full('[XBLOCK, RBLOCK]', reduce_identity(r.fn, dt), dt)}")
                 if r.index:
                     body.append(f"{ind}acc_{r.var}_i = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
             inner = ind * 2
-            steps = -(-k.numels["r"] // k.schedule.blocks["RBLOCK"])
-            # range over a literal count: triton 3.6's interpreter cannot range over constexprs (numpy >= 2.3)
-            body += [f"{ind}for rstep in range({steps}):", f"{inner}roffset = rstep * RBLOCK",
+            # range over a literal count: triton 3.6's interpreter cannot range over constexprs (numpy >= 2.3);
+            # a window's few single-element steps unrolled, so its tap offsets fold to constants
+            loop = "tl.static_range" if window else "range"
+            body += [f"{ind}for rstep in {loop}({steps}):", f"{inner}roffset = rstep * RBLOCK",
                      f"{inner}rindex = roffset + tl.arange(0, RBLOCK)[None, :]", f"{inner}rmask = rindex < rnumel"]
             for s in phase.inner:
                 p.emit(s, inner)
