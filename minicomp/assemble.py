@@ -120,13 +120,13 @@ def _externs(program: Program) -> dict[int, tuple]:
 def _kernel_info(k: Kernel | StagedLaunch, path: str, function: str) -> reporting.KernelInfo:
     if isinstance(k, StagedLaunch):
         origins = tuple(dict.fromkeys(o for s in k.stages for o in s.origins))
-        return reporting.KernelInfo(k.name, k.kind, origins, path,
-                                    sum(s.bytes_moved for s in k.stages), function)
+        return reporting.KernelInfo(k.name, k.kind, origins, path, sum(s.bytes_moved for s in k.stages), function,
+                                    tuple(s.name for s in k.stages))
     return reporting.KernelInfo(k.name, k.schedule.kind, k.origins, path, k.bytes_moved, function)
 
 
 def _arg_dtypes(k: Kernel | StagedLaunch) -> list[torch.dtype]:
     """The dtypes of a launch's tensor arguments (a staged launch's end with its int64 counters)."""
     if isinstance(k, StagedLaunch):
-        return [a.node.dtype for s in k.stages for a in s.args] + [torch.int64]
+        return [a.node.dtype for s in k.stages for a in s.args] + [torch.int64] * bool(k.counters)
     return [a.node.dtype for a in k.args]

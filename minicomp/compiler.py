@@ -29,6 +29,7 @@ from .errors import MinicompError
 from .frontend.lowering import Lowering
 from .ir.target import Target
 from .passes.attention import attention
+from .passes.combos import combos
 from .passes.conv_lowering import conv_lowering, tunable as conv_tunable
 from .passes.fusion import fusion
 from .passes.gemm_choice import gemm_backend, plain_gemms
@@ -59,6 +60,7 @@ PIPELINE: list[Pass] = [
     Pass("pipelines", row_pipelines, "run row-local kernel chains that re-read an input as one launch"),
     Pass("split_combines", split_combines, "run a split reduction's partial and combining kernels as one launch"),
     Pass("tune", tune, "use stored tuned schedules; in max-autotune, measure each kernel's config space"),
+    Pass("combos", combos, "run each layout copy of a graph input in the launch before it"),
 ]
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")

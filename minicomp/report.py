@@ -13,10 +13,12 @@ class KernelInfo:
     source_path: str
     bytes_moved: int
     function: str = ""     # the Triton function (named by content: identical kernels share it)
+    stages: tuple[str, ...] = ()  # a staged launch (pipeline, split-combine, combo): the kernels it runs
 
     def __str__(self) -> str:
         function = f"  [{self.function}]" if self.function else ""
-        return f"{self.name:<48} {self.template:<22} {', '.join(self.ops)}{function}"
+        stages = f"  ({' + '.join(self.stages)})" if self.stages else ""
+        return f"{self.name:<48} {self.template:<22} {', '.join(self.ops)}{function}{stages}"
 
 
 @dataclass

@@ -34,6 +34,7 @@ from minicomp.passes.manager import Pass, run_pipeline
 from minicomp.passes.schedule import schedule
 from minicomp.passes.layout_plan import layout_plan
 from minicomp.tuning import tune
+from minicomp.passes.combos import combos
 from minicomp.passes.pipelines import row_pipelines, split_combines
 from minicomp.passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from minicomp.passes.attention import attention
@@ -1002,7 +1003,7 @@ def test_schedule_load_offsets_match_eager_views(name, fn):
 def test_pipeline_is_a_list_of_named_documented_passes():
     names = ["dce", "cse", "constant_folding", "algebraic_simplification", "view_folding", "attention",
              "split_reductions", "conv_lowering", "gemm_backend", "fusion", "plain_gemms", "layout_plan", "schedule", "pipelines",
-             "split_combines", "tune"]
+             "split_combines", "tune", "combos"]
     assert minicomp.PIPELINE is PIPELINE
     assert isinstance(PIPELINE, list) and all(isinstance(p, Pass) for p in PIPELINE)
     assert [p.name for p in PIPELINE] == names
@@ -1010,7 +1011,8 @@ def test_pipeline_is_a_list_of_named_documented_passes():
     assert all(p.doc.strip() and callable(p.run) for p in PIPELINE)
     assert [p.run for p in PIPELINE] == [dce, cse, constant_folding, algebraic_simplification, view_folding,
                                          attention, split_reductions, conv_lowering, gemm_backend, fusion,
-                                         plain_gemms, layout_plan, schedule, row_pipelines, split_combines, tune]
+                                         plain_gemms, layout_plan, schedule, row_pipelines, split_combines, tune,
+                                         combos]
     opts = Options()
     assert opts.pipeline == PIPELINE and opts.pipeline is not PIPELINE  # a copy: safe to edit
     custom = [p for p in PIPELINE if p.name != "cse"]

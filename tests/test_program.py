@@ -44,33 +44,34 @@ def test_printed_program_lists_launches_allocations_and_fallbacks_in_order(tmp_p
 
     lines = _program_lines(tmp_path)
     assert [line.split()[0] for line in lines] == \
-        ["program", "input", "input", "alloc", "launch", "alloc", "launch", "extern", "free", "alloc", "launch", "free",
+        ["program", "input", "input", "alloc", "alloc", "launch", "extern", "free", "alloc", "launch", "free",
          "return", "#"], lines
-    pointwise, copy, conv, reduction = lines[4], lines[6], lines[7], lines[10]
-    # the chain's buffer is allocated with its shape and strides, then written by the first launch
-    # (channels-last: the convolution's input and result, layout_plan; the NCHW input is transposed
-    # by a tiled kernel that walks (N, H, W) x C)
+    launch, conv, reduction = lines[5], lines[6], lines[9]
+    # the chain's buffer is allocated with its shape and strides (channels-last: the convolution's
+    # input and result, layout_plan; the NCHW input is transposed by a tiled kernel that walks
+    # (N, H, W) x C); the weight (a graph input) is copied channels-last by a kernel of its own, run
+    # as the second stage of the chain's launch (passes/combos.py): one launch, both grids
     chain = re.match(r"alloc\s+(buf\d+) f32\[1,2,6,7\] strides=\(84, 1, 14, 2\) cpu$", lines[3])
-    assert chain, lines[3]
-    match = re.match(r"launch\s+(k0_\w+) grid=\((\d+),\) \(arg0, (buf\d+)\)\s+\[tiled\] YBLOCK=(\d+) XBLOCK=(\d+) ",
-                     pointwise)
-    assert match and match[3] == chain[1], pointwise
-    assert int(match[2]) == math.ceil(42 / int(match[4])) * math.ceil(2 / int(match[5])) >= 1
-    # the weight (a graph input) is copied channels-last by a kernel of its own
-    weight = re.match(r"alloc\s+(buf\d+) f32\[3,2,3,3\] strides=\(18, 1, 6, 2\) cpu$", lines[5])
-    assert weight and re.match(rf"launch\s+k\d+_copy_\w+ grid=\(\d+,\) \(arg1, {weight[1]}\)", copy), lines[5:7]
+    weight = re.match(r"alloc\s+(buf\d+) f32\[3,2,3,3\] strides=\(18, 1, 6, 2\) cpu$", lines[4])
+    assert chain and weight, lines[3:5]
+    match = re.match(rf"launch\s+c0_k0_k\d+ grid=\((\d+),\) \(arg0, {chain[1]}, arg1, {weight[1]}\)\s+"
+                     r"\[combo of 2: k0_\w+ \(YBLOCK=(\d+) XBLOCK=(\d+)\) \+ k\d+_copy_\w+ \(YBLOCK=(\d+) XBLOCK=(\d+)\)\] ",
+                     launch)
+    assert match, launch
+    y0, x0, y1, x1 = map(int, match.groups()[1:])
+    assert int(match[1]) == math.ceil(42 / y0) * math.ceil(2 / x0) + math.ceil(18 / y1) * math.ceil(2 / x1)
     # the fallback reads both; the reduction reads the fallback's result and writes the last allocation
     conv_match = re.match(rf"extern\s+(buf\d+) f32\[1,3,4,5\] strides=\(60, 1, 15, 3\) cpu = "
                           rf"aten\.convolution\.default\({chain[1]}, {weight[1]}\)$", conv)
     assert conv_match, conv
-    out = re.match(r"alloc\s+(buf\d+) f32\[1,3,4,1\]", lines[9])
-    assert out, lines[9]
+    out = re.match(r"alloc\s+(buf\d+) f32\[1,3,4,1\]", lines[8])
+    assert out, lines[8]
     assert re.match(rf"launch\s+k1_\w+ grid=\(\d+,\) \({conv_match[1]}, {out[1]}\)\s+\[reduction persistent\]",
                     reduction), reduction
     # each intermediate is freed after its last reader; the result is not
-    assert lines[8] == f"free    {chain[1]}, {weight[1]}" and lines[11] == f"free    {conv_match[1]}", lines
-    assert lines[12] == f"return  (as_strided({out[1]}, (1, 3, 4), (0, 4, 1), +0))", lines[12]
-    assert lines[13].startswith("# memory plan: allocations 3 (0 reusing"), lines[13]
+    assert lines[7] == f"free    {chain[1]}, {weight[1]}" and lines[10] == f"free    {conv_match[1]}", lines
+    assert lines[11] == f"return  (as_strided({out[1]}, (1, 3, 4), (0, 4, 1), +0))", lines[11]
+    assert lines[12].startswith("# memory plan: allocations 3 (0 reusing"), lines[12]
 
 
 def test_program_of_a_staged_launch_and_a_multi_result_fallback(tmp_path, monkeypatch):
@@ -89,7 +90,8 @@ def test_program_of_a_staged_launch_and_a_multi_result_fallback(tmp_path, monkey
     assert len(minicomp.report().fallbacks) == 1, minicomp.report().summary()
     text = "\n".join(_program_lines(tmp_path))
     assert re.search(r"launch\s+p0_k\d+_k\d+ grid=\(\d+,\) \(arg0, .* \+ \d+ counters\)\s+"
-                     r"\[split reduction \+ combine: k\d+_\w+ -> k\d+_\w+\]", text), text
+                     r"\[split reduction \+ combine: k\d+_\w+ \(XBLOCK=\d+ RBLOCK=\d+\) -> k\d+_\w+ \(XBLOCK=\d+ RBLOCK=\d+\)\]",
+                     text), text
     sort = re.search(r"extern\s+(buf\d+) = aten\.sort\.default\((buf\d+)\)\s+\(several results\)", text)
     assert sort, text
     assert re.search(rf"item\s+buf\d+ f32\[512,4\] strides=\(4, 1\) cpu = {sort[1]}\[0\]", text), text

@@ -10,7 +10,8 @@ import torch
 
 from ..ir.expr import Affine, Range
 from ..ir.graph import Scalar
-from ..ir.kernel import Compute, IndexValue, Indirect, Kernel, Load, Masked, Pipeline, SplitCombine, StagedLaunch, Store
+from ..ir.kernel import (Combo, Compute, IndexValue, Indirect, Kernel, Load, Masked, Pipeline, SplitCombine,
+                         StagedLaunch, Store)
 from ..templates import template_of
 from .helpers import HELPERS
 from .literals import TL_DTYPE, literal, plain_literal
@@ -186,9 +187,9 @@ def kernel_source(kernel: Kernel | StagedLaunch) -> str:
                                for a in k.args if a.node in later | earlier and not a.is_output}
         functions.append(printer.function(stage=True))
         helpers |= printer.helpers
-    params = [f"s{i}_{a.name}" for i, k in enumerate(p.stages) for a in k.args]
-    head = f"@triton.jit\ndef {p.name}({', '.join(params)}, sync, INTERPRETED: tl.constexpr):"
-    body = _split_combine_body(p) if isinstance(p, SplitCombine) else _pipeline_body(p)
+    params = [f"s{i}_{a.name}" for i, k in enumerate(p.stages) for a in k.args] + (["sync"] if p.counters else [])
+    head = f"@triton.jit\ndef {p.name}({', '.join(params)}, INTERPRETED: tl.constexpr):"
+    body = {SplitCombine: _split_combine_body, Combo: _combo_body}.get(type(p), _pipeline_body)(p)
     functions.append("\n".join([head, *body]) + "\n")
     return module_source(f"# {p}\n", helpers, functions)
 
@@ -224,6 +225,14 @@ def _pipeline_body(p: Pipeline) -> list[str]:
             body += ["            tl.debug_barrier()",
                      f"            tl.atomic_add(sync + {1 + i * p.rows} + row, 1, sem=\"release\")"]
         first += tiles
+    return body
+
+
+def _combo_body(p: Combo) -> list[str]:
+    body, first = ["    pid = tl.program_id(0)"], 0
+    for i, size in enumerate(p.sizes):
+        body += [f"    if (pid >= {first}) & (pid < {first + size}):", f"        {_stage_call(p, i, f'pid - {first}')}"]
+        first += size
     return body
 
 

@@ -281,6 +281,30 @@ class SplitCombine(StagedLaunch):
                 f"num_warps={self.num_warps}")
 
 
+@dataclass
+class Combo(StagedLaunch):
+    """Independent kernels as one launch (``passes/combos.py``): the first ``sizes[0]`` programs run
+    stage 0's grid, the next ``sizes[1]`` stage 1's, and so on; no stage reads what another writes,
+    so nothing waits and no counters are kept."""
+    sizes: list[int]
+
+    @property
+    def programs(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def counters(self) -> int:
+        return 0
+
+    @property
+    def kind(self) -> str:
+        return f"combo of {len(self.stages)}"
+
+    def __str__(self) -> str:
+        return (f"combo {self.name}: {' + '.join(k.name for k in self.stages)}, "
+                f"{'+'.join(map(str, self.sizes))} programs, num_warps={self.num_warps}")
+
+
 def format_stmt(s: Stmt) -> str:
     if isinstance(s, Load):
         m = f" if {' & '.join(map(str, s.mask))}" if s.mask else ""

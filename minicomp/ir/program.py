@@ -138,8 +138,11 @@ class KernelLaunch:
 
     def __str__(self) -> str:
         kind = self.kernel.kind if isinstance(self.kernel, StagedLaunch) else self.kernel.schedule.kind
-        staged = f": {' -> '.join(k.name for k in self.kernel.stages)}" \
-            if isinstance(self.kernel, StagedLaunch) else ""
+        staged = ""
+        if isinstance(self.kernel, StagedLaunch):  # each stage with its blocks; a combo's run side by side
+            stages = [f"{k.name} ({' '.join(f'{b}={v}' for b, v in k.schedule.blocks.items())})"
+                      for k in self.kernel.stages]
+            staged = ": " + (" + " if self.kernel.counters == 0 else " -> ").join(stages)
         sync = f" + {self.counters} counters" if self.counters else ""
         opts = " ".join(f"{k}={v}" for k, v in self.options.items())
         return f"launch  {self.name} grid={self.grid} ({', '.join(self.args)}{sync})  [{kind}{staged}] {opts}"
