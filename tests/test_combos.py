@@ -77,3 +77,19 @@ def test_only_independent_kernels_combine():
     assert not _independent(run, kernel([b], [object()]))  # reads what the run writes
     assert not _independent(run, kernel([c], [a]))         # overwrites what the run reads
     assert not _independent(run, kernel([c], [b]))         # writes what the run writes
+
+
+def test_a_combo_stage_writes_in_place_only_when_no_other_stage_names_the_buffers():
+    """The memory plan's in-place rule (``ir.program.in_place_problem``) looks at the stage that writes
+    the buffer; another stage naming the donor (or the buffer) runs at the same time: refused."""
+    from minicomp.ir.program import KernelLaunch, _stage_writing
+
+    def stage(n):
+        return SimpleNamespace(args=[object()] * n)
+    bn, copy = stage(3), stage(2)
+    launch = KernelLaunch(Combo("c0", [bn, copy], 4, sizes=[1, 1]), (2,), ("conv", "mean", "out", "w", "wcl"),
+                          ("out", "wcl"), {})
+    assert _stage_writing(launch, "out", "conv") == (bn, ("conv", "mean", "out"))
+    shared = KernelLaunch(Combo("c0", [bn, copy], 4, sizes=[1, 1]), (2,), ("conv", "mean", "out", "conv", "wcl"),
+                          ("out", "wcl"), {})
+    assert _stage_writing(shared, "out", "conv") == (None, ())

@@ -19,7 +19,7 @@ from minicomp import assemble
 from minicomp.codegen.wrapper import wrapper_source
 from minicomp.frontend.registry import RULES
 from minicomp.ir.expr import Affine, Var
-from minicomp.ir.kernel import Kernel, KernelArg, Load, Phase, Schedule, Store
+from minicomp.ir.kernel import Combo, Kernel, KernelArg, Load, Phase, Schedule, Store
 from minicomp.ir.program import (Allocate, Buffer, ExternArg, ExternCall, Free, Input, KernelLaunch, Operand,
                                  Program, ProgramError, Returned, TupleItem, View, base_of)
 from minicomp.passes.memory_plan import plan_memory
@@ -117,14 +117,21 @@ def check_plan(program: Program) -> None:
 
 
 def _check_elementwise(program: Program, launch: KernelLaunch, donor: str, buffer: str) -> None:
-    """``launch`` may write ``buffer`` over ``donor``: a pointwise kernel of one iteration per element,
-    both of one layout, every load of the donor before any store of the buffer and at its index."""
-    kernel = launch.kernel
+    """``launch`` may write ``buffer`` over ``donor``: a pointwise kernel of one iteration per element
+    (alone, or the one stage of a combo that names either), both of one layout, every load of the
+    donor before any store of the buffer and at its index."""
+    kernel, args = launch.kernel, launch.args
+    if isinstance(kernel, Combo):
+        stages, at = [], 0
+        for k in kernel.stages:
+            stages.append((k, launch.args[at:at + len(k.args)]))
+            at += len(k.args)
+        ((kernel, args),) = [(k, a) for k, a in stages if buffer in a or donor in a]
     assert buffer in launch.writes and isinstance(kernel, Kernel) and kernel.schedule.template == "pointwise", launch
     a, b = program.buffers[donor], program.buffers[buffer]
     assert (a.shape, a.strides, a.dtype, a.device) == (b.shape, b.strides, b.dtype, b.device), (a, b)
     assert math.prod(v.size for v in kernel.vars.values()) == math.prod(b.shape), kernel
-    role = dict(zip((arg.name for arg in kernel.args), launch.args))
+    role = dict(zip((arg.name for arg in kernel.args), args))
     statements = [s for p in kernel.phases for s in p.outer + p.inner]
     stores = [i for i, s in enumerate(statements) if isinstance(s, Store) and role[s.buffer] == buffer]
     loads = [i for i, s in enumerate(statements) if getattr(s, "buffer", None) and role[s.buffer] == donor]

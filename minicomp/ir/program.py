@@ -25,7 +25,7 @@ from typing import Any, Union
 
 import torch
 
-from .kernel import Compute, Kernel, Load, Masked, StagedLaunch, Store, TileLoad
+from .kernel import Combo, Compute, Kernel, Load, Masked, StagedLaunch, Store, TileLoad
 from .types import short_dtype
 
 
@@ -339,7 +339,8 @@ def fresh_storage(step: Step) -> str | None:
 def in_place_problem(program: "Program", live: Liveness, k: int, buffer: str, donor: str) -> str | None:
     """Why ``Allocate(buffer, reuses=donor, in_place=True)`` at step ``k`` may not write ``buffer`` over
     ``donor``'s storage; None when it may. It may when the launch after it (past other allocations
-    only) is one pointwise kernel that writes ``buffer`` and is the last reader of ``donor``'s storage
+    only) is one pointwise kernel (or a combo, whose other stages name neither) that writes ``buffer``
+    and is the last reader of ``donor``'s storage
     (no other name may view it), both buffers have the same shape, strides, dtype and device, the
     kernel runs one iteration per element, every load of ``donor`` comes before the kernel's first
     store to ``buffer`` at that store's own index, and the stored value is computed from them. As the
@@ -352,20 +353,20 @@ def in_place_problem(program: "Program", live: Liveness, k: int, buffer: str, do
     launch = program.steps[j] if j < len(program.steps) else None
     if not isinstance(launch, KernelLaunch) or buffer not in launch.writes:
         return f"the next launch does not write {buffer}"
-    kernel = launch.kernel
-    if isinstance(kernel, StagedLaunch) or kernel.schedule.template != "pointwise":
-        return f"{launch.name} is not one pointwise kernel"
-    if donor not in launch.args or donor in launch.writes or live.death.get(donor) != j:
+    kernel, args = _stage_writing(launch, buffer, donor)
+    if kernel is None or kernel.schedule.template != "pointwise":
+        return f"{launch.name} is not one pointwise kernel (or a combo stage that alone names {buffer}, {donor})"
+    if donor not in args or donor in launch.writes or live.death.get(donor) != j:
         return f"{donor} is not read for the last time by {launch.name}"
     if live.aliases.get(donor) != {donor} or any(donor in live.aliases.get(a, ()) for a in launch.args if a != donor):
         return f"another name may view {donor}'s storage"
     a, b = program.buffers[donor], program.buffers[buffer]
     if (a.shape, a.strides, a.dtype, a.device) != (b.shape, b.strides, b.dtype, b.device) or not storage_bytes(b):
         return f"{a} and {b} differ in shape, strides, dtype or device (or are empty)"
-    if len(kernel.args) != len(launch.args) or math.prod(v.size for v in kernel.vars.values()) != math.prod(b.shape):
+    if len(kernel.args) != len(args) or math.prod(v.size for v in kernel.vars.values()) != math.prod(b.shape):
         return f"{launch.name} does not run one iteration per element of {buffer}"
-    reads = {arg.name for arg, name in zip(kernel.args, launch.args) if name == donor}
-    writes = {arg.name for arg, name in zip(kernel.args, launch.args) if name == buffer}
+    reads = {arg.name for arg, name in zip(kernel.args, args) if name == donor}
+    writes = {arg.name for arg, name in zip(kernel.args, args) if name == buffer}
     stored, loaded, values = set(), set(), set()
     from_donor: set[str] = set()  # the values computed from the donor's loads
     for s in (s for p in kernel.phases for s in p.outer + p.inner):
@@ -385,6 +386,22 @@ def in_place_problem(program: "Program", live: Liveness, k: int, buffer: str, do
     if values - from_donor:
         return f"{launch.name} stores {buffer} with a value not computed from {donor}"
     return None
+
+
+def _stage_writing(launch: KernelLaunch, buffer: str, donor: str) -> tuple[Kernel | None, tuple[str, ...]]:
+    """The kernel of ``launch`` that writes ``buffer``, with its arguments: the launch's own kernel, or
+    the stage of a combo (independent stages) when no other stage names ``buffer`` or ``donor``;
+    ``(None, ())`` for stages that wait on each other (pipelines, split-combines)."""
+    if not isinstance(launch.kernel, StagedLaunch):
+        return launch.kernel, launch.args
+    if not isinstance(launch.kernel, Combo):
+        return None, ()
+    stages, at = [], 0
+    for k in launch.kernel.stages:
+        stages.append((k, launch.args[at:at + len(k.args)]))
+        at += len(k.args)
+    named = [(k, a) for k, a in stages if buffer in a or donor in a]
+    return named[0] if len(named) == 1 else (None, ())
 
 
 @dataclass
