@@ -19,6 +19,7 @@ may still read it; ``str()`` is the readable form (``program.txt`` in the dumps)
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Union
@@ -138,11 +139,9 @@ class KernelLaunch:
 
     def __str__(self) -> str:
         kind = self.kernel.kind if isinstance(self.kernel, StagedLaunch) else self.kernel.schedule.kind
-        staged = ""
-        if isinstance(self.kernel, StagedLaunch):  # each stage with its blocks; a combo's run side by side
-            stages = [f"{k.name} ({' '.join(f'{b}={v}' for b, v in k.schedule.blocks.items())})"
-                      for k in self.kernel.stages]
-            staged = ": " + (" + " if self.kernel.counters == 0 else " -> ").join(stages)
+        stages = [f"{k.name} ({' '.join(f'{b}={v}' for b, v in k.schedule.blocks.items())})" for k in self.kernels]
+        sep = " + " if isinstance(self.kernel, Combo) else " -> "  # a combo's stages run side by side
+        staged = ": " + sep.join(stages) if isinstance(self.kernel, StagedLaunch) else ""
         sync = f" + {self.counters} counters" if self.counters else ""
         opts = " ".join(f"{k}={v}" for k, v in self.options.items())
         return f"launch  {self.name} grid={self.grid} ({', '.join(self.args)}{sync})  [{kind}{staged}] {opts}"
@@ -392,15 +391,11 @@ def _stage_writing(launch: KernelLaunch, buffer: str, donor: str) -> tuple[Kerne
     """The kernel of ``launch`` that writes ``buffer``, with its arguments: the launch's own kernel, or
     the stage of a combo (independent stages) when no other stage names ``buffer`` or ``donor``;
     ``(None, ())`` for stages that wait on each other (pipelines, split-combines)."""
-    if not isinstance(launch.kernel, StagedLaunch):
-        return launch.kernel, launch.args
-    if not isinstance(launch.kernel, Combo):
+    if isinstance(launch.kernel, StagedLaunch) and not isinstance(launch.kernel, Combo):
         return None, ()
-    stages, at = [], 0
-    for k in launch.kernel.stages:
-        stages.append((k, launch.args[at:at + len(k.args)]))
-        at += len(k.args)
-    named = [(k, a) for k, a in stages if buffer in a or donor in a]
+    at = list(itertools.accumulate((len(k.args) for k in launch.kernels), initial=0))
+    slices = [(k, launch.args[i:j]) for k, i, j in zip(launch.kernels, at, at[1:])]
+    named = [(k, a) for k, a in slices if buffer in a or donor in a]
     return named[0] if len(named) == 1 else (None, ())
 
 
@@ -480,10 +475,9 @@ class Program:
         in_place = sum(s.in_place for s in allocs)
         freed = sum(len(s.names) for s in self.steps if isinstance(s, Free))
         peak, unplanned = self.footprint()
-        return (f"memory plan: allocations {len(allocs)} ({reused} reusing a dead buffer's storage, "
-                f"{in_place} in place), "
-                f"names freed after their last use {freed}, peak {_size(peak)} ({_size(unplanned)} without "
-                f"the plan)")
+        return (f"memory plan: allocations {len(allocs)} ({reused} reusing a dead buffer's storage, {in_place} in "
+                f"place), names freed after their last use {freed}, peak {_size(peak)} ({_size(unplanned)} "
+                "without the plan)")
 
     def verify(self) -> None:
         """Raise ``ProgramError`` unless every name is defined (an input, a constant, allocated or
