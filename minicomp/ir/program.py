@@ -337,15 +337,14 @@ def fresh_storage(step: Step) -> str | None:
 
 def in_place_problem(program: "Program", live: Liveness, k: int, buffer: str, donor: str) -> str | None:
     """Why ``Allocate(buffer, reuses=donor, in_place=True)`` at step ``k`` may not write ``buffer`` over
-    ``donor``'s storage; None when it may. It may when the launch after it (past other allocations
-    only) is one pointwise kernel (or a combo, whose other stages name neither) that writes ``buffer``
-    and is the last reader of ``donor``'s storage
-    (no other name may view it), both buffers have the same shape, strides, dtype and device, the
-    kernel runs one iteration per element, every load of ``donor`` comes before the kernel's first
-    store to ``buffer`` at that store's own index, and the stored value is computed from them. As the
-    kernel writes every element of ``buffer`` once, each element of ``donor`` is read only where it
-    is overwritten, by a store that waits for that read (it needs the value), whatever threads the
-    compiler gives the load and the store."""
+    ``donor``'s storage; None when it may. It may when the launch after it (past other allocations only)
+    is one pointwise kernel (or a combo, whose other stages name neither) that writes ``buffer`` and is
+    the last reader of ``donor``'s storage (no other name may view it), both buffers have the same
+    shape, strides, dtype and device, the kernel runs one iteration per element, every load of ``donor``
+    comes before the kernel's first store to ``buffer`` at that store's own index, and the stored value
+    is computed from them. As the kernel writes every element of ``buffer`` once, each element of
+    ``donor`` is read only where it is overwritten, by a store that waits for that read (it needs the
+    value), whatever threads the compiler gives the load and the store."""
     j = k + 1
     while j < len(program.steps) and isinstance(program.steps[j], Allocate):
         j += 1

@@ -73,9 +73,10 @@ def reads_window(group: Group) -> bool:
 
 
 def window_schedule(xnumel: int, target: Target) -> Schedule:
-    """A short window (max pool's 3x3 taps, read from a channels-last buffer): one output per lane,
-    the taps unrolled (RBLOCK=1), so every load is a contiguous run across the outputs. A ``[XBLOCK, 16]`` tile of 9 taps left 7 of 16 lanes idle and strided its loads (a
-    ResNet-18 stem pool at batch 32 ran 165 us on the H200, now 47; Inductor's bn + unrolled pool, 85)."""
+    """A short window (max pool's 3x3 taps, read from a channels-last buffer): one output per lane, the
+    taps unrolled (RBLOCK=1), so every load is a contiguous run across the outputs. A ``[XBLOCK, 16]``
+    tile of 9 taps left 7 of 16 lanes idle and strided its loads (a ResNet-18 stem pool at batch 32 ran
+    165 us on the H200, now 47; Inductor's bn + unrolled pool, 85)."""
     if not target.is_cuda:
         return Schedule("reduction", {"XBLOCK": min(2**15, pow2(xnumel)), "RBLOCK": 1}, 1, 1, False)
     xblock = min(1024, pow2(xnumel))
