@@ -32,6 +32,15 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def fill_sms(block: int, numel: int, target: Target, least: int) -> int:
+    """``block`` halved, down to ``least``, while a grid of ``numel / block`` programs leaves some of
+    ``target``'s multiprocessors without one (a small kernel: a batch-1 convnet's batch norm or pool):
+    a few full programs leave most of the GPU idle."""
+    while block > least and cdiv(numel, block) < target.sm_count:
+        block //= 2
+    return block
+
+
 class Template:
     """A kernel template. Subclasses set ``name`` (the ``Schedule.template`` its kernels carry),
     ``block_of`` (iteration variable -> its block-size constexpr) and ``rank`` (dimensions of its

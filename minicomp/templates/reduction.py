@@ -22,8 +22,9 @@ from ..ir.ops import reduce_identity
 from ..ir.types import is_float
 from ..ir.target import Target
 from ..passes.fusion import Group
-from .base import Context, Template
+from .base import Context, Template, fill_sms
 from .emitter import build_rows, pow2, walk_order
+from .pointwise import MIN_BLOCK
 
 COLUMN_TILE = 64  # contiguous outputs per program of a column reduction
 WINDOW = 32  # a pooling window (or a window-sum convolution's taps) of at most this many is unrolled
@@ -79,9 +80,7 @@ def window_schedule(xnumel: int, target: Target) -> Schedule:
     165 us on the H200, now 47; Inductor's bn + unrolled pool, 85)."""
     if not target.is_cuda:
         return Schedule("reduction", {"XBLOCK": min(2**15, pow2(xnumel)), "RBLOCK": 1}, 1, 1, False)
-    xblock = min(1024, pow2(xnumel))
-    while xblock > 256 and -(-xnumel // xblock) < target.sm_count:
-        xblock //= 2
+    xblock = fill_sms(min(1024, pow2(xnumel)), xnumel, target, MIN_BLOCK)
     # two outputs per thread: 40.5 us for that pool at 1024/8 warps, 44.7 at 1024/4 (H200)
     return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": 1}, max(1, xblock // 128), 1, False)
 
