@@ -236,6 +236,36 @@ def test_results_that_view_planned_buffers_have_eager_strides(fmt, tmp_path):
     _check(fn, torch.randn(2, 3, 5, 6).contiguous(memory_format=fmt), tmp_path)
 
 
+class ConvNeXtStage(torch.nn.Module):
+    """ConvNeXt's stem and block: layer norms over channels computed in (N, H, W, C) order through
+    permutes (timm's LayerNorm2d and its block's norm before the MLP), between convolutions."""
+
+    def __init__(self, c=6):
+        super().__init__()
+        self.stem, self.stem_norm = torch.nn.Conv2d(3, c, 2, 2), torch.nn.LayerNorm(c)
+        self.dw, self.norm = torch.nn.Conv2d(c, c, 3, padding=1, groups=c), torch.nn.LayerNorm(c)
+        self.fc = torch.nn.Linear(c, c)
+        self.down = torch.nn.Conv2d(c, 5, 2, 2)
+
+    def forward(self, x):
+        x = self.stem_norm(self.stem(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        y = self.fc(self.norm(self.dw(x).permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
+        return self.down(x + y)
+
+
+def test_a_buffer_permuted_before_a_convolution_is_stored_nhwc_through_the_permute(tmp_path, copies):
+    """The stem's layer norm writes an (N, H, W, C) buffer the next convolution reads permuted to
+    (N, C, H, W): stored row-major, which is channels-last for that view, so no convolution's input
+    is converted (the plan gave it channels-last strides of its own (N, H, W, C) shape before: a copy
+    before the convolution and stores strided by H)."""
+    rep = _check(ConvNeXtStage().eval(), torch.randn(2, 3, 10, 14), tmp_path)
+    assert copies["eager_strided"] == [] and copies["ensure_layout"] == [], copies
+    strides = _program_strides(tmp_path)
+    assert (210, 42, 6, 1) in strides.values(), strides  # [2, 5, 7, 6] (N, H, W, C) row-major
+    assert (210, 1, 42, 6) in strides.values(), strides  # the depthwise result: NCHW channels-last
+    assert all(k.template != "tiled" for k in rep.kernels if "copy" not in k.name), rep.kernels
+
+
 class Depthwise(torch.nn.Module):
     """MobileNet's pattern: 1x1 expand, depthwise 3x3 (stride 2), 1x1 project, with batch norms."""
 
@@ -344,3 +374,34 @@ def test_channels_last_reductions_with_the_gpu_schedule_match_eager(dims, monkey
     torch.testing.assert_close(minicomp.compile(fn)(x), fn(x))
     (kernel,) = minicomp.report().kernels
     assert kernel.template == ("reduction looped" if dims == (2, 3) else "reduction persistent"), kernel
+
+
+def _squeeze_excite(x, w):
+    y = torch.nn.functional.conv2d(x, w, padding=1).relu()
+    return y * y.mean((2, 3), keepdim=True).sigmoid()
+
+
+def test_a_channels_last_pooling_with_few_outputs_is_split_into_column_chunks(monkeypatch):
+    """Squeeze-excite's pooling over H, W with few (N, C) outputs: scheduled for the H200, it is split
+    along H into chunks placed before C, so the partial sums read C neighbours per pixel (column
+    tiles as wide as C) with many programs (a RegNetY stage at batch 32 ran 24 programs, 97 us)."""
+    from tests.utils import small_split_thresholds
+    small_split_thresholds(monkeypatch)
+    x, w = torch.randn(2, 3, 8, 8), torch.randn(16, 3, 3, 3)
+    partial, total = _h200_reduction_schedules(_squeeze_excite, x, w)
+    assert partial.blocks["XBLOCK"] == 16 and partial.blocks["RBLOCK"] == 8, partial  # 16 channels a pixel, 8 in W
+
+
+def test_split_channels_last_pooling_with_the_gpu_schedule_matches_eager(monkeypatch):
+    """The split pooling's kernels with the H200's blocks, run in the interpreter: eager's values,
+    for channel counts above and below a column tile and H not a power of two."""
+    from minicomp.templates import reduction
+    from tests.utils import H200, small_split_thresholds
+    small_split_thresholds(monkeypatch)
+    choose = reduction.reduction_schedule
+    monkeypatch.setattr(reduction, "reduction_schedule", lambda g, target, layouts=None: choose(g, H200, layouts))
+    for cout, side in ((70, 6), (5, 12)):
+        x, w = torch.randn(2, 3, side, side + 1), torch.randn(cout, 3, 3, 3)
+        with torch.no_grad():
+            torch.testing.assert_close(minicomp.compile(_squeeze_excite)(x, w), _squeeze_excite(x, w))
+        assert any("partial reductions" in d for d in minicomp.report().decisions)

@@ -257,6 +257,15 @@ def compose_view(outer_index, inner: Node):
             tuple(r.subs(mapping) for r in inner.attrs["mask"]))
 
 
+def through_views(node: Node, index) -> tuple[Node, tuple]:
+    """The node a read of ``node`` at ``index`` lands on once views are looked through, and the index
+    there (masks dropped: where a padded view reads, not whether)."""
+    while node.op == "view":
+        index, _ = compose_view(index, node)
+        node = node.inputs[0]
+    return node, index
+
+
 def indirect_vars(node: Node) -> tuple[Var, ...]:
     """The variables ``j0, j1, ...`` that stand for a gather's index inputs' values in its index map;
     a variable's range is the size of the data dim it indexes (a value outside is the program's error,

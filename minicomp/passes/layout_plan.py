@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import torch
 
-from ..ir.graph import Graph, Group, Node, terminal
+from ..ir.expr import Affine, index_vars
+from ..ir.graph import Graph, Group, Node, terminal, through_views
 from ..ir.layout import channels_last_strides, memory_order, same_strides, view_as_strided
 from ..ir.types import is_float
+from .fusion import NotFusable, check_group
 from .schedule import plan_layouts
 
 CONV = torch.ops.aten.convolution.default
@@ -96,7 +98,7 @@ def layout_plan(graph: Graph) -> Graph:
     if not region:
         graph.decisions.append(f"layout: NCHW kept: {len(convs)} convolution(s), no intermediate to store NHWC")
         return graph
-    layouts = {n: channels_last_strides(n.shape) for n in region}
+    layouts = _layouts(graph, region, convs)
     planned = [c for c in convs if c in region or terminal(c.attrs["arg_tree"][0][0]) in region]
     notes, copies = [], {}
     for conv in planned:
@@ -162,14 +164,109 @@ def _region(graph: Graph, convs: list[Node], outputs: set) -> set[Node]:
     return _drop_unexpressible_views(graph, region)
 
 
+def _layouts(graph: Graph, region: set[Node], convs: list[Node]) -> dict[Node, tuple[int, ...]]:
+    """Channels-last strides for the buffers of ``region``: memory order N, H, W, C in terms of the
+    dims that play a convolution's batch, channel, height and width (``_faces``). A buffer computed in
+    (N, H, W, C) order and permuted before a convolution (ConvNeXt's layer norm over channels) is then
+    stored row-major, which is what channels-last means for the permuted view."""
+    faces = _faces(graph, region, convs)
+    layouts = {}
+    for node in region:
+        batch, c, h, w = faces.get(node, (0, 1, 2, 3))
+        strides = [1] * len(node.shape)  # trailing size-1 dims (a pooled window's kept axis): stride 1
+        step = 1
+        for d in (c, w, h, batch):
+            strides[d] = step
+            step *= node.shape[d]
+        layouts[node] = tuple(strides)
+    return layouts
+
+
+def _dim_map(index, vars_) -> dict[int, object] | None:
+    """For an index into a buffer (expressions in a kernel's variables ``vars_``): dim -> the variable
+    it is, for every dim indexed by one variable alone; None when a dim mixes variables (a reshape)."""
+    out = {}
+    for d, e in enumerate(index):
+        if e.is_const:
+            continue
+        if len(e.terms) != 1 or e.const or e.terms[0][1] != 1 or e.terms[0][0] not in vars_:
+            return None
+        out[d] = e.terms[0][0]
+    return out
+
+
+def _faces(graph: Graph, region: set[Node], convs: list[Node]) -> dict[Node, tuple[int, int, int, int]]:
+    """Which dims of each buffer of ``region`` play N, C, H and W: (0, 1, 2, 3) for a convolution's
+    input and result, carried through views (a permute) and through the kernels that read and write
+    the buffers (their index maps, ``fusion.check_group``'s placements). Buffers it cannot tell are
+    left out (they keep (0, 1, 2, 3))."""
+    faces: dict[Node, tuple] = {}
+    for conv in convs:
+        x = conv.attrs["arg_tree"][0][0]
+        xvars = index_vars(x.shape)
+        base, index = through_views(x, tuple(Affine.of(v) for v in xvars))
+        dims = _dim_map(index, set(xvars))
+        for node, face in ((conv, (0, 1, 2, 3)), (base, _face_from(dims, xvars, base))):
+            if node in region and face and node not in faces:
+                faces[node] = face
+    maps = [m for g in graph.groups if g.kind in ("pointwise", "reduction") and (m := _group_maps(g, region))]
+    changed = True
+    while changed:  # a kernel whose buffers include one with a known face gives the others theirs
+        changed = False
+        for m in maps:
+            known = [[m[t].get(d) for d in faces[t]] for t in m if t in faces]  # each role's variable
+            if not known:
+                continue
+            role_vars = max(known, key=lambda vs: sum(v is not None for v in vs))
+            for t, dims in m.items():
+                if t not in faces:
+                    face = _face_from(dims, role_vars, t)
+                    if face:
+                        faces[t], changed = face, True
+    return faces
+
+
+def _face_from(dims: dict | None, role_vars, node: Node) -> tuple[int, ...] | None:
+    """``node``'s dims for N, C, H, W, given dim -> variable (``_dim_map``) and the variable of each
+    role; size-1 dims fill the roles no variable reaches."""
+    if dims is None:
+        return None
+    by_var = {v: d for d, v in dims.items()}
+    face = [by_var.get(v) if v is not None else None for v in role_vars]
+    spare = iter(d for d in range(4) if d not in face and node.shape[d] == 1)
+    face = [d if d is not None else next(spare, None) for d in face]
+    return tuple(face) if None not in face and len(set(face)) == 4 else None
+
+
+def _group_maps(group: Group, region: set[Node]) -> dict[Node, dict] | None:
+    """For a kernel: each buffer of ``region`` it reads or stores -> its dims' variables (``_dim_map``)."""
+    try:
+        placements = check_group(group.nodes, group.shape, group.axes, group.stores)
+    except NotFusable:
+        return None
+    vars_ = set(index_vars(group.shape))
+    members, maps = set(group.nodes), {}
+    for m, indices in placements.items():
+        for idx in indices:
+            reads = [(m, idx)] if m in group.stores else []
+            reads += [through_views(i, idx) for i in m.inputs if terminal(i) not in members]
+            for t, at in reads:
+                if t in region and t not in maps:
+                    dims = _dim_map(at, vars_)
+                    if dims is not None:
+                        maps[t] = dims
+    return maps
+
+
 def _drop_unexpressible_views(graph: Graph, region: set[Node]) -> set[Node]:
     """Fallback ops and graph results read views as strided tensors (``Program`` views): a view of
     an NHWC buffer that no strides express (a flatten of C, H, W) keeps its base NCHW, and so does
     a buffer a graph result views with other strides than eager's result has."""
     readers = [n for n in graph.nodes if n.op == "extern"]
     eager = dict(zip(graph.output.inputs, graph.output.attrs.get("traced") or ()))
+    convs = [n for n in graph.nodes if is_conv2d(n)]
     while True:
-        layouts = {n: channels_last_strides(n.shape) for n in region}
+        layouts = _layouts(graph, region, convs)
         bad = {terminal(v) for r in readers for v in r.inputs
                if v.op == "view" and terminal(v) in region and view_as_strided(v, layouts) is None}
         for v in graph.output.inputs:

@@ -24,6 +24,7 @@ from ..ir.ops import reduce_identity
 from ..ir.patterns import Match, Pat, Rule, rewrite
 from ..ir.types import is_float
 from ..templates.reduction import COLUMN_TILE, persistent_limit
+from .layout_plan import channels_last_pays, is_conv2d
 from .simplify import dce, view_folding
 
 SOFTMAX_CHUNK = 8192        # elements of a row per online-softmax chunk (one persistent block on the GPU)
@@ -31,18 +32,31 @@ SPLIT_MIN_REDUCED = 8192    # shorter reductions are not worth a second kernel
 TARGET_PROGRAMS = 1024      # enough programs to fill every SM several times
 MIN_CHUNK = 1024            # each partial reduction still streams a useful amount
 SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")
+# A pooled image (``_pools_an_image``) with this many column programs or more is not split: the split's
+# extra pass costs more than the idle SMs (H200, RegNetY's 14x14 squeeze-excite at batch 32: 168
+# programs, 10.4 us fused vs 11.1 us split; its 56x56 one, 24 programs: 97 us fused, split ~10x faster)
+POOLED_SPLIT_BELOW = 128
 
 
 def split_reductions(graph: Graph) -> Graph:
     """Rewrite long-row softmax statistics as online softmax, and split few-output reductions."""
     rewrite(graph, [ONLINE_SOFTMAX])
     graph = dce(graph)
+    nhwc = any(is_conv2d(n) for n in graph.nodes) and channels_last_pays(graph)[0]
     for node in list(graph.nodes):
         if node.op == "reduce":
-            chunks = _split_factor(node)
+            pooled = nhwc and _pools_an_image(node)
+            chunks = _split_factor(node, pooled)
             if chunks > 1:
-                _split(graph, node, chunks)
+                _split(graph, node, chunks, 1 if pooled else None)
     return view_folding(graph)
+
+
+def _pools_an_image(r: Node) -> bool:
+    """A reduction over H and W of an (N, C, H, W) image: in a graph ``layout_plan`` will store
+    channels-last (global average pooling, squeeze-excite) it is a column reduction in memory, C
+    neighbouring outputs per pixel, however its axes read."""
+    return len(r.inputs[0].shape) == 4 and tuple(sorted(r.attrs["axes"])) == (2, 3)
 
 
 # --- online softmax ------------------------------------------------------------------------------
@@ -105,25 +119,32 @@ def _online_softmax(graph: Graph, m: Node, s: Node) -> dict[Node, Node]:
 
 # --- split reductions ----------------------------------------------------------------------------
 
-def _split_factor(r: Node) -> int:
-    """How many chunks to cut ``r``'s longest reduced axis into (1: leave it alone)."""
+def _split_factor(r: Node, pooled: bool = False) -> int:
+    """How many chunks to cut ``r``'s longest reduced axis into (1: leave it alone). ``pooled``: a
+    channels-last image pooled over H, W (``_pools_an_image``): a column reduction whose chunks
+    divide the axis (an unmasked view, which the reduction template reads as strided memory)."""
     if r.attrs["fn"] not in SPLITTABLE:
         return 1
     x = r.inputs[0]
     axes = r.attrs["axes"]
     reduced = math.prod(x.shape[a] for a in axes)
-    if reduced < SPLIT_MIN_REDUCED:
-        return 1
     outputs = math.prod(s for k, s in enumerate(x.shape) if k not in axes)
-    row = x.type.ndim - 1 in axes
-    programs = outputs if row else -(-outputs // COLUMN_TILE)
-    if programs >= TARGET_PROGRAMS // 4:  # already several waves of programs
+    row = x.type.ndim - 1 in axes and not pooled
+    # a pooled image's program streams C neighbouring outputs per pixel: its (short) pixel rows count
+    # as that many elements (other reductions are measured by reduced elements alone, as tuned)
+    run = min(COLUMN_TILE, x.shape[1]) if pooled else 1
+    if reduced * run < SPLIT_MIN_REDUCED:
         return 1
-    axis = _split_axis(x, axes)
+    programs = outputs if row else -(-outputs // COLUMN_TILE)
+    if programs >= (POOLED_SPLIT_BELOW if pooled else TARGET_PROGRAMS // 4):  # enough programs already
+        return 1
+    axis = 2 if pooled else _split_axis(x, axes)  # whole rows of the image: contiguous chunks
     chunks = 1
-    while programs * chunks < TARGET_PROGRAMS and reduced // (chunks * 2) >= MIN_CHUNK \
+    while programs * chunks < TARGET_PROGRAMS and reduced * run // (chunks * 2) >= MIN_CHUNK \
             and chunks * 2 <= x.shape[axis]:
         chunks *= 2
+    while pooled and x.shape[axis] % chunks:
+        chunks -= 1
     return chunks
 
 
@@ -132,17 +153,21 @@ def _split_axis(x: Node, axes) -> int:
     return max(axes, key=lambda a: x.shape[a])
 
 
-def _split(graph: Graph, r: Node, chunks: int) -> None:
+def _split(graph: Graph, r: Node, chunks: int, at: int | None = None) -> None:
+    """Reduce ``r`` in ``chunks`` partial reductions, then over their results. The chunked axis is the
+    longest reduced one, the chunk axis placed before it; with ``at`` (a pooled image: 1), H is
+    chunked and the chunk axis goes before C, so a chunk's partial results are C neighbours, as in
+    the image."""
     x, fn, axes = r.inputs[0], r.attrs["fn"], r.attrs["axes"]
-    d = _split_axis(x, axes)
-    xc = _chunked(graph, x, d, chunks, reduce_identity(fn, x.dtype), before=r)
-    shifted = tuple(a + 1 if a > d else a for a in axes if a != d)
-    inner_axes = tuple(sorted(shifted + (d + 1,)))
+    d = _split_axis(x, axes) if at is None else 2
+    at = d if at is None else at
+    xc = _chunked(graph, x, d, chunks, reduce_identity(fn, x.dtype), before=r, at=at)
+    inner_axes = tuple(sorted(a + 1 if a >= at else a for a in axes))  # (d's elements: the length axis)
     partial = graph.add("reduce", [xc], r.type.with_(shape=_reduced_shape(xc.shape, inner_axes)), r.origin,
                         before=r, fn=fn, axes=inner_axes)
     # the second level also names the chunk axis (size 1 by now): its space then matches the shape
     # of the original result, so ops on that result can join its kernel
-    outer_axes = tuple(sorted(shifted + (d, d + 1)))
+    outer_axes = tuple(sorted(inner_axes + (at,)))
     total = graph.add("reduce", [partial], r.type.with_(shape=_reduced_shape(xc.shape, outer_axes)),
                       r.origin, before=r, fn=fn, axes=outer_axes)
     graph.decisions.append(
@@ -157,17 +182,22 @@ def _reduced_shape(shape, axes) -> tuple[int, ...]:
     return tuple(1 if k in axes else s for k, s in enumerate(shape))
 
 
-def _chunked(graph: Graph, x: Node, d: int, chunks: int, fill, before: Node) -> Node:
-    """``x`` with axis ``d`` cut into ``chunks`` x ``length`` (padded with ``fill`` at the end)."""
+def _chunked(graph: Graph, x: Node, d: int, chunks: int, fill, before: Node, at: int | None = None) -> Node:
+    """``x`` with axis ``d`` cut into ``chunks`` x ``length`` (padded with ``fill`` at the end); the
+    ``chunks`` axis at position ``at`` (<= ``d``; default ``d``, right before ``length``)."""
+    at = d if at is None else at
     size = x.shape[d]
     length = -(-size // chunks)
-    shape = (*x.shape[:d], chunks, length, *x.shape[d + 1:])
+    shape = list(x.shape)
+    shape[d] = length
+    shape.insert(at, chunks)
     out = index_vars(shape)
-    pos = Affine.of(out[d]) * length + Affine.of(out[d + 1])
-    index = (*(Affine.of(v) for v in out[:d]), pos, *(Affine.of(v) for v in out[d + 2:]))
+    moved = [Affine.of(out[k + 1 if k >= at else k]) for k in range(len(x.shape))]  # x's dims in the view
+    pos = Affine.of(out[at]) * length + moved[d]
+    index = tuple(pos if k == d else e for k, e in enumerate(moved))
     mask = () if chunks * length == size else (Range(pos, None, size),)
-    return graph.add("view", [x], x.type.with_(shape=shape), x.origin, before=before, index=index, mask=mask,
-                     fill=fill if mask else None, kind="chunk")
+    return graph.add("view", [x], x.type.with_(shape=tuple(shape)), x.origin, before=before, index=index,
+                     mask=mask, fill=fill if mask else None, kind="chunk")
 
 
 def _unchunked(graph: Graph, total: Node, like: Node, before: Node) -> Node:

@@ -17,11 +17,13 @@ import math
 import torch
 
 from ..ir.kernel import Kernel, Load, Reduce, Schedule
+from ..ir.expr import Affine, index_vars, linear_index
+from ..ir.graph import through_views
 from ..ir.layout import buffer_strides
 from ..ir.ops import reduce_identity
 from ..ir.types import is_float
 from ..ir.target import Target
-from ..passes.fusion import Group
+from ..passes.fusion import Group, NotFusable, check_group
 from .base import Context, Template, fill_sms
 from .emitter import build_rows, pow2, walk_order
 from .pointwise import MIN_BLOCK
@@ -56,11 +58,13 @@ def reduction_schedule(group: Group, target: Target, layouts: dict | None = None
         rblock = min(pow2(rnumel), 4096 // xblock)
         return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, 4, 1, rblock >= rnumel)
     if pow2(rnumel) <= persistent_limit(target):
-        # measured on the H200 (layer_norm, softmax rows of 1024-4096): one row per program and
-        # 4 warps beat wider blocks; short rows pack several per program
+        # measured on the H200 (layer_norm, softmax rows of 1024-4096): one row per program beats
+        # wider blocks; short rows pack several per program, 2048 elements. Warps: a layer norm over
+        # 9.6M bf16 elements (scratch sweep, 2026-11-23) ran 8.1-11.8 us with one warp for rows up to
+        # 1024 and two for 2048, but 10-32 us with the 4 warps used before (rows of 96: 31.7 us)
         rblock = pow2(rnumel)
         xblock = min(pow2(xnumel), max(1, (2048 if on_gpu else 2**15) // rblock))
-        warps = (4 if rblock <= 4096 else 8) if on_gpu else 1
+        warps = (1 if rblock <= 1024 else 2 if rblock <= 2048 else 4 if rblock <= 4096 else 8) if on_gpu else 1
         return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, warps, 1, True)
     rblock = 2048 if on_gpu else 4096
     return Schedule("reduction", {"XBLOCK": 1, "RBLOCK": rblock}, 8 if on_gpu else 1, 1, False)
@@ -87,26 +91,38 @@ def window_schedule(xnumel: int, target: Target) -> Schedule:
 
 def contiguous_outputs(group: Group, layouts: dict) -> int | None:
     """How many neighbouring outputs (in the kernel's walk order) lie next to each other in memory,
-    below every reduced element, in each buffer the group reads whole: 1 for a row reduction, the
-    kept inner extent for a column one (a channels-last buffer reduced over H, W: C). The smallest
-    over the buffers; None if the group reads none whole."""
-    members = set(group.nodes)
-    reads = {i for n in group.nodes for i in n.inputs
-             if i not in members and i.op != "view" and i.shape == tuple(group.shape)}
-    runs = []
-    for buffer in reads:
-        strides = buffer_strides(buffer, layouts)
-        reduced = [strides[d] for d in group.axes if group.shape[d] > 1]
-        if not reduced:
-            return None
-        below, run = min(reduced), 1
-        for d in reversed(walk_order(group)):
-            if group.shape[d] == 1:
+    below every reduced element, in each buffer the group reads whole: 1 for a row
+    reduction, the kept inner extent for a column one (a channels-last buffer reduced over H, W: C).
+    The smallest over the buffers; None if the group reads none so. Reads are taken where the kernel
+    makes them (``check_group``'s placements, through views: a split reduction's chunks of a buffer,
+    a cast recomputed on its loads)."""
+    try:
+        placements = check_group(group.nodes, group.shape, group.axes, group.stores)
+    except NotFusable:
+        return None
+    dims = index_vars(group.shape)
+    full = {tuple(Affine.of(v) for v in dims)}
+    members, runs = set(group.nodes), []
+    for m, indices in placements.items():
+        if m.op == "gather":
+            continue
+        for index, i in ((idx, i) for idx in (full if m.op == "reduce" else indices) for i in m.inputs):
+            buffer, at = through_views(i, index)
+            if buffer in members:
                 continue
-            if strides[d] != run or run * group.shape[d] > below:
-                break
-            run *= group.shape[d]
-        runs.append(run)
+            offset = linear_index(at, buffer_strides(buffer, layouts))
+            strides = [offset.coeff_of(v) for v in dims]
+            reduced = [strides[d] for d in group.axes if group.shape[d] > 1]
+            if None in strides or not reduced or 0 in (st for st, n in zip(strides, group.shape) if n > 1):
+                continue  # div/mod, or not a read of the whole space (a per-channel parameter)
+            below, run = min(reduced), 1
+            for d in reversed(walk_order(group)):
+                if group.shape[d] == 1:
+                    continue
+                if strides[d] != run or run * group.shape[d] > below:
+                    break
+                run *= group.shape[d]
+            runs.append(run)
     return min(runs) if runs else None
 
 
