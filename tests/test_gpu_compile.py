@@ -112,7 +112,7 @@ CASES = {  # name: (function, inputs, templates that must be among its kernels)
                                                _r(1, 256, 64), _r(1, 256, 64)], {"attention"}),
     "attention rotary d96": (_rotary, lambda: [_r(1, 2, 130, 96), _r(1, 2, 130, 96), _r(1, 2, 130, 96),
                                                _r(1, 130, 96), _r(1, 130, 96)], {"attention"}),
-    "gemm gelu": (lambda a, b: F.gelu(a @ b, approximate="tanh"), lambda: [_r(256, 512), _r(512, 384)], {"gemm"}),
+    "gemm gelu": (lambda a, b: F.gelu(a @ b, approximate="tanh"), lambda: [_r(1024, 512), _r(512, 4096)], {"gemm"}),
     "conv block channels-last": (_conv_block, lambda: [_r(2, 64, 16, 16, dtype=F16), _r(64, 64, 3, 3, dtype=F16),
                                                        _r(64, 64, 1, 1, dtype=F16)]
                                  + [_r(64, dtype=F16).abs() + 0.5 for _ in range(4)], {"pointwise", "reduction"}),

@@ -55,13 +55,14 @@ def test_kernels_are_interpreted_exactly_on_the_interpreter():
 
 
 def test_persistent_grid_of_a_gemm_is_the_targets_sm_count():
-    a, b = torch.empty(512, 256, dtype=BF16), torch.empty(256, 512, dtype=BF16)
+    # (a product alone goes to cuBLAS, and so does one of fewer tiles than SMs: gemm_choice)
+    a, b = torch.empty(4096, 256, dtype=BF16), torch.empty(256, 2048, dtype=BF16)
     tiles = {}
     targets = (("interpreter", INTERPRETER), ("h200", H200), ("4 SMs", dataclasses.replace(H200, sm_count=4)))
     for name, target in targets:
-        _, (k,) = _scheduled(lambda a, b: (a @ b).relu(), [a, b], target)  # (a product alone: cuBLAS)
+        _, (k,) = _scheduled(lambda a, b: (a @ b).relu(), [a, b], target)
         s = k.schedule
-        tiles[name] = (512 // s.blocks["BLOCK_M"]) * (512 // s.blocks["BLOCK_N"])
+        tiles[name] = (4096 // s.blocks["BLOCK_M"]) * (2048 // s.blocks["BLOCK_N"])
         assert s.template == "gemm"
         if target.is_cuda:
             assert s.programs == min(tiles[name], target.sm_count), (name, s.programs)
@@ -71,7 +72,7 @@ def test_persistent_grid_of_a_gemm_is_the_targets_sm_count():
 
 
 def test_tma_loads_only_where_the_target_has_tma():
-    a, b = torch.empty(256, 128, dtype=BF16), torch.empty(128, 256, dtype=BF16)
+    a, b = torch.empty(4096, 128, dtype=BF16), torch.empty(128, 2048, dtype=BF16)  # (256 tiles: the template)
     loads = {}
     targets = (("interpreter", INTERPRETER), ("h200", H200), ("no tma", dataclasses.replace(H200, tma=False)))
     for name, target in targets:
@@ -114,7 +115,9 @@ def test_gemm_backend_choice_reads_the_target():
 def test_a_product_nothing_fuses_into_is_a_cublas_call_on_the_gpu():
     """After fusion, a GEMM kernel that is the product alone becomes aten.mm/bmm on GPUs (faster, no
     compile); with an epilogue, or in the interpreter, it stays the template."""
-    a, b, c = torch.empty(64, 32, dtype=BF16), torch.empty(32, 48, dtype=BF16), torch.empty(3, 48, 16, dtype=BF16)
+    # (shapes of more tiles than the H200 has SMs: a smaller product goes to cuBLAS before fusion)
+    a, b = torch.empty(4096, 32, dtype=BF16), torch.empty(32, 2048, dtype=BF16)
+    c = torch.empty(3, 48, 2048, dtype=BF16)
     cases = {  # function, args -> (H200 GEMM kernels, H200 externs)
         "mm": (lambda a, b: a @ b, [a, b], 0, ["mm.default"]),
         "mm of a transposed view": (lambda a, b: b.t() @ a.t(), [a, b], 0, ["mm.default"]),
@@ -137,7 +140,7 @@ def test_a_transcendental_anywhere_in_the_epilogue_sends_a_large_product_to_cubl
     """gelu_new written out (GPT-2's MLP) reads the biased product three times; its tanh still counts
     as the epilogue's: on the GPU the product goes to cuBLAS and the epilogue to a kernel of its own
     (measured on the H200 at 8192x768x3072: 95 vs 164 us fused). A bias alone keeps the template."""
-    x, w, b = torch.empty(1024, 1024, dtype=BF16), torch.empty(1024, 64, dtype=BF16), torch.empty(64, dtype=BF16)
+    x, w, b = torch.empty(4096, 1024, dtype=BF16), torch.empty(1024, 2048, dtype=BF16), torch.empty(2048, dtype=BF16)
 
     def gelu_new(x, w, b):
         y = x @ w + b
