@@ -20,6 +20,7 @@ from ..ir.types import contiguous_strides
 from ..templates.gemm import gemm_schedule
 
 ATEN = "aten"
+SHORT_PRODUCT = 64  # rows (batch x M) of a product that keeps the template however few its tiles
 
 
 def _epilogue_fns(node: Node, most: int = 64) -> set[str]:
@@ -55,10 +56,12 @@ def heuristic(node: Node, target: Target) -> tuple[str, str]:
     if heavy and a.shape[-2] * k >= 2**20:
         return ATEN, f"epilogue {sorted(heavy)} would stall the tensor cores: cuBLAS + a separate epilogue kernel"
     # The template's tiles do not shrink or split K: a small product leaves SMs idle (ConvNeXt-T at batch 1,
-    # H200: 196x384x1536 in 6 tiles, 11.8 us vs cuBLAS 5.2; 49x768x3072, 17 vs 7.4)
+    # H200: 196x384x1536 in 6 tiles, 11.8 us vs cuBLAS 5.2; 784x192x768, 12.7 vs 5). Up to SHORT_PRODUCT
+    # rows the call is host-bound and the fused epilogue's saved launch counts more (GPT-2 block at 64 tokens:
+    # 14 launches with cuBLAS, 9 with the template, 338 vs 247-330 us a call)
     blocks = gemm_schedule(a.shape[-2], node.shape[-1], k, a.dtype, target, bool(heavy)).blocks
     tiles = math.prod(node.shape[:-2]) * -(-a.shape[-2] // blocks["BLOCK_M"]) * -(-node.shape[-1] // blocks["BLOCK_N"])
-    if tiles < target.sm_count:
+    if tiles < target.sm_count and math.prod(node.shape[:-1]) > SHORT_PRODUCT:
         return ATEN, f"{tiles} template tiles for {target.sm_count} SMs: cuBLAS sizes its tiles to the product"
     return "triton", "tensor-core template with the epilogue fused"
 
