@@ -48,7 +48,7 @@ def split_reductions(graph: Graph) -> Graph:
             pooled = nhwc and _pools_an_image(node)
             chunks = _split_factor(node, pooled)
             if chunks > 1:
-                _split(graph, node, chunks, 1 if pooled else None)
+                _split(graph, node, chunks, *_split_place(node, pooled))
     return view_folding(graph)
 
 
@@ -138,7 +138,7 @@ def _split_factor(r: Node, pooled: bool = False) -> int:
     programs = outputs if row else -(-outputs // COLUMN_TILE)
     if programs >= (POOLED_SPLIT_BELOW if pooled else TARGET_PROGRAMS // 4):  # enough programs already
         return 1
-    axis = 2 if pooled else _split_axis(x, axes)  # whole rows of the image: contiguous chunks
+    axis, _ = _split_place(r, pooled)
     chunks = 1
     while programs * chunks < TARGET_PROGRAMS and reduced * run // (chunks * 2) >= MIN_CHUNK \
             and chunks * 2 <= x.shape[axis]:
@@ -148,19 +148,21 @@ def _split_factor(r: Node, pooled: bool = False) -> int:
     return chunks
 
 
-def _split_axis(x: Node, axes) -> int:
-    """The longest reduced axis (the outermost of equals: inner axes stay contiguous in a chunk)."""
-    return max(axes, key=lambda a: x.shape[a])
+def _split_place(r: Node, pooled: bool) -> tuple[int, int]:
+    """The axis to chunk and where the chunk axis goes: the longest reduced axis (the outermost of
+    equals: inner axes stay contiguous in a chunk), the chunk axis before it; a pooled image's H (whole
+    rows of pixels: a contiguous chunk channels-last), the chunk axis before C (a chunk's partial
+    results are then C neighbours, as in the image)."""
+    if pooled:
+        return 2, 1
+    d = max(r.attrs["axes"], key=lambda a: r.inputs[0].shape[a])
+    return d, d
 
 
-def _split(graph: Graph, r: Node, chunks: int, at: int | None = None) -> None:
-    """Reduce ``r`` in ``chunks`` partial reductions, then over their results. The chunked axis is the
-    longest reduced one, the chunk axis placed before it; with ``at`` (a pooled image: 1), H is
-    chunked and the chunk axis goes before C, so a chunk's partial results are C neighbours, as in
-    the image."""
+def _split(graph: Graph, r: Node, chunks: int, d: int, at: int) -> None:
+    """Reduce ``r`` in ``chunks`` partial reductions over chunks of axis ``d`` (the chunk axis placed
+    at ``at``: ``_split_place``), then over their results."""
     x, fn, axes = r.inputs[0], r.attrs["fn"], r.attrs["axes"]
-    d = _split_axis(x, axes) if at is None else 2
-    at = d if at is None else at
     xc = _chunked(graph, x, d, chunks, reduce_identity(fn, x.dtype), before=r, at=at)
     inner_axes = tuple(sorted(a + 1 if a >= at else a for a in axes))  # (d's elements: the length axis)
     partial = graph.add("reduce", [xc], r.type.with_(shape=_reduced_shape(xc.shape, inner_axes)), r.origin,
