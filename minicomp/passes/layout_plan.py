@@ -94,11 +94,10 @@ def layout_plan(graph: Graph) -> Graph:
         return graph
     graph.recompute_users()
     outputs = set(graph.output.inputs)
-    region = _region(graph, convs, outputs)
+    region, layouts = _region(graph, convs, outputs)
     if not region:
         graph.decisions.append(f"layout: NCHW kept: {len(convs)} convolution(s), no intermediate to store NHWC")
         return graph
-    layouts = _layouts(graph, region, convs)
     planned = [c for c in convs if c in region or terminal(c.attrs["arg_tree"][0][0]) in region]
     notes, copies = [], {}
     for conv in planned:
@@ -130,7 +129,7 @@ def is_image(shape) -> bool:
     return len(shape) >= 4 and all(s == 1 for s in shape[4:])
 
 
-def _region(graph: Graph, convs: list[Node], outputs: set) -> set[Node]:
+def _region(graph: Graph, convs: list[Node], outputs: set) -> tuple[set[Node], dict]:
     """The buffers connected to a convolution's input or result through 4-D pointwise and reduction
     kernels (each kernel joins the buffers it reads and writes), less those a fallback op or a graph
     result reads through a view that NHWC strides could not express."""
@@ -161,15 +160,15 @@ def _region(graph: Graph, convs: list[Node], outputs: set) -> set[Node]:
         if n not in region:
             region.add(n)
             todo += edges.get(n, ())
-    return _drop_unexpressible_views(graph, region)
+    return _drop_unexpressible_views(graph, region, convs)
 
 
-def _layouts(graph: Graph, region: set[Node], convs: list[Node]) -> dict[Node, tuple[int, ...]]:
+def _layouts(region: set[Node], convs: list[Node], maps: list[dict]) -> dict[Node, tuple[int, ...]]:
     """Channels-last strides for the buffers of ``region``: memory order N, H, W, C in terms of the
     dims that play a convolution's batch, channel, height and width (``_faces``). A buffer computed in
     (N, H, W, C) order and permuted before a convolution (ConvNeXt's layer norm over channels) is then
     stored row-major, which is what channels-last means for the permuted view."""
-    faces = _faces(graph, region, convs)
+    faces = _faces(region, convs, maps)
     layouts = {}
     for node in region:
         batch, c, h, w = faces.get(node, (0, 1, 2, 3))
@@ -195,11 +194,11 @@ def _dim_map(index, vars_) -> dict[int, object] | None:
     return out
 
 
-def _faces(graph: Graph, region: set[Node], convs: list[Node]) -> dict[Node, tuple[int, int, int, int]]:
+def _faces(region: set[Node], convs: list[Node], maps: list[dict]) -> dict[Node, tuple[int, int, int, int]]:
     """Which dims of each buffer of ``region`` play N, C, H and W: (0, 1, 2, 3) for a convolution's
     input and result, carried through views (a permute) and through the kernels that read and write
-    the buffers (their index maps, ``fusion.check_group``'s placements). Buffers it cannot tell are
-    left out (they keep (0, 1, 2, 3))."""
+    the buffers (``maps``: ``_group_maps`` of every kernel). Buffers it cannot tell are left out
+    (they keep (0, 1, 2, 3))."""
     faces: dict[Node, tuple] = {}
     for conv in convs:
         x = conv.attrs["arg_tree"][0][0]
@@ -209,7 +208,7 @@ def _faces(graph: Graph, region: set[Node], convs: list[Node]) -> dict[Node, tup
         for node, face in ((conv, (0, 1, 2, 3)), (base, _face_from(dims, xvars, base))):
             if node in region and face and node not in faces:
                 faces[node] = face
-    maps = [m for g in graph.groups if g.kind in ("pointwise", "reduction") and (m := _group_maps(g, region))]
+    maps = [{t: dims for t, dims in m.items() if t in region} for m in maps]
     changed = True
     while changed:  # a kernel whose buffers include one with a known face gives the others theirs
         changed = False
@@ -238,8 +237,9 @@ def _face_from(dims: dict | None, role_vars, node: Node) -> tuple[int, ...] | No
     return tuple(face) if None not in face and len(set(face)) == 4 else None
 
 
-def _group_maps(group: Group, region: set[Node]) -> dict[Node, dict] | None:
-    """For a kernel: each buffer of ``region`` it reads or stores -> its dims' variables (``_dim_map``)."""
+def _group_maps(group: Group) -> dict[Node, dict] | None:
+    """For a kernel: each buffer it reads or stores -> its dims' variables (``_dim_map``), from
+    ``fusion.check_group``'s placements."""
     try:
         placements = check_group(group.nodes, group.shape, group.axes, group.stores)
     except NotFusable:
@@ -251,22 +251,23 @@ def _group_maps(group: Group, region: set[Node]) -> dict[Node, dict] | None:
             reads = [(m, idx)] if m in group.stores else []
             reads += [through_views(i, idx) for i in m.inputs if terminal(i) not in members]
             for t, at in reads:
-                if t in region and t not in maps:
+                if t not in maps:
                     dims = _dim_map(at, vars_)
                     if dims is not None:
                         maps[t] = dims
     return maps
 
 
-def _drop_unexpressible_views(graph: Graph, region: set[Node]) -> set[Node]:
+def _drop_unexpressible_views(graph: Graph, region: set[Node], convs: list[Node]) -> tuple[set[Node], dict]:
     """Fallback ops and graph results read views as strided tensors (``Program`` views): a view of
     an NHWC buffer that no strides express (a flatten of C, H, W) keeps its base NCHW, and so does
-    a buffer a graph result views with other strides than eager's result has."""
+    a buffer a graph result views with other strides than eager's result has. Returns the region
+    left and its layouts (``_layouts``)."""
     readers = [n for n in graph.nodes if n.op == "extern"]
     eager = dict(zip(graph.output.inputs, graph.output.attrs.get("traced") or ()))
-    convs = [n for n in graph.nodes if is_conv2d(n)]
+    maps = [m for g in graph.groups if g.kind in ("pointwise", "reduction") and (m := _group_maps(g))]
     while True:
-        layouts = _layouts(graph, region, convs)
+        layouts = _layouts(region, convs, maps)
         bad = {terminal(v) for r in readers for v in r.inputs
                if v.op == "view" and terminal(v) in region and view_as_strided(v, layouts) is None}
         for v in graph.output.inputs:
@@ -275,7 +276,7 @@ def _drop_unexpressible_views(graph: Graph, region: set[Node]) -> set[Node]:
                 if got is None or want is None or not same_strides(got[0], want, v.shape):
                     bad.add(terminal(v))
         if not bad:
-            return region
+            return region, layouts
         region -= bad
 
 
