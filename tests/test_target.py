@@ -136,6 +136,18 @@ def test_a_product_nothing_fuses_into_is_a_cublas_call_on_the_gpu():
         assert all(n.type.dtype == BF16 for n in graph.nodes if n.op == "extern"), name  # cuBLAS rounds once
 
 
+def test_a_small_product_in_cublas_leaves_no_kernel_behind():
+    """A product of fewer tiles than SMs goes to cuBLAS before fusion. Used only rounded to bf16 (Llama's
+    k/v projections, 4096x2048 @ 2048x512) nothing of it is left to compute; used by pointwise ops,
+    one kernel reads cuBLAS's result. (A dead fp32 copy of the product was once a kernel without
+    arguments: a wrapper SyntaxError that ran the whole Llama block in PyTorch.)"""
+    x, w = torch.empty(4096, 2048, dtype=BF16), torch.empty(2048, 512, dtype=BF16)
+    for fn, n_kernels in ((lambda x, w: x @ w, 0), (lambda x, w: (x @ w) * 2, 1), (lambda x, w: (x @ w).float(), 1)):
+        graph, kernels = _scheduled(fn, [x, w], H200)
+        assert [str(n.attrs["target"]) for n in graph.nodes if n.op == "extern"] == ["aten.mm.default"]
+        assert len(kernels) == n_kernels and all(k.args for k in kernels), [k.name for k in kernels]
+
+
 def test_a_transcendental_anywhere_in_the_epilogue_sends_a_large_product_to_cublas():
     """gelu_new written out (GPT-2's MLP) reads the biased product three times; its tanh still counts
     as the epilogue's: on the GPU the product goes to cuBLAS and the epilogue to a kernel of its own

@@ -149,10 +149,12 @@ def _to_extern(graph: Graph, node: Node) -> None:
     """``matmul(a, b)`` (fp32 accumulate) becomes ``cast(aten.mm(a, b), fp32)``: cuBLAS accumulates
     in fp32 too and rounds once to the operand dtype."""
     ext = _extern(graph, node, node.type.with_(dtype=node.inputs[0].dtype))
-    for user in list(node.users):  # the product rounded to the operand dtype: cuBLAS's result itself
-        if user.op == "pointwise" and user.attrs["fn"] == "cast" and user.type == ext.type and user.inputs == [node]:
-            graph.replace_all_uses(user, ext)
-    if ext.type != node.type:  # (fp32 operands: the product itself, no copy)
+    rounded = [u for u in node.users  # the product rounded to the operand dtype: cuBLAS's result itself
+               if u.op == "pointwise" and u.attrs["fn"] == "cast" and u.type == ext.type and u.inputs == [node]]
+    for user in rounded:
+        graph.replace_all_uses(user, ext)
+        graph.nodes.remove(user)
+    if len(rounded) < len(node.users) and ext.type != node.type:  # (fp32 operands: the product itself, no copy)
         ext = graph.add("pointwise", [ext], node.type, node.origin, before=node, fn="cast", args=(ext,),
                         params={"to": node.dtype})
     graph.replace_all_uses(node, ext)

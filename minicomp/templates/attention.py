@@ -2,9 +2,10 @@
 (flash-attention) forward kernel; the score matrix is never stored.
 
 One program per (batch x head, block of ``BLOCK_M`` queries). It loads its Q block once, then loops over
-the keys in tiles of ``BLOCK_N``: ``s = q @ kᵀ`` (``tl.dot``, fp32), scaled by ``scale * log2(e)`` so the
-softmax runs on ``exp2``, masked, then the online softmax — a running row maximum ``m`` and sum ``l``,
-the accumulator rescaled by ``exp2(m_old - m_new)`` before ``acc += p @ v``. A causal node loops only
+the keys in tiles of ``BLOCK_N``: ``s = q @ kᵀ`` (``tl.dot``, fp32), masked, then the online softmax in
+log2 units — ``p = exp2(s * scale * log2(e) - m)``, one FMA and one ``ex2`` per score, with a running
+row maximum ``m`` and sum ``l`` — and ``acc = p @ v + acc * exp2(m_old - m_new)``, the rescaled
+accumulator passed to the MMA as its addend. A causal node loops only
 up to the diagonal: tiles that are wholly visible run without the causal mask, tiles on the diagonal
 with it, tiles past it not at all. A row that sees no key (every score -inf) ends with ``l = 0``:
 ``acc / l`` is NaN as the written-out softmax gives, or 0 for SDPA's safe softmax (``empty_rows``).
@@ -29,20 +30,47 @@ from .emitter import Emitter, finish_kernel, pow2
 LOG2E = 1.4426950408889634
 
 
-def attention_schedule(tq: int, d: int, dv: int, target: Target) -> Schedule:
-    """Blocks by head dim, measured on the H200 (max-autotune over ``config_space``, B=4, H=16,
-    T=4096, bf16): BLOCK_M 128 x BLOCK_N 64 with 4 warps — 3 stages at d=64, 2 at d=128 (8 warps
-    there were 1.27x slower); d > 128 (unmeasured) halves the blocks. A query block no taller than
-    the queries (decode: one query row); 16x16 tiles in the interpreter."""
+def attention_schedule(batch: int, tq: int, d: int, dv: int, causal: bool, plain: bool, target: Target) -> Schedule:
+    """Blocks by head dim, measured on the H200 (B=4, H=16, T=4096, bf16; the sweep is in
+    ``benchmarks/results/2026-11-24-attention-s12.md``): d <= 64, 128 queries x 64 keys, 4 warps, 3
+    stages; d <= 128, 256 x 64 with 8 warps (two warp groups of 128 rows) where that leaves 4 programs
+    per SM, 128 x 128 with 8 warps when causal (half the diagonal work of 256-row blocks), else
+    128 x 64 with 4 warps, 2 stages — also for a kernel with producers fused into its loads
+    (``plain`` false: rotary embeddings' extra loads would not fit the larger tiles' shared memory);
+    d > 128 (unmeasured) 64 x 32, 8 warps. A query block no taller than the queries (decode: one
+    query row); 16x16 tiles in the interpreter."""
     width = max(16, pow2(max(d, dv)))
     blocks = dict(BLOCK_D=max(16, pow2(d)), BLOCK_E=max(16, pow2(dv)))
     if not target.is_cuda:
         return Schedule("attention", dict(BLOCK_M=16, BLOCK_N=16, **blocks), 1, 1)
-    block_m = min(128 if width <= 128 else 64, max(16, pow2(tq)))
-    block_n = 64 if width <= 128 else 32
-    warps = 4 if width <= 128 else 8
-    stages = 3 if width <= 64 else 2
-    return Schedule("attention", dict(BLOCK_M=block_m, BLOCK_N=block_n, **blocks), warps, stages)
+    if width <= 64:
+        m, n, warps, stages = 128, 64, 4, 3
+    elif width > 128:
+        m, n, warps, stages = 64, 32, 8, 2
+    elif plain and causal:
+        m, n, warps, stages = 128, 128, 8, 3
+    elif plain and batch * cdiv(tq, 256) >= 4 * target.sm_count:
+        m, n, warps, stages = 256, 64, 8, 3
+    else:
+        m, n, warps, stages = 128, 64, 4, 2
+    return Schedule("attention", dict(BLOCK_M=min(m, max(16, pow2(tq))), BLOCK_N=n, **blocks), warps, stages)
+
+
+def head_grid(kernel: Kernel, rows: str, block: str) -> tuple[int, ...]:
+    """The grid of an attention kernel: (blocks of ``rows``, batch x heads) — the blocks of one head
+    launched together (a causal forward measured 1.2x faster than with the same programs on one
+    axis) — or one axis where batch x heads passes CUDA's 65535 limit on the second."""
+    n_rows = cdiv(kernel.numels[rows], kernel.schedule.blocks[block])
+    heads = kernel.numels["b"]
+    return (n_rows, heads) if heads <= 65535 else (n_rows * heads,)
+
+
+def head_ids(kernel: Kernel, rows: str, block: str, pid: str) -> tuple[str, str]:
+    """The expressions of a program's (batch x head, block of rows) under ``head_grid``."""
+    if len(head_grid(kernel, rows, block)) == 2:
+        return pid.replace("program_id(0)", "program_id(1)"), pid
+    n_rows = cdiv(kernel.numels[rows], kernel.schedule.blocks[block])
+    return f"{pid} // {n_rows}", f"{pid} % {n_rows}"
 
 
 def decode_splits(programs: int, tq: int, tk: int, target: Target) -> int:
@@ -83,8 +111,11 @@ class AttentionTemplate(Template):
         return next(n for n in group.nodes if n.op == "attention" and n.attrs["result"] == "out")
 
     def default_schedule(self, group: Group, ctx: Context) -> Schedule:
-        q, k, v = self._node(group).inputs[:3]
-        return attention_schedule(q.shape[-2], q.shape[-1], v.shape[-1], ctx.target)
+        node = self._node(group)
+        q, k, v = node.inputs[:3]
+        return attention_schedule(math.prod(q.shape[:-2]), q.shape[-2], q.shape[-1], v.shape[-1],
+                                  node.attrs["causal"] is not None,
+                                  all(n.op == "attention" for n in group.nodes), ctx.target)
 
     def config_space(self, group: Group, heuristic: Schedule) -> list[Schedule]:
         """BLOCK_M 64/128 (a short query keeps its block) x BLOCK_N 32/64/128, 4 or 8 warps, 2 or 3
@@ -133,7 +164,7 @@ class AttentionTemplate(Template):
         return ["mindex", "eindex"]
 
     def grid(self, kernel: Kernel) -> tuple[int, ...]:
-        return (kernel.schedule.programs,)
+        return head_grid(kernel, "m", "BLOCK_M")
 
     def emit_body(self, p, pid: str) -> None:
         k = p.k
@@ -147,9 +178,9 @@ class AttentionTemplate(Template):
         L = p.lines
         i1, i2 = "    ", "        "
         # causal: the query blocks with the most keys first, so the short ones fill the tail of the grid
-        pid_m = f"{n_m - 1} - {pid} % {n_m}" if a["causal"] is not None else f"{pid} % {n_m}"
-        L += [f"{i1}bindex = {pid} // {n_m}",
-              f"{i1}pid_m = {pid_m}",
+        bindex, pid_m = head_ids(k, "m", "BLOCK_M", pid)
+        L += [f"{i1}bindex = {bindex}",
+              f"{i1}pid_m = {f'{n_m - 1} - {pid_m}' if a['causal'] is not None else pid_m}",
               f"{i1}mindex = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]",
               f"{i1}mmask = mindex < mnumel",
               f"{i1}dindex = tl.arange(0, BLOCK_D)[None, :]",
@@ -161,8 +192,8 @@ class AttentionTemplate(Template):
         loop, epilogue = k.phases[0], k.phases[1:]
         for s in loop.outer:
             p.emit(s, i1)
-        L += [f"{i1}m_i = tl.full([BLOCK_M, 1], float('-inf'), {acc})",
-              f"{i1}l_i = tl.full([BLOCK_M, 1], 0, {acc})",
+        L += [f"{i1}m_i = tl.full([BLOCK_M], float('-inf'), {acc})",  # per row: running max, sum
+              f"{i1}l_i = tl.full([BLOCK_M], 0, {acc})",
               f"{i1}acc = tl.full([BLOCK_M, BLOCK_E], 0, {acc})",
               f"{i1}q_tile = tl.broadcast_to({q_name}, [BLOCK_M, BLOCK_D])"]  # a dim of one: a constant index
         # a fused producer (attention-prologue) computes a value past the head dim too (x + 1 of the 0
@@ -189,6 +220,8 @@ class AttentionTemplate(Template):
 
         def exp2(x: str) -> str:  # one MUFU instruction (ex2.approx) in fp32
             return f"tl.exp2({x})" if qdtype == torch.float64 else f"_ex2_approx({x}, INTERPRETED)"
+        natural = a["mask"] == "add" or a["scale"] <= 0  # (a negative scale turns the row maximum into a minimum)
+        to_log2 = a["scale"] * LOG2E
         for lo, hi, diagonal in loops:
             L += [f"{i1}for start in tl.range({lo}, {hi}, BLOCK_N):",
                   f"{i2}nindex = start + tl.arange(0, BLOCK_N)[None, :]",
@@ -206,34 +239,39 @@ class AttentionTemplate(Template):
             if half:
                 L += [f"{i2}if INTERPRETED:",
                       f"{i2}    kt_tile, v_tile = kt_tile.to(tl.float32), v_tile.to(tl.float32)"]
-            # log2 units (exp2 of the scaled logits) with log2(e) folded into the scale; with an added
-            # mask, natural units: finfo.min * log2(e) would overflow to -inf, and eager's row of
-            # finfo.min scores (a padded query) is uniform, not empty
-            units = f" * {LOG2E!r}" if a["mask"] == "add" else ""  # on the exponent, where not in the scale
-            L.append(f"{i2}s = tl.dot(q_tile, kt_tile{precision}) * {a['scale'] * (1 if units else LOG2E)!r}")
+            L.append(f"{i2}s = tl.dot(q_tile, kt_tile{precision})")
+            if natural:
+                L.append(f"{i2}s = s * {a['scale']!r}")
             L += [i2 + line for line in mask_scores(a["mask"], mask_name[0] if mask_name else "", acc)]
             if diagonal:
                 L.append(f"{i2}s = tl.where(nindex <= mindex + {causal}, s, float('-inf'))")
             if p.needs_mask("nindex"):
                 L.append(f"{i2}s = tl.where(nmask, s, float('-inf'))")
-            L += [f"{i2}m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_nan)[:, None])",
+            # log2 units: exp2(s * scale * log2(e) - m), one FMA per score, m the running maximum of
+            # the scaled scores; natural units (s scaled first) with an added mask, where finfo.min *
+            # log2(e) would overflow to -inf and eager's row of finfo.min scores (a padded query) is
+            # uniform, not empty
+            row_max = "tl.reduce(s, 1, _max_nan)" + ("" if natural else f" * {to_log2!r}")
+            p_exp = f"(s - m_use[:, None]) * {LOG2E!r}" if natural else f"s * {to_log2!r} - m_use[:, None]"
+            L += [f"{i2}m_new = tl.maximum(m_i, {row_max})",
                   f"{i2}m_use = tl.where(m_new == float('-inf'), 0.0, m_new)  # a row with no key yet adds 0",
-                  f"{i2}p_tile = {exp2(f'(s - m_use){units}')}",
-                  f"{i2}alpha = {exp2(f'(m_i - m_use){units}')}",
-                  f"{i2}l_i = l_i * alpha + tl.reduce(p_tile, 1, _sum)[:, None]"]
+                  f"{i2}p_tile = {exp2(p_exp)}",
+                  f"{i2}alpha = {exp2(f'(m_i - m_use) * {LOG2E!r}' if natural else 'm_i - m_use')}",
+                  f"{i2}l_i = l_i * alpha + tl.reduce(p_tile, 1, _sum)"]
             if half:
                 L += [f"{i2}p_tile = p_tile.to({p.tl_type(qdtype)})",
                       f"{i2}if INTERPRETED:",
                       f"{i2}    p_tile = p_tile.to(tl.float32)"]
-            L += [f"{i2}acc = acc * alpha + tl.dot(p_tile, v_tile{precision})",
+            L += [f"{i2}acc = tl.dot(p_tile, v_tile, acc * alpha[:, None]{precision})  # rescaled in the MMA's accumulator",
                   f"{i2}m_i = m_new"]
+        L += [f"{i1}l_i = l_i[:, None]", f"{i1}m_i = m_i[:, None]"]
         L.append(f"{i1}out = acc / l_i  # 0 / 0: a row that sees no key is NaN, as softmax written out")
         if a["empty_rows"] == "zero":
             L.append(f"{i1}out = tl.where(l_i == 0, 0.0, out)  # SDPA's safe softmax")
         L.append(f"{i1}out = out.to({p.tl_type(node.dtype)})")
         p.dtypes["out"] = node.dtype
         if any(arg.is_output and arg.node.attrs["result"] == "lse" for arg in k.args):
-            lse = "m_i + tl.log(l_i)" if units else f"(m_i + tl.log2(l_i)) * {math.log(2)!r}"
+            lse = "m_i + tl.log(l_i)" if natural else f"(m_i + tl.log2(l_i)) * {math.log(2)!r}"
             L.append(f"{i1}lse = {lse}  # natural log; -inf for a row that sees no key")
             p.dtypes["lse"] = torch.float32
         for phase in epilogue:

@@ -29,7 +29,7 @@ from ..ir.expr import Affine, Var, unravel
 from ..ir.kernel import Kernel, Schedule
 from ..ir.target import Target
 from ..passes.fusion import Group
-from .attention import LOG2E, mask_scores
+from .attention import LOG2E, head_grid, head_ids, mask_scores
 from .base import Context, Template, cdiv
 from .emitter import Emitter, finish_kernel, pow2
 
@@ -127,7 +127,11 @@ class AttentionBackwardTemplate(Template):
         return ["mindex", "dindex"] if self.wrt == "q" else ["nvindex"]
 
     def grid(self, kernel: Kernel) -> tuple[int, ...]:
-        return (kernel.schedule.programs,)
+        return head_grid(kernel, *self._rows())
+
+    def _rows(self) -> tuple[str, str]:
+        """The kernel's rows (its programs' blocks) and their block size."""
+        return ("m", "BLOCK_M") if self.wrt == "q" else ("n", "BLOCK_N")
 
     def emit_body(self, p, pid: str) -> None:
         k = p.k
@@ -142,14 +146,14 @@ class AttentionBackwardTemplate(Template):
         dq = self.wrt == "q"
         # the index variables: queries m and keys n/nv, as rows or columns (module docstring)
         m_vec, n_vec = ("[:, None]", "[None, :]") if dq else ("[None, :]", "[:, None]")
-        rows, loop_block = ("m", "BLOCK_M") if dq else ("n", "BLOCK_N")
+        rows, loop_block = self._rows()
         n_rows = cdiv(k.numels[rows], k.schedule.blocks[loop_block])
         L = p.lines
         # causal: the blocks with the most work first (dk/dv: the first keys, seen by the most queries; dq:
         # the last queries), so the short ones fill the tail of the grid (as the forward does)
-        pid_r = f"{n_rows - 1} - {pid} % {n_rows}" if dq and a["causal"] is not None else f"{pid} % {n_rows}"
-        L += [f"{i1}bindex = {pid} // {n_rows}",
-              f"{i1}pid_r = {pid_r}",
+        bindex, pid_r = head_ids(k, rows, loop_block, pid)
+        L += [f"{i1}bindex = {bindex}",
+              f"{i1}pid_r = {f'{n_rows - 1} - {pid_r}' if dq and a['causal'] is not None else pid_r}",
               f"{i1}dindex = tl.arange(0, BLOCK_D)[None, :]",
               f"{i1}dmask = dindex < dnumel",
               f"{i1}dkindex = tl.arange(0, BLOCK_D)[:, None]",
