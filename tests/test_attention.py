@@ -4,7 +4,6 @@ run in Triton's interpreter, compared with eager."""
 from __future__ import annotations
 
 import dataclasses
-
 import math
 
 import pytest
@@ -251,18 +250,24 @@ def test_node_reference_and_verifier():
 
 
 def test_h200_schedule_and_source(monkeypatch):
-    """Scheduled for the H200 (nothing runs): Hopper blocks by head dim, causal tiles split into the
-    visible ones and the diagonal ones, ex2 on MUFU; a decode shape takes a short query block."""
+    """Scheduled for the H200 (nothing runs): Hopper blocks by head dim (d=128: 128x128 blocks when
+    causal, 256 query rows when that leaves 4 programs an SM — here on a 1-SM H200 — else 128),
+    causal tiles split into the visible ones and the diagonal ones, ex2 on MUFU; a decode shape takes
+    a short query block."""
     from tests.test_target import _scheduled
     from tests.utils import H200
     from minicomp.codegen.triton import kernel_source
-    for d, causal, tq, block_m, warps in ((64, True, 256, 128, 4), (128, False, 256, 128, 4), (128, False, 1, 16, 4)):
+    one_sm = dataclasses.replace(H200, sm_count=1)
+    for d, causal, tq, target, blocks, warps in ((64, True, 256, H200, (128, 64), 4), (128, True, 256, H200, (128, 128), 8),
+                                                (128, False, 256, H200, (128, 64), 4), (128, False, 1024, one_sm, (256, 64), 8),
+                                                (128, False, 1, H200, (16, 64), 4)):
         q, k, v = (torch.empty(1, 2, t, d, dtype=torch.bfloat16) for t in (tq, 256, 256))
         fn = mingpt if causal else (lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2), -1) @ v)
         with torch.no_grad():
-            _, (kernel,) = _scheduled(fn, [q, k, v], H200)
+            _, (kernel,) = _scheduled(fn, [q, k, v], target)
         assert kernel.schedule.template == "attention" and not kernel.schedule.interpreted
-        assert kernel.schedule.blocks["BLOCK_M"] == block_m and kernel.schedule.num_warps == warps
+        assert (kernel.schedule.blocks["BLOCK_M"], kernel.schedule.blocks["BLOCK_N"]) == blocks
+        assert kernel.schedule.num_warps == warps
         src = kernel_source(kernel)
         assert src.count("tl.range(") == (2 if causal else 1)
         assert "_ex2_approx" in src and "tl.dot(" in src

@@ -139,6 +139,23 @@ def test_h200_schedule_and_source():
             assert src.count("tl.range(") == (2 if causal else 1) and ".to(tl.bfloat16)" in src
 
 
+def test_one_grid_axis_past_cudas_limit_on_the_second(monkeypatch):
+    """The three kernels' grid is (row blocks, batch x heads); with more batch x heads than CUDA allows
+    on the second axis, one axis (pid // blocks, pid % blocks). Forward and gradients match both
+    ways (the limit lowered to 1 so that small shapes take the one-axis path)."""
+    from minicomp.passes.program import grid
+    from minicomp.templates import attention as attention_template
+    from tests.test_target import _scheduled
+    from tests.utils import H200
+    args = [torch.empty(1, 2, 512, 64, dtype=torch.bfloat16) for _ in range(5)] + [torch.empty(1, 2, 512)]
+    for limit, grids in ((65535, [(4, 2), (8, 2)]), (1, [(8,), (16,)])):
+        monkeypatch.setattr(attention_template, "GRID_Y_LIMIT", limit)
+        with torch.no_grad():
+            _, kernels = _scheduled(lambda *a: CPU_BACKWARD(*a, 0.0, True), args, H200)
+        assert sorted(grid(kn) for kn in kernels if kn.schedule.template.startswith("attention")) == sorted(grids)
+        assert_lowered(compare_gradients(sdpa(is_causal=True), *qkv(tq=33)))
+
+
 # --- the nodes' reference semantics ----------------------------------------------------------------
 
 def lse_ref(q, k, mask, *, scale, mask_kind, causal):

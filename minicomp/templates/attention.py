@@ -28,6 +28,7 @@ from .base import Context, Template, cdiv
 from .emitter import Emitter, finish_kernel, pow2
 
 LOG2E = 1.4426950408889634
+GRID_Y_LIMIT = 65535  # CUDA's limit on a grid's second axis
 
 
 def attention_schedule(batch: int, tq: int, d: int, dv: int, causal: bool, plain: bool, target: Target) -> Schedule:
@@ -62,7 +63,7 @@ def head_grid(kernel: Kernel, rows: str, block: str) -> tuple[int, ...]:
     axis) — or one axis where batch x heads passes CUDA's 65535 limit on the second."""
     n_rows = cdiv(kernel.numels[rows], kernel.schedule.blocks[block])
     heads = kernel.numels["b"]
-    return (n_rows, heads) if heads <= 65535 else (n_rows * heads,)
+    return (n_rows, heads) if heads <= GRID_Y_LIMIT else (n_rows * heads,)
 
 
 def head_ids(kernel: Kernel, rows: str, block: str, pid: str) -> tuple[str, str]:
@@ -118,13 +119,14 @@ class AttentionTemplate(Template):
                                   all(n.op == "attention" for n in group.nodes), ctx.target)
 
     def config_space(self, group: Group, heuristic: Schedule) -> list[Schedule]:
-        """BLOCK_M 64/128 (a short query keeps its block) x BLOCK_N 32/64/128, 4 or 8 warps, 2 or 3
-        stages; the head dim's blocks are fixed. A config that does not fit is skipped by the tuner."""
+        """BLOCK_M 64/128/256 (a short query keeps its block) x BLOCK_N 32/64/128, 4 or 8 warps (8 for
+        256 rows), 2 or 3 stages; the head dim's blocks are fixed. A config that does not fit is
+        skipped by the tuner."""
         short = heuristic.blocks["BLOCK_M"] < 64
         out = []
-        for bm in ((heuristic.blocks["BLOCK_M"],) if short else (64, 128)):
+        for bm in ((heuristic.blocks["BLOCK_M"],) if short else (64, 128, 256)):
             for bn in (32, 64, 128):
-                for warps in (4, 8):
+                for warps in ((8,) if bm == 256 else (4, 8)):
                     for stages in (2, 3):
                         out.append(Schedule("attention", dict(heuristic.blocks, BLOCK_M=bm, BLOCK_N=bn), warps, stages))
         return out
