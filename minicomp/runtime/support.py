@@ -262,8 +262,9 @@ def aligned_rows_product(op, *args, cuda_only: bool = True) -> torch.Tensor:
     a, b = args[-2], args[-1]
     n, per = b.shape[1], 16 // b.element_size()
     bias = args[0] if op is torch.ops.aten.addmm.default else None
+    product = torch.mm if bias is None else torch.addmm  # the public functions: cheaper calls than the aten overloads
     if n % per == 0 or n < per or (cuda_only and not b.is_cuda) or (bias is not None and bias.shape != (n,)):
-        return torch.mm(a, b) if bias is None else op(*args)
+        return product(*args)
     n_pad = n + per - n % per
     like = dict(dtype=b.dtype, device=b.device)
     # the padded operand in b's own order (a transposed nn.Linear weight stays transposed)
@@ -271,7 +272,7 @@ def aligned_rows_product(op, *args, cuda_only: bool = True) -> torch.Tensor:
     padded[:, :n].copy_(b)
     padded[:, n:].zero_()
     if bias is None:
-        return torch.mm(a, padded)[:, :n]
+        return product(a, padded)[:, :n]
     bias_padded = torch.zeros(n_pad, **like)
     bias_padded[:n].copy_(bias)
-    return torch.addmm(bias_padded, a, padded)[:, :n]
+    return product(bias_padded, a, padded)[:, :n]
