@@ -139,6 +139,22 @@ def test_h200_schedule_and_source():
             assert src.count("tl.range(") == (2 if causal else 1) and ".to(tl.bfloat16)" in src
 
 
+def test_the_forward_stores_one_log_sum_exp_per_row():
+    """The log-sum-exp is a [BLOCK_M, 1] column: stored through a pointer block of that shape, not
+    broadcast over the head dim (128 stores of each value at d=128: the training forward ran 1.12 ms
+    against 1.06 ms without the log-sum-exp on the H200)."""
+    import re
+    from minicomp.codegen.triton import kernel_source
+    from tests.test_target import _scheduled
+    from tests.utils import H200
+    args = [torch.empty(1, 2, 256, 128, dtype=torch.bfloat16) for _ in range(3)]
+    with torch.no_grad():
+        _, kernels = _scheduled(lambda *a: CPU_FORWARD(*a, 0.0, True)[:2], args, H200)
+    (kn,) = [kn for kn in kernels if kn.schedule.template == "attention"]
+    stores = dict((v, i) for i, v in re.findall(r"tl\.store\(out_ptr\d \+ \((.*)\), (\w+)", kernel_source(kn)))
+    assert set(stores) == {"out", "lse"} and "eindex" in stores["out"] and "eindex" not in stores["lse"], stores
+
+
 def test_one_grid_axis_past_cudas_limit_on_the_second(monkeypatch):
     """The three kernels' grid is (row blocks, batch x heads); with more batch x heads than CUDA allows
     on the second axis, one axis (pid // blocks, pid % blocks). Forward and gradients match both

@@ -134,7 +134,7 @@ class TritonPrinter:
         elif isinstance(s, Store):
             # the pointer block must have the value's shape: add the iteration variables it lacks
             used = {v.name for v in s.index.vars()}
-            pad = [v for v in self.template.store_vars(s.inner) if v not in used]
+            pad = [v for v in (s.span or self.template.store_vars(s.inner)) if v not in used]
             index = self.index(s.index) + "".join(f" + 0 * {v}" for v in pad)
             m = self.mask([s.index], names=pad)
             out(f"{indent}tl.store({s.buffer} + ({index}), {s.value}{', ' + m if m else ''})")

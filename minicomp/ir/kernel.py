@@ -120,6 +120,7 @@ class Store:
     index: Affine
     value: str
     inner: bool  # True: one value per element of the iteration space; False: one per row
+    span: tuple[str, ...] | None = None  # the block variables the value spans (None: the template's)
 
 
 Stmt = Union[Load, TileLoad, Compute, IndexValue, Indirect, Masked, Reduce, Scan, Dot, Store]

@@ -156,7 +156,7 @@ class AttentionTemplate(Template):
         em.store(node, (*bs, f["m"], f["e"]))
         for lse in [n for n in group.stores if n.attrs["result"] == "lse"]:  # its twin: one value per row
             em.reduced[lse] = "lse"
-            em.store(lse, (*bs, f["m"], Affine.of(0)))
+            em.store(lse, (*bs, f["m"], Affine.of(0)), span=("mindex",))  # [BLOCK_M, 1], not the tile
         kernel = finish_kernel(group, em, sched, flat, {}, ctx.target)
         kernel.operands = tuple(names)
         sched.programs = math.prod(batch) * cdiv(tq, sched.blocks["BLOCK_M"])

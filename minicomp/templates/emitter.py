@@ -171,10 +171,12 @@ class Emitter:
         self.outer_memo[(node.id, "reduced")] = stmt.var
         return stmt
 
-    def store(self, node: Node, idx) -> None:
+    def store(self, node: Node, idx, span: tuple[str, ...] | None = None) -> None:
+        """Store ``node`` at ``idx``; ``span``: the block variables its value has, where fewer than
+        the template's stores (a per-row statistic next to a tile)."""
         value, inner = self.emit(node, idx)
         index = linear_index(idx, buffer_strides(node, self.layouts))
-        stmt = Store(self.arg(node, True), index, value, inner or self._inner(index))
+        stmt = Store(self.arg(node, True), index, value, inner or self._inner(index), span)
         (self.phases[-1].inner if stmt.inner else self.phases[-1].outer).append(stmt)
 
 
