@@ -87,10 +87,11 @@ class Lowering:
                 val = fx_v.meta.get("val") if isinstance(fx_v, fx.Node) else None
                 strides.append(_dense_strides(val))
                 traced.append(_traced_strides(val))  # also of views with gaps (layout_plan compares them)
-                sources.append(fx_v.name if isinstance(fx_v, fx.Node) else None)
+                sources.append(_storage_of(fx_v).name if isinstance(fx_v, fx.Node) else None)
             else:
                 spec.append(("value", v))
-        # sources: the FX value of each result; two results that passes merge (cse) stay two tensors
+        # sources: the FX value of each result (an alias's: its base's); two results of different
+        # sources that passes merge (cse) stay two tensors
         self.graph.add("output", nodes, None, spec=spec, strides=strides, sources=sources, traced=traced)
 
     def _call(self, fx_node: fx.Node, args, kwargs):
@@ -344,6 +345,15 @@ def _traced_strides(val) -> tuple[int, ...] | None:
     if not isinstance(val, torch.Tensor) or val.layout != torch.strided or not _concrete(val):
         return None  # symbolic sizes (a dynamic-shape trace) say nothing about these inputs' strides
     return tuple(val.stride())
+
+
+def _storage_of(fx_value: fx.Node) -> fx.Node:
+    """The FX value whose memory ``fx_value`` is in eager, through ``alias`` and ``detach``: AOTAutograd
+    saves an output for backward as ``alias(out)``, which shares the output's memory rather than
+    being a copy of it."""
+    while fx_value.op == "call_function" and fx_value.target in (aten.alias.default, aten.detach.default):
+        fx_value = fx_value.args[0]
+    return fx_value
 
 
 def _may_alias(fx_value) -> bool:
