@@ -31,6 +31,7 @@ from .ir.target import Target
 from .passes.attention import attention
 from .passes.combos import combos
 from .passes.conv_lowering import conv_lowering, tunable as conv_tunable
+from .passes.concat_chains import concat_chains
 from .passes.fusion import fusion
 from .passes.gemm_choice import gemm_backend, plain_gemms
 from .passes.layout_plan import layout_plan
@@ -48,6 +49,7 @@ PIPELINE: list[Pass] = [
     Pass("cse", cse, "merge nodes that compute the same thing"),
     Pass("constant_folding", constant_folding, "evaluate ops on constant fills"),
     Pass("algebraic_simplification", algebraic_simplification, "drop copies and round-trip casts"),
+    Pass("concat_chains", concat_chains, "a cat that extends an earlier cat's inputs reads that cat"),
     Pass("view_folding", view_folding, "compose view chains into one index map"),
     Pass("attention", attention, "softmax(q @ kᵀ * scale + mask) @ v written out -> one attention node"),
     Pass("split_reductions", split_reductions, "online softmax for long rows; chunked reductions with few outputs"),

@@ -141,8 +141,8 @@ def test_h200_schedule_and_source():
 
 def test_the_forward_stores_one_log_sum_exp_per_row():
     """The log-sum-exp is a [BLOCK_M, 1] column: stored through a pointer block of that shape, not
-    broadcast over the head dim (128 stores of each value at d=128: the training forward ran 1.12 ms
-    against 1.06 ms without the log-sum-exp on the H200)."""
+    broadcast over the head dim (128 stores of each value at d=128: on the H200 the training forward
+    at 4x16x4096x128 bf16 took 1.12 ms that way, 1.06 ms with one store per row)."""
     import re
     from minicomp.codegen.triton import kernel_source
     from tests.test_target import _scheduled
