@@ -6,9 +6,11 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import minicomp
 from minicomp.runtime import support
+from tests.utils import compile_and_compare
 
 CL = torch.channels_last
 
@@ -329,6 +331,55 @@ def test_one_convolution_among_many_nodes_stays_nchw_on_the_gpu():
         assert bool(kept) == nchw and (not nchw or "NODES_PER_CONV" in kept[0]), graph.decisions
         graph, _ = _scheduled(net(steps), args, INTERPRETER)
         assert not any(d.startswith("layout: NCHW kept") for d in graph.decisions), graph.decisions
+
+
+def test_a_grouped_convolution_of_many_groups_runs_nchw_among_channels_last_buffers_on_the_gpu():
+    """Scheduled for the H200 (nothing runs): RegNet's shape (1x1, grouped 3x3, 1x1): the grouped
+    convolution of 16 groups is handed NCHW input and weight (its result is copied back to the
+    planned channels-last buffer), the 1x1 convolutions channels-last; on the CPU every convolution
+    is channels-last; a convolution of 2 groups stays channels-last on the GPU too."""
+    from minicomp.ir.target import INTERPRETER
+    from minicomp.ir.types import contiguous_strides
+    from minicomp.passes.layout_plan import GROUPED_NCHW_MIN_GROUPS, channels_last_strides, is_conv2d, keeps_nchw
+    from tests.test_target import _scheduled
+    from tests.utils import H200
+
+    def block(groups):
+        def fn(x, w1, w2, w3):
+            y = F.conv2d(x, w1).relu()
+            y = F.conv2d(y, w2, padding=1, groups=groups).relu()
+            return F.conv2d(y, w3) + x
+        return fn
+    x = torch.randn(2, 32, 6, 6)
+    for groups, target, nchw in ((16, H200, True), (16, INTERPRETER, False)):
+        ws = [torch.randn(32, 32, 1, 1), torch.randn(32, 32 // groups, 3, 3), torch.randn(32, 32, 1, 1)]
+        graph, _ = _scheduled(block(groups), [x, *ws], target)
+        convs = [n for n in graph.nodes if is_conv2d(n)]
+        assert len(convs) == 3, graph
+        for conv in convs:
+            want = contiguous_strides if conv.attrs["arg_tree"][0][8] > 1 and nchw else channels_last_strides
+            for v in conv.attrs["arg_tree"][0][:2]:  # input and weight
+                assert conv.attrs["input_strides"][conv.inputs.index(v)] == want(v.shape), (groups, target, conv)
+        notes = [d for d in graph.decisions if "GROUPED_NCHW_MIN_GROUPS" in d]
+        assert bool(notes) == nchw, graph.decisions
+    assert GROUPED_NCHW_MIN_GROUPS > 2
+    ws = [torch.randn(32, 32, 1, 1), torch.randn(32, 16, 3, 3), torch.randn(32, 32, 1, 1)]
+    graph, _ = _scheduled(block(2), [x, *ws], H200)
+    assert [keeps_nchw(n, H200) for n in graph.nodes if is_conv2d(n)] == [False] * 3
+
+
+def test_a_grouped_convolution_run_nchw_matches_eager(monkeypatch):
+    """The GPU's rule applied in the interpreter: the NCHW input copy and the copy of the result
+    back to channels-last give eager's values, also for a graph input and a strided convolution."""
+    from minicomp.passes import layout_plan
+    monkeypatch.setattr(layout_plan, "keeps_nchw", lambda conv, target: layout_plan.conv_kind(conv) == "grouped")
+
+    def fn(x, w1, w2, w3):
+        y = F.conv2d(F.conv2d(x, w2, padding=1, groups=4).relu(), w1)
+        return F.conv2d(y.relu(), w3, stride=2, padding=1, groups=4) + 1
+    args = [torch.randn(2, 8, 7, 5), torch.randn(8, 8, 1, 1), torch.randn(8, 2, 3, 3), torch.randn(12, 2, 3, 3)]
+    report = compile_and_compare(fn, *args, fallbacks=3)  # the convolutions
+    assert sum("GROUPED_NCHW_MIN_GROUPS" in d for d in report.decisions) == 2, report.decisions
 
 
 # --- reductions over channels-last buffers: scheduled by memory order -------------------------------
