@@ -58,9 +58,10 @@ time). Elsewhere NCHW cuDNN won: 1x1 into 64 channels (2.3x), over 7x7 pixels (1
 to 2.6x); im2col 3x3 (2.5-12x: div/mod address math per element, no TMA); depthwise as a window
 reduction (1.2-4.4x). A graph ``layout_plan`` runs channels-last keeps every convolution in cuDNN:
 the IR has not been measured against channels-last cuDNN yet."""
-GROUPED_REASON = ("grouped convolution (1 < groups < Cin): as one matmul it would be block-diagonal "
-                  "(groups times the work), and a matmul per group has only Cin/groups channels of K "
-                  "and Cout/groups of N, too narrow for tensor-core tiles (tl.dot needs 16); kept in cuDNN")
+GROUPED_MIN_WIDTH = 16
+GROUPED_REASON = (f"grouped convolution with fewer than {GROUPED_MIN_WIDTH} output channels (or products of K) per "
+                  f"group: its per-group products are too narrow for tensor-core tiles (tl.dot needs 16); kept in "
+                  f"cuDNN")
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -142,8 +143,11 @@ def heuristic(conv: Conv, target: Target, channels_last: bool = False) -> tuple[
     NHWC (``layout_plan.channels_last_pays``)."""
     if not target.is_cuda:
         return False, "CPU: oneDNN's convolution is faster than the Triton interpreter"
-    if conv.kind in ("1x1", "im2col") and conv.x.dtype == torch.float32 and precision(conv, target) == "ieee":
+    if conv.kind != "depthwise" and conv.x.dtype == torch.float32 and precision(conv, target) == "ieee":
         return False, "IEEE fp32 (cudnn.allow_tf32 off): no tensor cores; gemm_backend would send it to cuBLAS"
+    if conv.kind == "grouped":
+        return True, ("grouped: a tensor-core product per image and group with the epilogue fused (cuDNN's "
+                      "grouped kernels convert layouts around theirs)")
     if channels_last:
         return False, "channels-last cuDNN (layout_plan); the IR is not measured against it yet"
     if conv.kind != "1x1":
@@ -160,28 +164,45 @@ def tunable(node: Node) -> bool:
     """Whether max-autotune should measure ``node`` both ways (a convolution this pass can lower, under
     ``auto``): the compiler's GEMM tuner then fixes ``graph.gemm_choices[node.id]`` (``aten``: cuDNN)."""
     conv, _ = parse(node) if node.op == "extern" else (None, "")
-    return conv is not None and conv.kind != "grouped" and conv_mode() == "auto"
+    return conv is not None and (conv.kind != "grouped" or grouped_fits(conv)) and conv_mode() == "auto"
+
+
+def grouped_fits(conv: Conv) -> bool:
+    """Whether a grouped convolution's per-group product fills tensor-core tiles: at least
+    ``GROUPED_MIN_WIDTH`` output channels and reduction length per group."""
+    cout, cin_g, kh, kw = conv.w.shape
+    return cout // conv.groups >= GROUPED_MIN_WIDTH and cin_g * kh * kw >= GROUPED_MIN_WIDTH
+
+
+def _fixed_choice(conv: Conv, graph: Graph, mode: str) -> tuple[bool, str] | None:
+    """The choice that does not depend on the graph's layout (None: ``heuristic`` decides)."""
+    if conv.kind == "grouped" and not grouped_fits(conv):
+        return False, GROUPED_REASON
+    if mode != "auto":
+        return mode == "ir", f"MINICOMP_CONV={mode}"
+    if conv.node.id in graph.gemm_choices:
+        return graph.gemm_choices[conv.node.id] != ATEN, "measured (max-autotune)"
+    if conv.kind == "grouped":
+        return heuristic(conv, graph.target)
+    return None
 
 
 def conv_lowering(graph: Graph) -> Graph:
     """Rewrite the chosen convolution externs into IR (see the module docstring)."""
     mode = conv_mode()
     graph.recompute_users()
-    channels_last = channels_last_pays(graph)[0]
+    convs = {}
     for node in [n for n in graph.nodes if n.op == "extern"]:
         conv, why_not = parse(node)
-        if conv is None:
-            if node.attrs.get("target") is torch.ops.aten.convolution.default:
-                graph.decisions.append(f"conv {node.name}: cuDNN/oneDNN extern (not lowered: {why_not})")
-            continue
-        if conv.kind == "grouped":
-            use_ir, reason = False, GROUPED_REASON
-        elif mode != "auto":
-            use_ir, reason = mode == "ir", f"MINICOMP_CONV={mode}"
-        elif node.id in graph.gemm_choices:
-            use_ir, reason = graph.gemm_choices[node.id] != ATEN, "measured (max-autotune)"
-        else:
-            use_ir, reason = heuristic(conv, graph.target, channels_last)
+        if conv is not None:
+            convs[node] = (conv, _fixed_choice(conv, graph, mode))
+        elif node.attrs.get("target") is torch.ops.aten.convolution.default:
+            graph.decisions.append(f"conv {node.name}: cuDNN/oneDNN extern (not lowered: {why_not})")
+    # whether the convolutions left to cuDNN/oneDNN will run channels-last (layout_plan decides after fusion)
+    lowered = {node for node, (_, fixed) in convs.items() if fixed and fixed[0]}
+    channels_last = any(n not in lowered for n in convs) and channels_last_pays(graph, skip=lowered)[0]
+    for node, (conv, fixed) in convs.items():
+        use_ir, reason = fixed or heuristic(conv, graph.target, channels_last)
         if not use_ir:
             graph.decisions.append(f"{conv.describe()}: cuDNN/oneDNN extern ({reason})")
             _note_reason(graph, node, f"convolution kept as extern: {reason}")
@@ -193,7 +214,8 @@ def conv_lowering(graph: Graph) -> Graph:
         else:
             form = matmul_form(conv)
             view = "a reshape" if conv.kind == "1x1" else "an im2col view"
-            how, result = f"{form} matmul over {view}", _as_matmul(graph, conv, form)
+            how = f"{form} matmul{' per group' if conv.groups > 1 else ''} over {view}"
+            result = _as_matmul(graph, conv, form, conv.channels_last or channels_last)
         graph.decisions.append(f"{conv.describe()}: IR {how} ({reason})")
         graph.replace_all_uses(node, result)
         graph.nodes.remove(node)
@@ -225,53 +247,61 @@ def matmul_form(conv: Conv) -> str:
     tiles). ``rows`` for a channels-last input whose result has no pointwise consumer to fuse
     (its bias and cast are applied before the view back)."""
     fusible = any(u.op == "pointwise" for u in conv.node.users)
-    return "rows" if conv.channels_last and not fusible else "batched"
+    return "rows" if conv.channels_last and not fusible and conv.groups == 1 else "batched"
 
 
-def _k_index(k, conv: Conv) -> tuple[Affine, Affine, Affine]:
-    """``(c, kh, kw)`` of reduction index ``k``: ordered ``c, kh, kw`` (NCHW input: runs of ``kw``
-    are contiguous) or ``kh, kw, c`` (channels-last input: runs of ``c`` are)."""
-    cin, (kh, kw) = conv.x.shape[1], conv.w.shape[2:]
-    if conv.channels_last:
+def _k_index(k, conv: Conv, channels_last: bool) -> tuple[Affine, Affine, Affine]:
+    """``(c, kh, kw)`` of reduction index ``k`` (``c`` within the group): ordered ``c, kh, kw`` (NCHW
+    input: runs of ``kw`` are contiguous) or ``kh, kw, c`` (channels-last input: runs of ``c`` are)."""
+    cin, (kh, kw) = conv.w.shape[1], conv.w.shape[2:]
+    if channels_last:
         r, s, c = unravel(k, (kh, kw, cin))
         return c, r, s
     return unravel(k, (cin, kh, kw))
 
 
-def _as_matmul(graph: Graph, conv: Conv, form: str) -> Node:
+def _as_matmul(graph: Graph, conv: Conv, form: str, channels_last: bool) -> Node:
+    """The product over an im2col (or reshape) view; ``channels_last``: the input will be NHWC (eager's
+    or ``layout_plan``'s), which orders K. Grouped: the batched form with the group as a second batch dim."""
     node, x, w = conv.node, conv.x, conv.w
-    n, cin, _, _ = x.shape
-    cout, _, kh, kw = w.shape
+    n = x.shape[0]
+    cout, cin_g, kh, kw = w.shape
+    groups = conv.groups
+    cout_g = cout // groups
     _, _, oh, ow = node.shape
-    k, p = cin * kh * kw, oh * ow
+    k, p = cin_g * kh * kw, oh * ow
     add = _adder(graph, node)
     o = index_vars(node.shape)
-    if form == "batched":  # per image: W[Cout, K] @ X[K, OH*OW]
-        i = index_vars((n, k, p))
-        c, r, s = _k_index(i[1], conv)
-        index, mask = _window(conv, i[0], c, *unravel(i[2], (oh, ow)), r, s)
-        b = add("view", [x], x.type.with_(shape=(n, k, p)), index=index, mask=mask, fill=0.0, kind="im2col")
-        j = index_vars((n, cout, k))
-        c, r, s = _k_index(j[2], conv)
-        a = add("view", [w], w.type.with_(shape=(n, cout, k)), index=(Affine.of(j[1]), c, r, s), mask=(),
+    if form == "batched":  # per image (and group): W[Cout/G, K] @ X[K, OH*OW]
+        batch = (n,) if groups == 1 else (n, groups)
+        i = index_vars((*batch, k, p))
+        group = Affine.of(i[1]) if groups > 1 else Affine.of(0)
+        c, r, s = _k_index(i[-2], conv, channels_last)
+        index, mask = _window(conv, i[0], group * cin_g + c, *unravel(i[-1], (oh, ow)), r, s)
+        b = add("view", [x], x.type.with_(shape=(*batch, k, p)), index=index, mask=mask, fill=0.0, kind="im2col")
+        j = index_vars((*batch, cout_g, k))
+        c, r, s = _k_index(j[-1], conv, channels_last)
+        co = Affine.of(j[1]) * cout_g + j[2] if groups > 1 else Affine.of(j[1])
+        a = add("view", [w], w.type.with_(shape=(*batch, cout_g, k)), index=(co, c, r, s), mask=(),
                 fill=None, kind="view")
-        mm = add("matmul", [a, b], node.type.with_(shape=(n, cout, p), dtype=torch.float32),
+        mm = add("matmul", [a, b], node.type.with_(shape=(*batch, cout_g, p), dtype=torch.float32),
                  precision=precision(conv, graph.target))
-        back = (Affine.of(o[0]), Affine.of(o[1]), Affine.of(o[2]) * ow + o[3])
+        channel = (Affine.of(o[1]) // cout_g, Affine.of(o[1]) % cout_g) if groups > 1 else (Affine.of(o[1]),)
+        back = (Affine.of(o[0]), *channel, Affine.of(o[2]) * ow + o[3])
     else:  # all positions: X[N*OH*OW, K] @ Wt[K, Cout]
         i = index_vars((n * p, k))
-        c, r, s = _k_index(i[1], conv)
+        c, r, s = _k_index(i[1], conv, channels_last)
         img, y, z = unravel(i[0], (n, oh, ow))
         index, mask = _window(conv, img, c, y, z, r, s)
         a = add("view", [x], x.type.with_(shape=(n * p, k)), index=index, mask=mask, fill=0.0, kind="im2col")
         j = index_vars((k, cout))
-        c, r, s = _k_index(j[0], conv)
+        c, r, s = _k_index(j[0], conv, channels_last)
         b = add("view", [w], w.type.with_(shape=(k, cout)), index=(Affine.of(j[1]), c, r, s), mask=(), fill=None,
                 kind="view")
         mm = add("matmul", [a, b], node.type.with_(shape=(n * p, cout), dtype=torch.float32),
                  precision=precision(conv, graph.target))
         back = (Affine.of(o[0]) * p + Affine.of(o[2]) * ow + o[3], Affine.of(o[1]))
-    out = _finish(graph, conv, mm)
+    out = _finish(graph, conv, mm, cout_g if len(mm.shape) == 4 else None)
     return add("view", [out], out.type.with_(shape=node.shape), index=back, mask=(), fill=None, kind="reshape")
 
 
@@ -298,11 +328,12 @@ def _depthwise(graph: Graph, conv: Conv) -> Node:
     return _finish(graph, conv, out)
 
 
-def _finish(graph: Graph, conv: Conv, acc: Node) -> Node:
-    """``acc`` (fp32; output channels along dim 1) plus the bias, cast to the convolution's dtype."""
+def _finish(graph: Graph, conv: Conv, acc: Node, per_group: int | None = None) -> Node:
+    """``acc`` (fp32; output channels along dim 1, or ``per_group`` channels of each group along dim 2)
+    plus the bias, cast to the convolution's dtype."""
     add = _adder(graph, conv.node)
     if conv.bias is not None:
-        bias = _cast(add, _channel_bias(add, conv.bias, acc.shape), torch.float32)
+        bias = _cast(add, _channel_bias(add, conv.bias, acc.shape, per_group), torch.float32)
         acc = add("pointwise", [acc, bias], acc.type, fn="add", args=(acc, bias), params={})
     return _cast(add, acc, conv.node.dtype)
 
@@ -328,10 +359,12 @@ def _bias_after(graph: Graph, conv: Conv) -> None:
     graph.nodes.remove(node)
 
 
-def _channel_bias(add, bias: Node, shape) -> Node:
-    """The per-output-channel ``bias`` broadcast to a convolution result's ``shape`` (channels: dim 1)."""
-    return add("view", [bias], bias.type.with_(shape=shape), index=(Affine.of(index_vars(shape)[1]),), mask=(),
-               fill=None, kind="expand")
+def _channel_bias(add, bias: Node, shape, per_group: int | None = None) -> Node:
+    """The per-output-channel ``bias`` broadcast to a convolution result's ``shape`` (channels: dim 1;
+    ``per_group``: dims 1 and 2 are the group and the channel within it)."""
+    i = index_vars(shape)
+    channel = Affine.of(i[1]) * per_group + i[2] if per_group else Affine.of(i[1])
+    return add("view", [bias], bias.type.with_(shape=shape), index=(channel,), mask=(), fill=None, kind="expand")
 
 
 def _adder(graph: Graph, before: Node):

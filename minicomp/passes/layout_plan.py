@@ -76,13 +76,14 @@ def keeps_nchw(conv: Node, target) -> bool:
 NODES_PER_CONV = 300
 
 
-def channels_last_pays(graph: Graph) -> tuple[bool, str]:
+def channels_last_pays(graph: Graph, skip=frozenset()) -> tuple[bool, str]:
     """Whether ``graph`` runs its 2-D convolutions channels-last, and why: always on the CPU (oneDNN);
     on a GPU when they are not few among many nodes (``NODES_PER_CONV``) and the FLOP-weighted
-    ``CHANNELS_LAST_SPEEDUP`` of its convolutions is at most 1."""
+    ``CHANNELS_LAST_SPEEDUP`` of its convolutions is at most 1. ``skip``: convolutions that will not
+    stay library calls (``conv_lowering``'s forecast)."""
     if not graph.target.is_cuda:
         return True, "oneDNN runs NHWC natively"
-    convs = [n for n in graph.nodes if is_conv2d(n)]
+    convs = [n for n in graph.nodes if is_conv2d(n) and n not in skip]
     if len(graph.nodes) >= NODES_PER_CONV * len(convs):
         return False, f"{len(convs)} convolution(s) among {len(graph.nodes)} nodes (NODES_PER_CONV)"
     flops = {kind: 0 for kind in CHANNELS_LAST_SPEEDUP}
