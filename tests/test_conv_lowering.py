@@ -1,5 +1,6 @@
 """Convolutions compiled by minicomp (``passes/conv_lowering.py``): 1x1 and groups=1 convolutions as a
-matmul over reshape / im2col views, depthwise ones as a window sum, grouped ones left to cuDNN.
+matmul over reshape / im2col views, grouped ones as a matmul per image and group, depthwise ones as a
+window sum, grouped ones too narrow for tensor-core tiles left to cuDNN.
 
 ``MINICOMP_CONV=ir`` is forced (on the CPU ``auto`` keeps oneDNN's extern) and every result is compared
 with eager ``conv2d`` on random inputs; the generated Triton runs in the interpreter, so shapes are tiny.
@@ -59,6 +60,10 @@ CASES = {
     "dw-mult2-s2": ((3, 4, 7, 6), (8, 1, 3, 3), 2, 1, 1, 4, True, F32, False, "depthwise .* window sum"),
     "dw-5x5-bf16-cl": ((2, 6, 9, 9), (6, 1, 5, 5), 1, 2, 1, 6, True, BF16, True, "depthwise"),
     "dw-d2": ((1, 3, 8, 7), (3, 1, 3, 3), 1, 2, 2, 3, False, F32, False, "depthwise"),
+    "grouped-bias": ((2, 32, 7, 6), (32, 16, 3, 3), 1, 1, 1, 2, True, F32, False, "grouped .* IR batched matmul per group"),
+    "grouped-cl-s2-bf16": ((2, 6, 7, 5), (48, 2, 3, 3), 2, 1, 1, 3, True, BF16, True, "grouped .* per group"),
+    "grouped-d2-f16": ((1, 12, 9, 8), (32, 6, 3, 3), 1, 2, 2, 2, False, F16, False, "grouped .* per group"),
+    "grouped-1x1-cl": ((2, 64, 3, 5), (64, 16, 1, 1), 1, 0, 1, 4, True, F32, True, "grouped .* per group"),
 }
 
 
@@ -105,13 +110,26 @@ def test_depthwise_bn_relu_is_one_reduction_kernel(ir):
     assert report.kernels[0].template.startswith("reduction"), report.summary()
 
 
-def test_grouped_convolution_stays_extern_and_says_why(ir):
+def test_a_grouped_convolution_too_narrow_for_tensor_cores_stays_extern_and_says_why(ir):
     def fn(x, w):
         return F.conv2d(x, w, groups=2).relu()
-    report = compile_and_compare(fn, rand(2, 4, 5, 5), rand(6, 2, 3, 3), kernels=2, fallbacks=1)  # NHWC copies: one launch
-    (fallback,) = report.fallbacks
-    assert "grouped convolution (1 < groups < Cin)" in fallback.reason, report.summary()
-    assert "cuDNN/oneDNN extern" in conv_decisions(report)[0]
+    for w in (rand(6, 2, 3, 3), rand(32, 2, 2, 2)):  # 3 output channels per group; K = 8 per group
+        report = compile_and_compare(fn, rand(2, 4, 5, 5), w, kernels=2, fallbacks=1)  # NHWC copies: one launch
+        (fallback,) = report.fallbacks
+        assert "grouped convolution with fewer than 16 output channels" in fallback.reason, report.summary()
+        assert "cuDNN/oneDNN extern" in conv_decisions(report)[0]
+
+
+def test_grouped_conv_bn_relu_is_one_gemm_kernel_per_image_and_group(ir):
+    """RegNet's grouped 3x3 (16 channels per group here): the product is batched over images and
+    groups, batch norm and relu are its epilogue, the store goes to eager's NCHW strides."""
+    model = nn.Sequential(nn.Conv2d(32, 32, 3, padding=1, groups=2, bias=False), nn.BatchNorm2d(32), nn.ReLU()).eval()
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-1, 1)
+        model[1].running_var.uniform_(0.5, 2)
+        report = compile_and_compare(model, rand(2, 32, 5, 4), kernels=2, fallbacks=0, atol=1e-4, rtol=1e-4)
+    (gemm,) = [k for k in report.kernels if k.template == "gemm"]
+    assert {"convolution.default", "relu.default"} <= set(gemm.ops) and "2x2x16x20" in gemm.name, report.summary()
 
 
 @pytest.mark.parametrize("kind", ["transposed", "1-d", "3-d", "zero-size"])
@@ -156,16 +174,17 @@ def test_ieee_fp32_product_sent_to_cublas_reads_a_copied_im2col(ir, monkeypatch)
 
 
 def test_training_gradients_through_the_ir_forward(ir):
-    """The forward's convolutions (3x3, depthwise before a training-mode batch norm, strided 1x1) run in
-    the IR; the backward keeps convolution_backward (cuDNN)."""
-    def fn(x, w1, b1, wd, gamma, beta, w2):
+    """The forward's convolutions (3x3, depthwise before a training-mode batch norm, grouped, strided
+    1x1) run in the IR; the backward keeps convolution_backward (cuDNN)."""
+    def fn(x, w1, b1, wd, gamma, beta, wg, bg, w2):
         y = F.conv2d(x, w1, b1, padding=1).relu()
         y = F.batch_norm(F.conv2d(y, wd, padding=1, groups=4), None, None, gamma, beta, training=True)
+        y = F.conv2d(y, wg, bg, padding=1, groups=2).relu()
         return F.conv2d(y, w2, stride=2)
     reports = compare_gradients(fn, rand(2, 3, 5, 6), rand(4, 3, 3, 3) / 3, rand(4), rand(8, 1, 3, 3) / 3,
-                                rand(8), rand(8), rand(2, 8, 1, 1) / 2)
+                                rand(8), rand(8), rand(32, 4, 3, 3) / 6, rand(32), rand(2, 32, 1, 1) / 4)
     forward = next(r for r in reports if "forward" in r.graph)
-    assert len([d for d in conv_decisions(forward) if ": IR " in d]) == 3, forward.summary()
+    assert len([d for d in conv_decisions(forward) if ": IR " in d]) == 4, forward.summary()
     assert not forward.fallbacks, forward.summary()
     backward = next(r for r in reports if "backward" in r.graph)
     assert {f.op for f in backward.fallbacks} == {"convolution_backward.default"}, backward.summary()
@@ -195,12 +214,14 @@ def _scheduled(fn, args, target):
 
 
 @pytest.mark.parametrize("grouped_channels", [16, 64])
-def test_auto_on_the_h200_takes_only_the_measured_winners(grouped_channels):
-    """``auto`` for a GPU target (scheduled on the CPU, nothing runs). A graph that runs channels-last
+def test_auto_on_the_h200_takes_only_the_measured_winners(grouped_channels, monkeypatch):
+    """``auto`` for a GPU target (scheduled on the CPU, nothing runs), its grouped convolutions kept in
+    cuDNN (``GROUPED_MIN_WIDTH`` raised). A graph that runs channels-last
     (``layout_plan.channels_last_pays``: its grouped convolution is 17% of the FLOPs) keeps every
     convolution in cuDNN; one that stays NCHW (the grouped ones 81%) takes the half-precision 1x1 into
     256 channels over 14x14 pixels into the IR and leaves the narrower 1x1, 3x3, depthwise and grouped
     ones in cuDNN (``AUTO_IR_MIN_COUT``)."""
+    monkeypatch.setattr(conv_lowering, "GROUPED_MIN_WIDTH", 10**6)
     x, xg = rand(2, 16, 14, 14, dtype=BF16), rand(2, grouped_channels, 14, 14, dtype=BF16)
 
     def fn(x, xg, w1, w1narrow, w3, wd, wg):
@@ -222,6 +243,34 @@ def test_auto_on_the_h200_takes_only_the_measured_winners(grouped_channels):
     assert [": IR " in d for d in decisions] == [not nhwc] + [False] * (len(decisions) - 1), decisions
     assert any(d.startswith("layout: NCHW kept") for d in graph.decisions) != nhwc, graph.decisions
     assert all(not k.schedule.interpreted for k in kernels)
+
+
+def test_auto_on_the_h200_runs_wide_grouped_convolutions_in_the_ir_reading_channels_last():
+    """RegNet's block for the H200 (scheduled on the CPU): the grouped 3x3 of 16 channels per group is a
+    GEMM per image and group with batch norm and relu fused, reading its input (a channels-last buffer
+    ``layout_plan`` plans around the 1x1 convolutions left to cuDNN) along the channels: K is ordered
+    ``kh, kw, c``, so the im2col load's innermost term is the channel (stride 1); no NCHW copies. A
+    grouped convolution of 2 channels per group stays in cuDNN."""
+    def block(x, w1, w2, w3, scale, shift):
+        y = F.conv2d(x, w1).relu()
+        y = (F.conv2d(y, w2, padding=1, groups=y.shape[1] // w2.shape[1]) * scale[:, None, None] + shift[:, None, None])
+        return F.conv2d(y.relu(), w3) + x
+    x = rand(2, 64, 14, 14, dtype=BF16)
+    ws = [rand(64, 64, 1, 1, dtype=BF16), rand(64, 16, 3, 3, dtype=BF16), rand(64, 64, 1, 1, dtype=BF16),
+          rand(64, dtype=BF16), rand(64, dtype=BF16)]
+    graph, kernels = _scheduled(block, [x, *ws], H200)
+    decisions = conv_decisions(graph)
+    assert [": IR batched matmul per group" in d for d in decisions] == [False, True, False], decisions
+    (gemm,) = [k for k in kernels if k.schedule.template == "gemm"]
+    assert {"mul.Tensor", "add.Tensor", "relu.default"} <= set(gemm.origins) and "2x4x16x196" in gemm.name, gemm
+    (im2col,) = [s for ph in gemm.phases for s in ph.inner if isinstance(s, Load) and s.mask]
+    nindex = next(v for v in im2col.index.vars() if v.name == "nindex")  # the pixel: C apart in NHWC
+    assert im2col.index.coeff_of(nindex) == 64 and "+ (kbindex % 16) +" in str(im2col.index), im2col.index
+    assert not any("GROUPED_NCHW_MIN_GROUPS" in d for d in graph.decisions), graph.decisions
+    assert any(d.startswith("layout: channels-last") for d in graph.decisions), graph.decisions
+    ws[1] = rand(64, 2, 3, 3, dtype=BF16)
+    graph, _ = _scheduled(block, [x, *ws], H200)
+    assert [": IR " in d for d in conv_decisions(graph)] == [False, False, False], conv_decisions(graph)
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
@@ -286,6 +335,8 @@ GPU_CASES = {  # input, weight, stride, padding, groups
     "7x7-s2-stem": ((2, 3, 33, 31), (16, 3, 7, 7), 2, 3, 1),
     "dw3x3": ((4, 48, 17, 15), (48, 1, 3, 3), 1, 1, 48),
     "dw5x5-s2-mult2": ((4, 24, 17, 15), (48, 1, 5, 5), 2, 2, 24),
+    "grouped3x3-24": ((4, 72, 17, 15), (72, 24, 3, 3), 1, 1, 3),
+    "grouped3x3-s2-16": ((4, 64, 17, 15), (128, 16, 3, 3), 2, 1, 4),
 }
 
 

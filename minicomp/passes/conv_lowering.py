@@ -15,13 +15,19 @@ nodes the templates already run, so bias, batch norm, activations and casts fuse
     to ``N, Cout, OH, OW``. NCHW-indexed consumers would read it transposed in a kernel of their own,
     so it is taken only for a channels-last input with nothing to fuse.
 
+* **grouped** (1 < groups < Cin, at least ``GROUPED_MIN_WIDTH`` output channels and K per group):
+  the ``batched`` form with the group as a second batch dim, ``W_g[Cout/G, K] @ X_g[K, OH*OW]`` per
+  image and group: RegNet's 3x3 convolutions of 24 channels per group. cuDNN runs these poorly
+  (channels-last: two thirds of its time in layout transforms; NCHW: a transpose on each side, plus
+  the copies to and from the graph's channels-last buffers).
+
 * **depthwise** (groups == Cin, Cout a multiple of Cin) becomes ``sum`` over a ``[N, Cout, OH, OW,
   KH, KW]`` window view of the input times the broadcast weight: the reduction template, with
   batch norm and activation fused as reduction epilogue.
 
 Bias is an ordinary add after the product and the result is cast to the input's dtype, as eager
-computes (fp32 accumulation, one rounding). Grouped convolutions with 1 < groups < Cin stay in
-cuDNN (see ``GROUPED_REASON``).
+computes (fp32 accumulation, one rounding). Narrower grouped convolutions stay in cuDNN (see
+``GROUPED_REASON``).
 
 A convolution kept in cuDNN on the GPU loses its bias to an ordinary add after it (``_bias_after``):
 PyTorch's cuDNN path adds the bias in a kernel of its own (53 extra launches per ResNet-50 call under
@@ -301,7 +307,10 @@ def _as_matmul(graph: Graph, conv: Conv, form: str, channels_last: bool) -> Node
         mm = add("matmul", [a, b], node.type.with_(shape=(n * p, cout), dtype=torch.float32),
                  precision=precision(conv, graph.target))
         back = (Affine.of(o[0]) * p + Affine.of(o[2]) * ow + o[3], Affine.of(o[1]))
-    out = _finish(graph, conv, mm, cout_g if len(mm.shape) == 4 else None)
+    if form == "batched":  # bias and cast at the result's shape: a result, that node gets eager's strides
+        return _finish(graph, conv, add("view", [mm], mm.type.with_(shape=node.shape), index=back, mask=(),
+                                        fill=None, kind="reshape"))
+    out = _finish(graph, conv, mm)
     return add("view", [out], out.type.with_(shape=node.shape), index=back, mask=(), fill=None, kind="reshape")
 
 
@@ -328,12 +337,11 @@ def _depthwise(graph: Graph, conv: Conv) -> Node:
     return _finish(graph, conv, out)
 
 
-def _finish(graph: Graph, conv: Conv, acc: Node, per_group: int | None = None) -> Node:
-    """``acc`` (fp32; output channels along dim 1, or ``per_group`` channels of each group along dim 2)
-    plus the bias, cast to the convolution's dtype."""
+def _finish(graph: Graph, conv: Conv, acc: Node) -> Node:
+    """``acc`` (fp32; output channels along dim 1) plus the bias, cast to the convolution's dtype."""
     add = _adder(graph, conv.node)
     if conv.bias is not None:
-        bias = _cast(add, _channel_bias(add, conv.bias, acc.shape, per_group), torch.float32)
+        bias = _cast(add, _channel_bias(add, conv.bias, acc.shape), torch.float32)
         acc = add("pointwise", [acc, bias], acc.type, fn="add", args=(acc, bias), params={})
     return _cast(add, acc, conv.node.dtype)
 
@@ -359,12 +367,10 @@ def _bias_after(graph: Graph, conv: Conv) -> None:
     graph.nodes.remove(node)
 
 
-def _channel_bias(add, bias: Node, shape, per_group: int | None = None) -> Node:
-    """The per-output-channel ``bias`` broadcast to a convolution result's ``shape`` (channels: dim 1;
-    ``per_group``: dims 1 and 2 are the group and the channel within it)."""
-    i = index_vars(shape)
-    channel = Affine.of(i[1]) * per_group + i[2] if per_group else Affine.of(i[1])
-    return add("view", [bias], bias.type.with_(shape=shape), index=(channel,), mask=(), fill=None, kind="expand")
+def _channel_bias(add, bias: Node, shape) -> Node:
+    """The per-output-channel ``bias`` broadcast to a convolution result's ``shape`` (channels: dim 1)."""
+    return add("view", [bias], bias.type.with_(shape=shape), index=(Affine.of(index_vars(shape)[1]),), mask=(),
+               fill=None, kind="expand")
 
 
 def _adder(graph: Graph, before: Node):

@@ -57,11 +57,12 @@ def conv_kind(conv: Node) -> str:
     return "default"
 
 
-# A grouped convolution of this many groups (more than one input channel each) runs NCHW inside a
-# channels-last region on the GPU: its input is copied to NCHW and its result back. Measured on the
-# H200 (cuDNN, bf16, batch 32, RegNetY-016's 3x3 convolutions of 24 channels per group): with 5 to
-# 37 groups NHWC took 1.6-2.0x NCHW's time (92 vs 49 us at 336x14x14; cuDNN's tensorTransformGeneric
-# was two thirds of it), with 2 groups NHWC was as fast or faster (58 vs 64 us at 48x56x56).
+# A grouped convolution left to cuDNN (too narrow for conv_lowering's per-group GEMM) with this many
+# groups (more than one input channel each) runs NCHW inside a channels-last region on the GPU: its
+# input is copied to NCHW and its result back. Measured on the H200 (cuDNN, bf16, batch 32,
+# RegNetY-016's 3x3 convolutions of 24 channels per group, which the IR now runs): with 5 to 37 groups
+# NHWC took 1.6-2.0x NCHW's time (92 vs 49 us at 336x14x14; cuDNN's tensorTransformGeneric was two
+# thirds of it), with 2 groups NHWC was as fast or faster (58 vs 64 us at 48x56x56).
 GROUPED_NCHW_MIN_GROUPS = 4
 
 
