@@ -50,6 +50,7 @@ def tol(dtype):
 CASES = {
     "1x1": ((3, 5, 7, 6), (4, 5, 1, 1), 1, 0, 1, 1, True, F32, False, "1x1 .* IR batched matmul over a reshape"),
     "1x1-cl-rows": ((1, 6, 5, 3), (7, 6, 1, 1), 1, 0, 1, 1, False, BF16, True, "1x1 .* IR rows matmul"),
+    "1x1-one-pixel": ((3, 8, 1, 1), (5, 8, 1, 1), 1, 0, 1, 1, True, BF16, False, "1x1 .* IR rows matmul"),
     "1x1-stride2": ((2, 3, 7, 5), (4, 3, 1, 1), 2, 0, 1, 1, False, F32, False, "im2col .* IR batched"),
     "3x3-s2-p1": ((3, 3, 7, 9), (5, 3, 3, 3), 2, 1, 1, 1, True, F32, False, "im2col .* IR batched matmul over an im2col"),
     "3x3-p2-d2-bf16": ((1, 4, 9, 7), (3, 4, 3, 3), 1, 2, 2, 1, False, BF16, False, "im2col"),
@@ -271,6 +272,24 @@ def test_auto_on_the_h200_runs_wide_grouped_convolutions_in_the_ir_reading_chann
     ws[1] = rand(64, 2, 3, 3, dtype=BF16)
     graph, _ = _scheduled(block, [x, *ws], H200)
     assert [": IR " in d for d in conv_decisions(graph)] == [False, False, False], conv_decisions(graph)
+
+
+def test_auto_on_the_h200_runs_squeeze_excite_convolutions_as_products_with_their_epilogue():
+    """Squeeze-excite's 1x1 convolutions over one pixel, in a channels-last graph for the H200: each is an
+    ``[N, Cin] x [Cin, Cout]`` GEMM (rows form) with bias and relu / sigmoid as its epilogue, where
+    cuDNN would convert layouts around a convolution; the 3x3 stays in cuDNN."""
+    def se_block(x, w, w1, b1, w2, b2):
+        y = F.conv2d(x, w, padding=1).relu()
+        s = F.conv2d(F.conv2d(y.mean((2, 3), keepdim=True), w1, b1).relu(), w2, b2).sigmoid()
+        return y * s
+    args = [rand(8, 32, 14, 14, dtype=BF16), rand(32, 32, 3, 3, dtype=BF16), rand(8, 32, 1, 1, dtype=BF16),
+            rand(8, dtype=BF16), rand(32, 8, 1, 1, dtype=BF16), rand(32, dtype=BF16)]
+    graph, kernels = _scheduled(se_block, args, H200)
+    assert [": IR rows matmul over a reshape (1x1 over one pixel" in d for d in conv_decisions(graph)] \
+        == [False, True, True], conv_decisions(graph)
+    gemms = [k for k in kernels if k.schedule.template == "gemm"]
+    assert [sorted(k.origins) for k in gemms] == [["convolution.default", "relu.default"],  # (bias: the conv's)
+                                                 ["convolution.default", "sigmoid.default"]], gemms
 
 
 @pytest.mark.parametrize("channels_last", [False, True])

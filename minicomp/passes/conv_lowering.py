@@ -154,6 +154,9 @@ def heuristic(conv: Conv, target: Target, channels_last: bool = False) -> tuple[
     if conv.kind == "grouped":
         return True, ("grouped: a tensor-core product per image and group with the epilogue fused (cuDNN's "
                       "grouped kernels convert layouts around theirs)")
+    if conv.kind == "1x1" and conv.node.shape[2] * conv.node.shape[3] == 1:
+        return True, ("1x1 over one pixel (squeeze-excite): an [N, Cin] x [Cin, Cout] product with its epilogue "
+                      "fused; cuDNN runs it as a convolution between layout conversions")
     if channels_last:
         return False, "channels-last cuDNN (layout_plan); the IR is not measured against it yet"
     if conv.kind != "1x1":
@@ -252,8 +255,12 @@ def matmul_form(conv: Conv) -> str:
     as epilogue) or ``rows`` (``X @ Wt`` over all ``N*OH*OW`` positions: NHWC-ordered, taller
     tiles). ``rows`` for a channels-last input whose result has no pointwise consumer to fuse
     (its bias and cast are applied before the view back)."""
+    if conv.groups > 1:
+        return "batched"
+    if conv.node.shape[2] * conv.node.shape[3] == 1:  # one pixel: NHWC order is NCHW order
+        return "rows"
     fusible = any(u.op == "pointwise" for u in conv.node.users)
-    return "rows" if conv.channels_last and not fusible and conv.groups == 1 else "batched"
+    return "rows" if conv.channels_last and not fusible else "batched"
 
 
 def _k_index(k, conv: Conv, channels_last: bool) -> tuple[Affine, Affine, Affine]:
