@@ -274,24 +274,6 @@ def test_auto_on_the_h200_runs_wide_grouped_convolutions_in_the_ir_reading_chann
     assert [": IR " in d for d in conv_decisions(graph)] == [False, False, False], conv_decisions(graph)
 
 
-def test_auto_on_the_h200_runs_squeeze_excite_convolutions_as_products_with_their_epilogue():
-    """Squeeze-excite's 1x1 convolutions over one pixel, in a channels-last graph for the H200: each is an
-    ``[N, Cin] x [Cin, Cout]`` GEMM (rows form) with bias and relu / sigmoid as its epilogue, where
-    cuDNN would convert layouts around a convolution; the 3x3 stays in cuDNN."""
-    def se_block(x, w, w1, b1, w2, b2):
-        y = F.conv2d(x, w, padding=1).relu()
-        s = F.conv2d(F.conv2d(y.mean((2, 3), keepdim=True), w1, b1).relu(), w2, b2).sigmoid()
-        return y * s
-    args = [rand(8, 32, 14, 14, dtype=BF16), rand(32, 32, 3, 3, dtype=BF16), rand(8, 32, 1, 1, dtype=BF16),
-            rand(8, dtype=BF16), rand(32, 8, 1, 1, dtype=BF16), rand(32, dtype=BF16)]
-    graph, kernels = _scheduled(se_block, args, H200)
-    assert [": IR rows matmul over a reshape (1x1 over one pixel" in d for d in conv_decisions(graph)] \
-        == [False, True, True], conv_decisions(graph)
-    gemms = [k for k in kernels if k.schedule.template == "gemm"]
-    assert [sorted(k.origins) for k in gemms] == [["convolution.default", "relu.default"],  # (bias: the conv's)
-                                                 ["convolution.default", "sigmoid.default"]], gemms
-
-
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_cudnn_convolution_on_the_gpu_adds_its_bias_in_the_next_kernel(channels_last):
     """On a GPU target a convolution kept in cuDNN is called without its bias; the bias add fuses

@@ -154,9 +154,6 @@ def heuristic(conv: Conv, target: Target, channels_last: bool = False) -> tuple[
     if conv.kind == "grouped":
         return True, ("grouped: a tensor-core product per image and group with the epilogue fused (cuDNN's "
                       "grouped kernels convert layouts around theirs)")
-    if conv.kind == "1x1" and conv.node.shape[2] * conv.node.shape[3] == 1:
-        return True, ("1x1 over one pixel (squeeze-excite): an [N, Cin] x [Cin, Cout] product with its epilogue "
-                      "fused; cuDNN runs it as a convolution between layout conversions")
     if channels_last:
         return False, "channels-last cuDNN (layout_plan); the IR is not measured against it yet"
     if conv.kind != "1x1":
