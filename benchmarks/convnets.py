@@ -56,7 +56,9 @@ VARIANTS = ("eager", "inductor", "inductor_freeze", "minicomp", "minicomp_freeze
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 PROFILE_CALLS = 5
 FP32_REL_TOL = 1e-3
-CONVERSION = re.compile(r"nchw|nhwc|transpose|convert", re.I)
+# layout conversions by kernel name: cuDNN's own (nchwToNhwc, nhwcToNchw, tensorTransformGeneric, channel
+# padding), PyTorch's and Triton's transposes. (Not "nhwc" alone: cuDNN's NHWC convolutions carry it.)
+CONVERSION = re.compile(r"nchwToNhwc|nhwcToNchw|tensorTransform|AddPadding|transpose|convert", re.I)
 COPY = re.compile(r"copy", re.I)
 
 
