@@ -71,6 +71,23 @@ def test_persistent_grid_of_a_gemm_is_the_targets_sm_count():
     assert tiles["h200"] > 4  # so the 4-SM target's grid is smaller
 
 
+def test_short_products_that_would_leave_sms_idle_take_narrow_tiles_on_the_gpu():
+    """``SHORT_ROWS``: a classifier head at batch 1 and a 49-row MLP product take narrow, long-K tiles on
+    the H200; batched products (a grouped convolution's per-group GEMMs), a tall product and fp32 (none
+    of them measured) keep the usual tiles."""
+    from minicomp.templates.gemm import gemm_schedule
+
+    def blocks(shape_a, shape_b):
+        a, b = torch.empty(shape_a, dtype=BF16), torch.empty(shape_b, dtype=BF16)
+        _, (k,) = _scheduled(lambda a, b: (a @ b).relu(), [a, b], H200)
+        return tuple(k.schedule.blocks[f"BLOCK_{d}"] for d in "MNK")
+    assert blocks((1, 1280), (1280, 1000)) == (16, 32, 256)
+    assert blocks((49, 3072), (3072, 768)) == (64, 32, 128)
+    assert gemm_schedule(24, 196, 216, BF16, H200, batch=8).blocks["BLOCK_N"] == 128
+    assert blocks((4096, 256), (256, 2048))[1] >= 128
+    assert gemm_schedule(1, 1000, 1280, torch.float32, H200).blocks["BLOCK_N"] == 128
+
+
 def test_tma_loads_only_where_the_target_has_tma():
     a, b = torch.empty(4096, 128, dtype=BF16), torch.empty(128, 2048, dtype=BF16)  # (256 tiles: the template)
     loads = {}
