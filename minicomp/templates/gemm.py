@@ -25,11 +25,12 @@ from .emitter import Emitter, finish_kernel, pow2
 GEMM_CONFIGS = ("128x256x64/8/3", "128x128x64/8/4", "256x128x64/8/3", "128x128x64/4/4", "64x256x64/4/4")
 
 
-# Unbatched products of at most this many rows whose usual tiles would leave SMs idle (classifier heads
-# at small batch, decoding, batch-1 MLPs) take narrow tiles and long K steps: more programs, fewer K iterations
-# each. Measured on the H200 (bf16, GPU time, scratch gemv sweep): 1x1280x1000 9.5 -> 4.3 us (cuBLAS
-# 10.1), 32x2048x1000 12.7 -> 6.3 (6.2), 8x4096x4096 18.8 -> 10.8 (9.8) with 16x32x256 tiles;
-# 49x3072x768 11.0 -> 7.5 (7.7), 49x768x3072 5.7 -> 5.0 (5.0) with 64x32x128.
+# Unbatched products of at most this many rows whose usual tiles would leave SMs idle (classifier
+# heads at small batch, decoding, batch-1 MLPs) take narrow tiles and long K steps: more programs,
+# fewer K iterations each. Measured on the H200 (bf16, GPU time; benchmarks/results/
+# 2026-11-24-gemv-sweep-s14.json): 1x1280x1000 9.5 -> 4.3 us (cuBLAS 10.1), 32x2048x1000 12.7 -> 6.3
+# (6.2), 8x4096x4096 18.8 -> 10.8 (9.8) with 16x32x256 tiles; 49x3072x768 11.0 -> 7.5 (7.7),
+# 49x768x3072 5.7 -> 5.0 (5.0) with 64x32x128.
 SHORT_ROWS = 64
 
 
