@@ -251,7 +251,8 @@ def matmul_form(conv: Conv) -> str:
     """``batched`` (per image ``W @ X``: the product is NCHW-ordered, so NCHW-indexed consumers fuse
     as epilogue) or ``rows`` (``X @ Wt`` over all ``N*OH*OW`` positions: NHWC-ordered, taller
     tiles). ``rows`` for a channels-last input whose result has no pointwise consumer to fuse
-    (its bias and cast are applied before the view back)."""
+    (its bias and cast are applied before the view back), and over one output pixel (both orders are
+    the same there); ``batched`` for a grouped convolution (the group a second batch dim)."""
     if conv.groups > 1:
         return "batched"
     if conv.node.shape[2] * conv.node.shape[3] == 1:  # one pixel: NHWC order is NCHW order
@@ -298,6 +299,9 @@ def _as_matmul(graph: Graph, conv: Conv, form: str, channels_last: bool) -> Node
                  precision=precision(conv, graph.target))
         channel = (Affine.of(o[1]) // cout_g, Affine.of(o[1]) % cout_g) if groups > 1 else (Affine.of(o[1]),)
         back = (Affine.of(o[0]), *channel, Affine.of(o[2]) * ow + o[3])
+        # bias and cast at the result's shape: as a graph result, that node gets eager's strides
+        return _finish(graph, conv, add("view", [mm], mm.type.with_(shape=node.shape), index=back, mask=(),
+                                        fill=None, kind="reshape"))
     else:  # all positions: X[N*OH*OW, K] @ Wt[K, Cout]
         i = index_vars((n * p, k))
         c, r, s = _k_index(i[1], conv, channels_last)
@@ -311,9 +315,6 @@ def _as_matmul(graph: Graph, conv: Conv, form: str, channels_last: bool) -> Node
         mm = add("matmul", [a, b], node.type.with_(shape=(n * p, cout), dtype=torch.float32),
                  precision=precision(conv, graph.target))
         back = (Affine.of(o[0]) * p + Affine.of(o[2]) * ow + o[3], Affine.of(o[1]))
-    if form == "batched":  # bias and cast at the result's shape: a result, that node gets eager's strides
-        return _finish(graph, conv, add("view", [mm], mm.type.with_(shape=node.shape), index=back, mask=(),
-                                        fill=None, kind="reshape"))
     out = _finish(graph, conv, mm)
     return add("view", [out], out.type.with_(shape=node.shape), index=back, mask=(), fill=None, kind="reshape")
 

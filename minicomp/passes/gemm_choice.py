@@ -17,10 +17,10 @@ from ..ir.layout import view_as_strided
 from ..ir.ops import OPS
 from ..ir.target import Target
 from ..ir.types import contiguous_strides
-from ..templates.gemm import gemm_schedule
+from ..templates.gemm import SHORT_ROWS, gemm_schedule
 
 ATEN = "aten"
-SHORT_PRODUCT = 64  # rows (batch x M) of a product that keeps the template however few its tiles
+SHORT_PRODUCT = SHORT_ROWS  # rows (batch x M) of a product that keeps the template however few its tiles
 
 
 def _epilogue_fns(node: Node, most: int = 64) -> set[str]:
