@@ -133,6 +133,35 @@ def test_grouped_conv_bn_relu_is_one_gemm_kernel_per_image_and_group(ir):
     assert {"convolution.default", "relu.default"} <= set(gemm.ops) and "2x2x16x20" in gemm.name, report.summary()
 
 
+@pytest.mark.parametrize("freeze", [False, True], ids=["default", "freeze"])
+def test_a_grouped_convolution_in_the_ir_among_library_convolutions_reads_their_channels_last_buffers(
+        monkeypatch, freeze):
+    """What ``auto`` does on the GPU, in the interpreter (the heuristic patched to lower only grouped
+    convolutions): RegNet's block with the 1x1 convolutions left to oneDNN, so ``layout_plan`` stores
+    their neighbourhood channels-last and the grouped GEMM reads that buffer (K ordered for it, the
+    forecast ``conv_lowering`` makes); with ``freeze`` batch norm is folded into the grouped weights.
+    Values against eager, one GEMM kernel."""
+    monkeypatch.setattr(conv_lowering, "heuristic", lambda conv, target, channels_last=False:
+                        (conv.kind == "grouped", "test: grouped only"))
+    model = nn.Sequential(nn.Conv2d(8, 32, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+                          nn.Conv2d(32, 32, 3, stride=2, padding=1, groups=2, bias=False), nn.BatchNorm2d(32),
+                          nn.ReLU(), nn.Conv2d(32, 8, 1)).eval()
+    for bn in (model[1], model[4]):
+        with torch.no_grad():
+            bn.running_mean.uniform_(-1, 1)
+            bn.running_var.uniform_(0.5, 2)
+    x = rand(2, 8, 7, 6)
+    with torch.no_grad():
+        expected = model(x)
+        out = minicomp.compile(model, freeze=freeze)(x)
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+    report = minicomp.report()
+    decisions = conv_decisions(report)
+    assert [": IR batched matmul per group" in d for d in decisions] == [False, True, False], decisions
+    assert any(d.startswith("layout: channels-last") for d in report.decisions), report.decisions
+    assert len([k for k in report.kernels if k.template == "gemm"]) == 1, report.summary()
+
+
 @pytest.mark.parametrize("kind", ["transposed", "1-d", "3-d", "zero-size"])
 def test_convolutions_it_does_not_lower_stay_extern_with_a_decision(ir, kind):
     fn, args, why = {
