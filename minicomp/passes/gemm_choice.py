@@ -59,9 +59,9 @@ def heuristic(node: Node, target: Target) -> tuple[str, str]:
     # H200: 196x384x1536 in 6 tiles, 11.8 us vs cuBLAS 5.2; 784x192x768, 12.7 vs 5). Up to SHORT_PRODUCT
     # rows the call is host-bound and the fused epilogue's saved launch counts more (GPT-2 block at 64 tokens:
     # 14 launches with cuBLAS, 9 with the template, 338 vs 247-330 us a call)
-    blocks = gemm_schedule(a.shape[-2], node.shape[-1], k, a.dtype, target, bool(heavy),
-                           math.prod(node.shape[:-2])).blocks
-    tiles = math.prod(node.shape[:-2]) * -(-a.shape[-2] // blocks["BLOCK_M"]) * -(-node.shape[-1] // blocks["BLOCK_N"])
+    batch = math.prod(node.shape[:-2])
+    blocks = gemm_schedule(a.shape[-2], node.shape[-1], k, a.dtype, target, bool(heavy), batch).blocks
+    tiles = batch * -(-a.shape[-2] // blocks["BLOCK_M"]) * -(-node.shape[-1] // blocks["BLOCK_N"])
     if tiles < target.sm_count and math.prod(node.shape[:-1]) > SHORT_PRODUCT:
         return ATEN, f"{tiles} template tiles for {target.sm_count} SMs: cuBLAS sizes its tiles to the product"
     return "triton", "tensor-core template with the epilogue fused"
