@@ -40,6 +40,7 @@ from minicomp.passes.pipelines import row_pipelines, split_combines
 from minicomp.passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from minicomp.passes.attention import attention
 from minicomp.passes.split_reductions import split_reductions
+from tests.utils import compile_and_compare
 
 F32, CPU = torch.float32, torch.device("cpu")
 PROPS = settings(max_examples=50, derandomize=True, deadline=None)
@@ -814,6 +815,25 @@ def test_fusion_softmax_is_one_group():
     assert sorted(n.attrs["fn"] for n in group.nodes if n.op == "reduce") == ["max", "sum"]
     assert set(n for n in g.nodes if is_compute(n)) == set(group.nodes)
     assert group.stores == [g.output.inputs[0]]  # max, exp and sum stay in registers
+
+
+def test_a_producer_read_through_a_permute_joins_the_layer_norm_that_alone_reads_it():
+    # ConvNeXt: a convolution's bias (NCHW, channels-last in memory) read through permute(0, 2, 3, 1)
+    # by a layer norm over C. The norm's sum is grouped before its centring reads the producer too:
+    # the producer cannot join then (it would be stored, at another shape), and later it is a cycle away.
+    weight, bias = torch.randn(24), torch.randn(24)
+
+    def fn(x, b):
+        y = (x + b[:, None, None]).permute(0, 2, 3, 1)
+        return F.layer_norm(y, (24,), weight, bias, 1e-6)
+
+    x = torch.randn(2, 24, 5, 3).to(memory_format=torch.channels_last)
+    b = torch.randn(24)
+    g = run_pipeline(lower(fn, x, b), PIPELINE)
+    (group,) = g.groups
+    assert group.kind == "reduction" and group.stores == [g.output.inputs[0]]
+    assert any(d.startswith("fused: ") and "[reduction-prologue]" in d for d in g.decisions), g.decisions
+    compile_and_compare(fn, x, b, kernels=1)
 
 
 def test_fusion_refuses_reductions_over_different_axes():

@@ -449,19 +449,13 @@ def fusion(graph: Graph) -> Graph:
         for producer in dict.fromkeys(terminal(i) for i in node.inputs):
             if producer in part.group_of:
                 mine, theirs = part.group_of[node], part.group_of[producer]
-                rule = ("attention-prologue" if node.op == "attention" else
-                        "gemm-prologue" if node.op == "matmul" else
-                        "gemm-epilogue" if theirs.matmul is not None else
-                        "scan-prologue" if node.op == "scan" and not theirs.axes else
-                        "scan-epilogue" if theirs.kind == "scan" else
-                        "reduction-prologue" if node.op == "reduce" and not theirs.axes else
-                        "reduction-epilogue" if theirs.axes else "vertical")
-                part.try_merge(theirs, mine, rule)
+                part.try_merge(theirs, mine, _rule(node, theirs))
     for node in graph.nodes:  # an attention's log-sum-exp joins its output's kernel
         if node.op == "attention" and node.attrs["result"] == "lse":
             twin = next((u for u in part.group_of if attention_twins(u, node) and u is not node), None)
             if twin is not None:
                 part.try_merge(part.group_of[twin], part.group_of[node], "attention-lse")
+    _join_sole_readers(part)
     _horizontal(part)
     store_narrow(part)
     for k, g in enumerate(part.groups):
@@ -470,6 +464,37 @@ def fusion(graph: Graph) -> Graph:
     graph.groups = part.groups
     graph.decisions.extend(part.decisions)
     return graph
+
+
+def _rule(node: Node, theirs: Group) -> str:
+    """The rule that fuses the producer group ``theirs`` into the kernel of its reader ``node``."""
+    return ("attention-prologue" if node.op == "attention" else
+            "gemm-prologue" if node.op == "matmul" else
+            "gemm-epilogue" if theirs.matmul is not None else
+            "scan-prologue" if node.op == "scan" and not theirs.axes else
+            "scan-epilogue" if theirs.kind == "scan" else
+            "reduction-prologue" if node.op == "reduce" and not theirs.axes else
+            "reduction-epilogue" if theirs.axes else "vertical")
+
+
+def _join_sole_readers(part: _Partition) -> None:
+    """A group that one other kernel alone reads joins it. The pass in graph order tries a producer
+    when its first reader is grouped, and is refused while a later reader is not in that group yet
+    (a layer norm's sum and its centring both read the same input: the producer would have to be
+    stored, and then the centring is a cycle away). Refusals here repeat earlier ones: not logged."""
+    for g in list(part.groups):
+        if g not in part.groups or g.kind in ("attention", "attention_backward"):
+            continue
+        readers = {part.group_of.get(c) for m in g.nodes for c in part.consumers[m] if c not in g.nodes}
+        if len(readers) != 1 or None in readers:
+            continue
+        (reader,) = readers
+        node = next(n for n in reader.nodes if any(terminal(i) in g.nodes for i in n.inputs))
+        logged, last, rule = len(part.decisions), g.nodes[-1], _rule(node, g)
+        if part.try_merge(g, reader, rule):
+            part.decisions.append(f"fused: {last.name} -> {node.name} [{rule}] once all its readers were in one kernel")
+        else:
+            del part.decisions[logged:]
 
 
 def _reads(group: Group) -> set[Node]:
