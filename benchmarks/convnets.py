@@ -9,22 +9,27 @@ Models: timm's ``resnet50``, ``mobilenetv3_large_100``, ``efficientnet_b0``, ``d
 the config, no download; torchvision's equivalent where timm is missing), 224x224, BatchNorm statistics
 calibrated on random images (``model_zoo.calibrate_batchnorm``), eval mode, ``torch.no_grad()``.
 
-Per (model, batch, dtype) row and variant: ``ms`` wall time per call (``triton.testing.do_bench`` median,
-host time included: a call that the host cannot feed fast enough shows it); ``gpu_ms`` the GPU kernel
+Per (model, batch, dtype) row and variant: ``ms`` wall time per call, host time included (a call that
+the host cannot feed fast enough shows it): calls back to back with one sync at the end, median of
+``ROUNDS`` rounds that take the row's variants in turn (``overhead.time_variants``: the host speed of a
+lent machine drifts within seconds, so variants timed one after another were not comparable);
+``do_bench_ms`` the ``triton.testing.do_bench`` median of each variant alone (L2 flushed between calls,
+as the issue's first table); ``gpu_ms`` the GPU kernel
 time per call, ``launches`` the kernels per call and ``convs`` the layout conversion kernels per call
 (kernel names with nchw/nhwc/transpose/convert, as cuDNN names its NCHW<->NHWC kernels), ``copies`` the
 copy kernels per call (PyTorch's ``copy_``: the layout conversions minicomp's wrappers make), all from a
 ``torch.profiler`` trace of ``PROFILE_CALLS`` calls; ``rel_err`` ‖a − b‖/‖b‖ of the logits against eager's
-and ``ok``: fp32 within 1e-3 relative, bf16 within ``suite.POINTWISE_TOL`` elementwise. Variants run one
-after another, each compiled after ``torch._dynamo.reset()``; Inductor+freezing compiles and runs with
-``torch._inductor.config.freezing = True`` (only while its own variant runs). The JSON is rewritten
+and ``ok``: fp32 within 1e-3 relative, bf16 within ``suite.POINTWISE_TOL`` elementwise. Variants are
+compiled one after another (``torch._dynamo.reset()`` once per row, so all of a row's compiled variants
+stay alive for the interleaved timing); Inductor+freezing compiles with ``options={"freezing": True}``
+(``torch._inductor.config.freezing`` for its compile only, and a backend that differs from the default
+one's, so Dynamo keeps the two apart). The JSON is rewritten
 after every row, so a run cut short keeps what it measured; ``--time-limit`` (seconds, default 480)
 starts no new row after it, to fit a 9-minute slot.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import datetime
 import json
@@ -42,6 +47,7 @@ import triton  # noqa: E402
 
 import minicomp  # noqa: E402
 import model_zoo as zoo  # noqa: E402
+from overhead import time_variants  # noqa: E402
 from suite import POINTWISE_TOL, condense, cpu_bench, gpu_bench  # noqa: E402
 
 MODELS = {  # name: (timm name, torchvision builder)
@@ -55,6 +61,8 @@ MODELS = {  # name: (timm name, torchvision builder)
 VARIANTS = ("eager", "inductor", "inductor_freeze", "minicomp", "minicomp_freeze")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 PROFILE_CALLS = 5
+ROUNDS = 15          # interleaved timing rounds per row
+ROUND_S = 0.05       # seconds of back-to-back calls per variant and round
 FP32_REL_TOL = 1e-3
 # layout conversions by kernel name: cuDNN's own (nchwToNhwc, nhwcToNchw, tensorTransformGeneric, channel
 # padding), PyTorch's and Triton's transposes. (Not "nhwc" alone: cuDNN's NHWC convolutions carry it.)
@@ -81,22 +89,11 @@ def build(name: str, dry: bool) -> torch.nn.Module:
     return zoo.calibrate_batchnorm(model, *(torch.randn(8, 3, 224, 224) for _ in range(2)))
 
 
-@contextlib.contextmanager
-def inductor_freezing(on: bool):
-    """``torch._inductor.config.freezing`` set for one variant's compile and calls."""
-    if not on:
-        yield
-        return
-    import torch._inductor.config as config
-    with config.patch(freezing=True):
-        yield
-
-
 def compiled(variant: str, model: torch.nn.Module):
     if variant == "eager":
         return model
     if variant.startswith("inductor"):
-        return torch.compile(model)
+        return torch.compile(model, options={"freezing": True} if variant == "inductor_freeze" else None)
     return minicomp.compile(model, freeze=variant == "minicomp_freeze")
 
 
@@ -137,10 +134,12 @@ def check(out: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> tupl
     return rel, bool(ok)
 
 
-def run_variant(variant: str, model, x, expected, dtype, device: str, bench) -> dict:
-    torch._dynamo.reset()
+def run_variant(variant: str, model, x, expected, dtype, device: str, bench) -> tuple[dict, object]:
+    """The variant's row (first call, error, profile, do_bench time) and its compiled function (None
+    if it failed)."""
     row: dict = {}
-    with inductor_freezing(variant == "inductor_freeze"), torch.no_grad():
+    fn = None
+    with torch.no_grad():
         try:
             before = len(minicomp.reports())
             t0 = time.perf_counter()
@@ -149,7 +148,7 @@ def run_variant(variant: str, model, x, expected, dtype, device: str, bench) -> 
             sync(device)
             row["first_call_s"] = round(time.perf_counter() - t0, 2)
             row["rel_err"], row["ok"] = check(out, expected, dtype)
-            row["ms"] = round(bench(lambda: fn(x)), 4)
+            row["do_bench_ms"] = round(bench(lambda: fn(x)), 4)
             row.update(profile(fn, x, device))  # on the CPU (dry run): checks the code, counts nothing
             if variant.startswith("minicomp"):
                 reps = minicomp.reports()[before:]
@@ -161,7 +160,8 @@ def run_variant(variant: str, model, x, expected, dtype, device: str, bench) -> 
         except Exception as e:  # noqa: BLE001 - a crash is a result: record it, go on
             row["error"] = condense(e)
             traceback.print_exc()
-    return row
+            fn = None
+    return row, fn
 
 
 def sync(device: str) -> None:
@@ -227,7 +227,7 @@ def main() -> None:
                 gpu=torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)",
                 command=" ".join(sys.argv), cudnn_allow_tf32=torch.backends.cudnn.allow_tf32,
                 matmul_allow_tf32=torch.backends.cuda.matmul.allow_tf32,
-                profile_calls=PROFILE_CALLS)
+                profile_calls=PROFILE_CALLS, rounds=ROUNDS, round_s=ROUND_S)
     start, rows, models = time.perf_counter(), [], {}
     for name, batch, dtype_name in rows_to_run(args):
         if time.perf_counter() - start > args.time_limit:
@@ -244,10 +244,20 @@ def main() -> None:
             expected = model(x)
         row = dict(model=name, batch=batch, dtype=dtype_name, source=getattr(models[name], "source", "zoo"),
                    variants={})
+        torch._dynamo.reset()
+        fns = {}
         for variant in variants:
-            row["variants"][variant] = r = run_variant(variant, model, x, expected, dtype, device, bench)
+            row["variants"][variant], fn = run_variant(variant, model, x, expected, dtype, device, bench)
+            if fn is not None:
+                fns[variant] = fn
+        rounds, round_s = (ROUNDS, ROUND_S) if device == "cuda" else (1, 0)
+        with torch.no_grad():
+            for variant, t in time_variants(fns, x, device, rounds, round_s).items():
+                row["variants"][variant]["ms"] = round(t["wall_us"] / 1e3, 4)
+        for variant, r in row["variants"].items():
             print(f"{name} b{batch} {dtype_name} {variant}: " + ", ".join(
                 f"{k}={v}" for k, v in r.items() if k not in ("top_kernels", "time_kernels", "decisions")), flush=True)
+        del fns
         rows.append(row)
         del model
         if device == "cuda":
