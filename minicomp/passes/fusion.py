@@ -485,11 +485,12 @@ def _join_sole_readers(part: _Partition) -> None:
     for g in list(part.groups):
         if g not in part.groups or g.kind in ("attention", "attention_backward"):
             continue
-        readers = {part.group_of.get(c) for m in g.nodes for c in part.consumers[m] if c not in g.nodes}
+        members = set(g.nodes)
+        readers = {part.group_of.get(c) for m in g.nodes for c in part.consumers[m] if c not in members}
         if len(readers) != 1 or None in readers:
             continue
         (reader,) = readers
-        node = next(n for n in reader.nodes if any(terminal(i) in g.nodes for i in n.inputs))
+        node = next(n for n in reader.nodes if any(terminal(i) in members for i in n.inputs))
         logged, last, rule = len(part.decisions), g.nodes[-1], _rule(node, g)
         if part.try_merge(g, reader, rule):
             part.decisions.append(f"fused: {last.name} -> {node.name} [{rule}] once all its readers were in one kernel")
