@@ -157,7 +157,6 @@ def run_variant(variant: str, model, x, expected, dtype, device: str, bench) -> 
     """The variant's row (first call, error, profile, do_bench time) and its compiled function (None
     if it failed)."""
     row: dict = {}
-    fn = None
     with torch.no_grad():
         try:
             before = len(minicomp.reports())

@@ -20,7 +20,6 @@ from ..ir.types import contiguous_strides
 from ..templates.gemm import SHORT_ROWS, gemm_schedule
 
 ATEN = "aten"
-SHORT_PRODUCT = SHORT_ROWS  # rows (batch x M) of a product that keeps the template however few its tiles
 
 
 def _epilogue_fns(node: Node, most: int = 64) -> set[str]:
@@ -56,13 +55,13 @@ def heuristic(node: Node, target: Target) -> tuple[str, str]:
     if heavy and a.shape[-2] * k >= 2**20:
         return ATEN, f"epilogue {sorted(heavy)} would stall the tensor cores: cuBLAS + a separate epilogue kernel"
     # The template's tiles do not shrink or split K: a small product leaves SMs idle (ConvNeXt-T at batch 1,
-    # H200: 196x384x1536 in 6 tiles, 11.8 us vs cuBLAS 5.2; 784x192x768, 12.7 vs 5). Up to SHORT_PRODUCT
+    # H200: 196x384x1536 in 6 tiles, 11.8 us vs cuBLAS 5.2; 784x192x768, 12.7 vs 5). Up to SHORT_ROWS
     # rows the call is host-bound and the fused epilogue's saved launch counts more (GPT-2 block at 64 tokens:
     # 14 launches with cuBLAS, 9 with the template, 338 vs 247-330 us a call)
     batch = math.prod(node.shape[:-2])
     blocks = gemm_schedule(a.shape[-2], node.shape[-1], k, a.dtype, target, bool(heavy), batch).blocks
     tiles = batch * -(-a.shape[-2] // blocks["BLOCK_M"]) * -(-node.shape[-1] // blocks["BLOCK_N"])
-    if tiles < target.sm_count and math.prod(node.shape[:-1]) > SHORT_PRODUCT:
+    if tiles < target.sm_count and batch * a.shape[-2] > SHORT_ROWS:  # rows (batch x M): short ones keep it
         return ATEN, f"{tiles} template tiles for {target.sm_count} SMs: cuBLAS sizes its tiles to the product"
     return "triton", "tensor-core template with the epilogue fused"
 
