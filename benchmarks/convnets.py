@@ -6,8 +6,9 @@
 
 Models: timm's ``resnet50``, ``mobilenetv3_large_100``, ``efficientnet_b0``, ``densenet121``,
 ``convnext_tiny`` and ``regnety_016`` (``timm.create_model(name, pretrained=False)``: random weights from
-the config, no download; torchvision's equivalent where timm is missing), 224x224, BatchNorm statistics
-calibrated on random images (``model_zoo.calibrate_batchnorm``), eval mode, ``torch.no_grad()``.
+the config, no download; torchvision's equivalent where timm is missing), 224x224, made to compute as
+trained models do (``model_zoo.as_trained``: scales and shifts initialised to one value drawn afresh, so
+residual branches count; BatchNorm statistics calibrated on random images), eval mode, ``torch.no_grad()``.
 
 Per (model, batch, dtype) row and variant: ``ms`` wall time per call, host time included (a call that
 the host cannot feed fast enough shows it): calls back to back with one sync at the end, median of
@@ -87,7 +88,7 @@ def build(name: str, dry: bool) -> torch.nn.Module:
         model = getattr(torchvision.models, tv_name)(weights=None)
         source = "torchvision"
     model.source = source
-    return zoo.calibrate_batchnorm(model, *(torch.randn(8, 3, 224, 224) for _ in range(2)))
+    return zoo.as_trained(model, *(torch.randn(8, 3, 224, 224) for _ in range(2)))
 
 
 @contextlib.contextmanager

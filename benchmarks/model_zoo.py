@@ -359,7 +359,7 @@ class _Image(nn.Module):
 def _block(name: str, make: Callable[[int], nn.Module], size: Size, dtype: torch.dtype) -> ModelSpec:
     def build() -> nn.Module:
         torch.manual_seed(0)
-        return calibrate_batchnorm(_Image(make(size.channels)), _image(4, size.channels, size.image, "cpu",
+        return as_trained(_Image(make(size.channels)), _image(4, size.channels, size.image, "cpu",
                                                                        torch.float32))
 
     def inputs(batch, device, dtype, train):
@@ -378,10 +378,23 @@ def cnn_blocks(size: Size, dtype: torch.dtype = torch.float32) -> list[ModelSpec
     ]
 
 
-def calibrate_batchnorm(model: nn.Module, *examples: torch.Tensor) -> nn.Module:
-    """Give BatchNorm layers running statistics from a few training-mode batches, as a trained model
-    has: with the initial ones (mean 0, variance 1) activations of a deep random CNN grow layer by layer
-    until fp16 overflows. Returns the model in eval mode."""
+def as_trained(model: nn.Module, *examples: torch.Tensor) -> nn.Module:
+    """A random-weight model made to compute as a trained one does, so that a comparison of its outputs
+    tests every layer. Returns the model in eval mode.
+
+    * Scales and shifts that an initialisation sets to one value (normalisation weights 1 and biases 0;
+      timm's ``zero_init_last`` zeroes each residual branch's last batch norm scale and ConvNeXt's layer
+      scale is 1e-6, so those branches add nothing to the output and an error in them would pass
+      unseen) are drawn afresh: biases from U(-0.1, 0.1), other parameters (scales) from U(0.5, 1.5).
+    * BatchNorm layers get running statistics from a few training-mode batches of ``examples``: with
+      the initial ones (mean 0, variance 1) activations of a deep random CNN grow layer by layer until
+      fp16 overflows."""
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dtype.is_floating_point and p.numel() > 1 and bool((p == p.flatten()[0]).all()):
+                shift = name.rsplit(".", 1)[-1] == "bias"
+                p.copy_(torch.rand(p.shape, generator=gen) * (0.2 if shift else 1.0) - (0.1 if shift else -0.5))
     norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     momenta = [m.momentum for m in norms]
     for m in norms:
@@ -469,7 +482,7 @@ def vision_cnns(dtype: torch.dtype = torch.float16) -> list[ModelSpec]:
             except ImportError:
                 import timm
                 model = timm.create_model(tm, pretrained=False)
-            return calibrate_batchnorm(model, *(_image(8, 3, 224, "cpu", torch.float32) for _ in range(2)))
+            return as_trained(model, *(_image(8, 3, 224, "cpu", torch.float32) for _ in range(2)))
 
         def inputs(batch, device, dtype, train):
             return dict(x=_image(batch, 3, 224, device, dtype))

@@ -12,7 +12,7 @@ Workloads: ``relu``, one kernel on a tiny tensor, and ``chain100``, 100 steps ``
 on a 16x24 tensor with ``d`` alternating between 0 and 1 — a step's mean needs every element of the step
 before along the other dimension, so no compiler can merge two steps into one kernel (eager: 3 launches
 a step). Then timm's ResNet-18 and ResNet-50 (fp32 as a new user runs them, eval, random weights,
-BatchNorm calibrated on random images) at batch 1 and 32, and a transformers ``GPT2Block`` (bf16, eval,
+``model_zoo.as_trained``) at batch 1 and 32, and a transformers ``GPT2Block`` (bf16, eval,
 SDPA attention: causal; without ``attn_implementation`` the block alone would run unmasked eager
 attention) at B=1, T=64 and B=8, T=1024. Everything runs under ``torch.no_grad()``.
 
@@ -109,8 +109,8 @@ def workloads(smoke: bool) -> list[Workload]:
         def build(device):
             torch.manual_seed(0)
             m = make().to(device)
-            if image:  # BatchNorm statistics of random images: with mean 0, variance 1 activations grow layer by layer
-                zoo.calibrate_batchnorm(m, *(torch.randn(8, 3, image, image, device=device) for _ in range(2)))
+            if image:  # as trained: residual branches that count, BatchNorm statistics of random images
+                zoo.as_trained(m, *(torch.randn(8, 3, image, image, device=device) for _ in range(2)))
             return m.to(dtype=dtype).eval(), lambda: torch.randn(*shape, device=device, dtype=dtype)
         return build
 

@@ -303,6 +303,35 @@ def test_auto_on_the_h200_runs_wide_grouped_convolutions_in_the_ir_reading_chann
     assert [": IR " in d for d in conv_decisions(graph)] == [False, False, False], conv_decisions(graph)
 
 
+@pytest.mark.parametrize("cin, dtype, lowered", [(20, BF16, True), (84, F16, True), (24, BF16, False),
+                                                 (20, F32, False)])
+def test_squeeze_excite_expansion_cudnn_would_pad_is_a_gemm_on_the_h200(cin, dtype, lowered):
+    """Squeeze-excite in a channels-last graph, scheduled for the H200: the one-pixel 1x1 convolution
+    out of ``cin`` channels is a GEMM with its bias and sigmoid fused when cuDNN would pad its channels
+    (half precision, ``cin`` not a multiple of 8: two conversion kernels per call at batch 32); with
+    aligned channels or in fp32 (TF32) it stays in cuDNN like the graph's other convolutions. The
+    lowered graph, run by the IR interpreter, equals eager."""
+    from minicomp.ir import interpreter
+
+    def se(x, w1, w_reduce, b_reduce, w_expand, b_expand):
+        y = F.conv2d(x, w1).relu()
+        s = F.conv2d(y.mean((2, 3), keepdim=True), w_reduce, b_reduce).relu()
+        return y * F.conv2d(s, w_expand, b_expand).sigmoid()
+    c = 64
+    args = [rand(2, c, 7, 7, dtype=dtype, channels_last=True), rand(c, c, 1, 1, dtype=dtype) / 8,
+            rand(cin, c, 1, 1, dtype=dtype) / 8, rand(cin, dtype=dtype), rand(c, cin, 1, 1, dtype=dtype) / 8,
+            rand(c, dtype=dtype)]  # (weights scaled to keep values near 1, where bf16's tolerance applies)
+    graph, kernels = _scheduled(se, args, H200)
+    decisions = [d for d in conv_decisions(graph) if "bias added after" not in d]
+    assert [": IR rows matmul" in d for d in decisions] == [False, False, lowered], decisions
+    assert ("cuDNN would pad" in decisions[2]) == lowered, decisions
+    if lowered:
+        (gemm,) = [k for k in kernels if k.schedule.template == "gemm"]
+        assert set(gemm.origins) == {"convolution.default", "sigmoid.default"}, gemm.origins  # bias: the conv's
+        (out,) = interpreter.run(graph, args)
+        torch.testing.assert_close(out, se(*args), **tol(dtype))
+
+
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_cudnn_convolution_on_the_gpu_adds_its_bias_in_the_next_kernel(channels_last):
     """On a GPU target a convolution kept in cuDNN is called without its bias; the bias add fuses

@@ -151,3 +151,23 @@ def test_training_step_compiled_as_one_function():
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
     assert gradient_mismatches(reference, model) == []
     assert_compiled_whole(minicomp.reports_since(before), backward=True)
+
+
+def test_as_trained_gives_every_constant_initialised_scale_a_value_that_counts():
+    """timm's ``zero_init_last`` (a residual branch's last batch norm scale 0) and ConvNeXt's layer scale
+    (1e-6) make a random model's branches add nothing to its output, so a wrong kernel in them would
+    pass a comparison with eager: ``as_trained`` draws such scales and shifts afresh and leaves
+    randomly initialised weights as they were."""
+    torch.manual_seed(0)
+    conv, bn = torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8)
+    layer_scale = torch.nn.Parameter(torch.full((8,), 1e-6))
+    torch.nn.init.zeros_(bn.weight)
+    model = torch.nn.Sequential(conv, bn)
+    model.register_parameter("layer_scale", layer_scale)
+    weight = conv.weight.detach().clone()
+    zoo.as_trained(model, torch.randn(4, 3, 8, 8))
+    assert torch.equal(conv.weight, weight)
+    for p in (bn.weight, layer_scale):
+        assert p.min() >= 0.5 and p.max() <= 1.5 and p.unique().numel() == 8, p
+    assert bn.bias.abs().max() <= 0.1 and bn.bias.unique().numel() == 8
+    assert not model.training and bn.running_var.ne(1).all()

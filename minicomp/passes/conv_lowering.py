@@ -64,6 +64,7 @@ time). Elsewhere NCHW cuDNN won: 1x1 into 64 channels (2.3x), over 7x7 pixels (1
 to 2.6x); im2col 3x3 (2.5-12x: div/mod address math per element, no TMA); depthwise as a window
 reduction (1.2-4.4x). A graph ``layout_plan`` runs channels-last keeps every convolution in cuDNN:
 the IR has not been measured against channels-last cuDNN yet."""
+CUDNN_CHANNEL_MULTIPLE = 8  # half-precision channels per 16 bytes: what cuDNN's tensor-core kernels take unpadded
 GROUPED_MIN_WIDTH = 16
 GROUPED_REASON = (f"grouped convolution with fewer than {GROUPED_MIN_WIDTH} output channels (or products of K) per "
                   f"group: its per-group products are too narrow for tensor-core tiles (tl.dot needs 16); kept in "
@@ -154,6 +155,9 @@ def heuristic(conv: Conv, target: Target, channels_last: bool = False) -> tuple[
     if conv.kind == "grouped":
         return True, ("grouped: a tensor-core product per image and group with the epilogue fused (cuDNN's "
                       "grouped kernels convert layouts around theirs)")
+    if pads_channels(conv):
+        return True, (f"one pixel, {conv.x.shape[1]} input channels (not a multiple of {CUDNN_CHANNEL_MULTIPLE}): cuDNN "
+                      f"would pad both operands in two conversion kernels; a [N, Cin] x [Cin, Cout] GEMM instead")
     if channels_last:
         return False, "channels-last cuDNN (layout_plan); the IR is not measured against it yet"
     if conv.kind != "1x1":
@@ -164,6 +168,18 @@ def heuristic(conv: Conv, target: Target, channels_last: bool = False) -> tuple[
         return False, (f"1x1 {short_dtype(conv.x.dtype)} into {cout} channels over {h}x{w}: cuDNN measured faster "
                        f"(the IR wins in half precision from {AUTO_IR_MIN_COUT} channels and {AUTO_IR_MIN_PIXELS} pixels)")
     return True, "1x1 GEMM with a fused epilogue (measured faster than cuDNN at this size)"
+
+
+def pads_channels(conv: Conv) -> bool:
+    """A half-precision 1x1 convolution over one pixel (squeeze-excite's expanding convolution) whose
+    input channels are not a multiple of ``CUDNN_CHANNEL_MULTIPLE``: at batch 32 cuDNN runs it with an
+    ``nchwToNhwcKernel`` on the input and on the weight (padding the channels for its tensor-core
+    kernel; EfficientNet-B0's 20 and 28, RegNetY-1.6GF's 30 and 84: 12 and 34 such kernels per call,
+    H200, torch 2.11). Over one pixel it is a plain product, which the GEMM template runs with its
+    bias and activation fused."""
+    n, cin, h, w = conv.x.shape
+    return (conv.kind == "1x1" and h * w == 1 and cin % CUDNN_CHANNEL_MULTIPLE != 0
+            and conv.x.dtype in (torch.float16, torch.bfloat16))
 
 
 def tunable(node: Node) -> bool:
