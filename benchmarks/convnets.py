@@ -20,14 +20,14 @@ time per call, ``launches`` the kernels per call and ``convs`` the layout conver
 (kernel names with nchw/nhwc/transpose/convert, as cuDNN names its NCHW<->NHWC kernels), ``copies`` the
 copy kernels per call (PyTorch's ``copy_``: the layout conversions minicomp's wrappers make), all from a
 ``torch.profiler`` trace of ``PROFILE_CALLS`` calls; ``rel_err`` ‖a − b‖/‖b‖ of the logits against eager's
-and ``ok``: fp32 within 1e-3 relative, bf16 within ``suite.POINTWISE_TOL`` elementwise; ``err_fp64`` the same
-error against the model run in float64 and ``ok_fp64``: at most twice eager's own plus 1e-4 (``check_exact``). Variants are
-compiled one after another (``torch._dynamo.reset()`` once per row, so all of a row's compiled variants
-stay alive for the interleaved timing); Inductor+freezing compiles (its first call) with
-``torch._inductor.config.freezing = True``; every compiled variant calls the model from a function of
-its own code object (``compiled``), so Dynamo keeps their compiled code apart. The JSON is rewritten
-after every row, so a run cut short keeps what it measured; ``--time-limit`` (seconds, default 480)
-starts no new row after it, to fit a 9-minute slot.
+and ``ok``: fp32 within 1e-3 relative, bf16 within ``suite.POINTWISE_TOL`` elementwise; ``err_fp64`` the
+same error against the model run in float64 and ``ok_fp64``: at most twice eager's own plus 1e-4
+(``check_exact``). Variants are compiled one after another (``torch._dynamo.reset()`` once per row, so
+all of a row's compiled variants stay alive for the interleaved timing); Inductor+freezing compiles (its
+first call) with ``torch._inductor.config.freezing = True``; every compiled variant calls the model from
+a function of its own code object (``compiled``), so Dynamo keeps their compiled code apart. The JSON is
+rewritten after every row, so a run cut short keeps what it measured; ``--time-limit`` (seconds, default
+480) starts no new row after it, to fit a 9-minute slot.
 """
 from __future__ import annotations
 
@@ -159,8 +159,9 @@ def check(out: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> tupl
     """Against eager: the relative error and whether it is within the issue's tolerance (fp32: 1e-3
     relative; bf16: ``POINTWISE_TOL`` elementwise)."""
     rel = relative_error(out, expected)
-    ok = rel <= FP32_REL_TOL if dtype == torch.float32 else torch.allclose(out.float(), expected.float(), **POINTWISE_TOL)
-    return rel, bool(ok)
+    if dtype == torch.float32:
+        return rel, rel <= FP32_REL_TOL
+    return rel, bool(torch.allclose(out.float(), expected.float(), **POINTWISE_TOL))
 
 
 def check_exact(out: torch.Tensor, exact: torch.Tensor, eager_error: float) -> tuple[float, bool]:

@@ -37,18 +37,18 @@ def _layout(program: Program, name: str, value: str, strides: tuple[int, ...]) -
 
 def allocate_lines(program: Program, step: Allocate) -> list[str]:
     """A fresh buffer, or the storage of a dead one: the same tensor where shape and strides match,
-    else reinterpreted (``as_strided``; it has the same bytes, at offset 0). The donor's name ends.
+    else reinterpreted (``as_strided``; it has the same bytes, at offset 0), in place too. The donor's name ends.
     ``poison``: whether ``MINICOMP_POISON`` is on (read once per call, or once when bound). In place,
     the donor's name stays (the launch reads it; the ``Free`` after drops it), and the buffer is not
     poisoned: it holds the launch's input."""
     b = program.buffers[step.buffer]
     if step.reuses is None:
         return [f"{b.name} = empty({b.shape}, {b.strides}, {b.dtype}, '{b.device}', poison)"]
-    if step.in_place:
-        return [f"{b.name} = {step.reuses}  # in place"]
     d = program.buffers[step.reuses]
     same = (d.shape, d.strides) == (b.shape, b.strides)
     storage = d.name if same else f"torch.as_strided({d.name}, {b.shape}, {b.strides}, 0)"
+    if step.in_place:
+        return [f"{b.name} = {storage}  # in place"]
     return [f"{b.name} = {storage}  # reuses the storage of {d.name}", f"del {d.name}",
             f"if poison: fill_garbage({b.name})"]
 

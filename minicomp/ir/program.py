@@ -340,9 +340,10 @@ def in_place_problem(program: "Program", live: Liveness, k: int, buffer: str, do
     ``donor``'s storage; None when it may. It may when the launch after it (past other allocations only)
     is one pointwise kernel (or a combo, whose other stages name neither) that writes ``buffer`` and is
     the last reader of ``donor``'s storage (no other name may view it), both buffers have the same
-    shape, strides, dtype and device, the kernel runs one iteration per element, every load of ``donor``
-    comes before the kernel's first store to ``buffer`` at that store's own index, and the stored value
-    is computed from them. As the kernel writes every element of ``buffer`` once, each element of
+    dtype, device and storage bytes (shapes and strides may differ: a reshape between a product and its
+    epilogue), the kernel runs one iteration per element, every load of ``donor`` comes before the
+    kernel's first store to ``buffer`` at that store's own index (indices are element offsets), and the
+    stored value is computed from them. As the kernel writes every element of ``buffer`` once, each element of
     ``donor`` is read only where it is overwritten, by a store that waits for that read (it needs the
     value), whatever threads the compiler gives the load and the store."""
     j = k + 1
@@ -359,8 +360,8 @@ def in_place_problem(program: "Program", live: Liveness, k: int, buffer: str, do
     if live.aliases.get(donor) != {donor} or any(donor in live.aliases.get(a, ()) for a in launch.args if a != donor):
         return f"another name may view {donor}'s storage"
     a, b = program.buffers[donor], program.buffers[buffer]
-    if (a.shape, a.strides, a.dtype, a.device) != (b.shape, b.strides, b.dtype, b.device) or not storage_bytes(b):
-        return f"{a} and {b} differ in shape, strides, dtype or device (or are empty)"
+    if (a.dtype, a.device, storage_bytes(a)) != (b.dtype, b.device, storage_bytes(b)) or not storage_bytes(b):
+        return f"{a} and {b} differ in device, dtype or storage bytes (or are empty)"
     if len(kernel.args) != len(args) or math.prod(v.size for v in kernel.vars.values()) != math.prod(b.shape):
         return f"{launch.name} does not run one iteration per element of {buffer}"
     reads = {arg.name for arg, name in zip(kernel.args, args) if name == donor}

@@ -156,8 +156,9 @@ def heuristic(conv: Conv, target: Target, channels_last: bool = False) -> tuple[
         return True, ("grouped: a tensor-core product per image and group with the epilogue fused (cuDNN's "
                       "grouped kernels convert layouts around theirs)")
     if pads_channels(conv):
-        return True, (f"one pixel, {conv.x.shape[1]} input channels (not a multiple of {CUDNN_CHANNEL_MULTIPLE}): cuDNN "
-                      f"would pad both operands in two conversion kernels; a [N, Cin] x [Cin, Cout] GEMM instead")
+        return True, (f"one pixel, {conv.x.shape[1]} input channels (not a multiple of "
+                      f"{CUDNN_CHANNEL_MULTIPLE}): cuDNN would pad both operands in two conversion kernels; "
+                      f"a [N, Cin] x [Cin, Cout] GEMM instead")
     if channels_last:
         return False, "channels-last cuDNN (layout_plan); the IR is not measured against it yet"
     if conv.kind != "1x1":
