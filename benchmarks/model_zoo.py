@@ -359,8 +359,7 @@ class _Image(nn.Module):
 def _block(name: str, make: Callable[[int], nn.Module], size: Size, dtype: torch.dtype) -> ModelSpec:
     def build() -> nn.Module:
         torch.manual_seed(0)
-        return as_trained(_Image(make(size.channels)), _image(4, size.channels, size.image, "cpu",
-                                                                       torch.float32))
+        return as_trained(_Image(make(size.channels)), _image(4, size.channels, size.image, "cpu", torch.float32))
 
     def inputs(batch, device, dtype, train):
         return dict(x=_image(batch, size.channels, size.image, device, dtype))

@@ -8,9 +8,9 @@
 Models (benchmarks/model_zoo.py, random weights from configs, no downloads): GPT-2, BERT, Llama (bf16,
 grouped-query attention), T5, BART, ViT, Swin (transformers; 6 layers, hidden 768, sequence 128, batch
 1 and 8); ResNet-50, MobileNetV3-Large, EfficientNet-B0, DenseNet-121, ConvNeXt-T (torchvision, else
-timm; 224x224, batch 1 and 32, ``model_zoo.as_trained``: constant-initialised
-scales redrawn, BatchNorm statistics calibrated on random images); an ``nn.LSTM`` and an
-unrolled ``nn.GRUCell`` language model (hidden 512, 32 steps; Dynamo's ``allow_rnn`` on).
+timm; 224x224, batch 1 and 32, ``model_zoo.as_trained``: constant-initialised scales redrawn, BatchNorm
+statistics calibrated on random images); an ``nn.LSTM`` and an unrolled ``nn.GRUCell`` language model
+(hidden 512, 32 steps; Dynamo's ``allow_rnn`` on).
 
 Each (model, batch) row: the eval-mode forward under ``torch.no_grad()`` through eager, Inductor
 (``torch.compile(m)``) and minicomp (``torch.compile(m, backend="minicomp")``). ``correct``: the relative

@@ -33,10 +33,10 @@ def compile(model: Callable, *, mode: str = "default", dump_dir: str | None = No
     faster, but the next call of the same graph overwrites the results of the previous one.
     ``freeze`` (inference: under ``torch.no_grad()``/``inference_mode()``): parameters that
     convolutions read become constants taken at the first call, batch norm after a convolution is
-    folded into its weights (fp32; half precision: an fp32 scale and shift after the unrounded weights),
-    weights are converted to channels-last once; a per-call check of those
-    parameters' versions compiles again when they change in place (``frontend/freeze.py``). Ignored,
-    and reported, where a backward may follow.
+    folded into its weights (fp32; half precision: an fp32 scale and shift after the unrounded
+    weights), weights are converted to channels-last once; a per-call check of those parameters'
+    versions compiles again when they change in place (``frontend/freeze.py``). Ignored, and
+    reported, where a backward may follow.
     """
     if not callable(model):
         raise TypeError(f"minicomp.compile: model must be callable, got {type(model).__name__}")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import minicomp
-from minicomp.frontend.freeze import fold
+from minicomp.frontend.freeze import batch_norm_affine, fold_weight
 
 from .test_layout_plan import Block, Net, _convolutions_as_externs  # noqa: F401 (an autouse fixture)
 
@@ -82,9 +82,9 @@ def test_fold_matches_batch_norm_in_float64():
     _randomize_bn(bn)
     x = torch.randn(2, 4, 6, 6, dtype=torch.float64)
     with torch.no_grad():
-        w, b = fold(conv.weight.float(), conv.bias.float(), bn.weight.float(), bn.bias.float(),
-                    bn.running_mean.float(), bn.running_var.float(), bn.eps)
-        folded = torch.nn.functional.conv2d(x, w.double(), b.double())
+        scale, shift = batch_norm_affine(conv.bias.float(), bn.weight.float(), bn.bias.float(),
+                                         bn.running_mean.float(), bn.running_var.float(), bn.eps)
+        folded = torch.nn.functional.conv2d(x, fold_weight(conv.weight.float(), scale).double(), shift.double())
         torch.testing.assert_close(folded, bn(conv(x)), rtol=1e-5, atol=1e-5)
 
 

@@ -37,7 +37,8 @@ def _layout(program: Program, name: str, value: str, strides: tuple[int, ...]) -
 
 def allocate_lines(program: Program, step: Allocate) -> list[str]:
     """A fresh buffer, or the storage of a dead one: the same tensor where shape and strides match,
-    else reinterpreted (``as_strided``; it has the same bytes, at offset 0), in place too. The donor's name ends.
+    else reinterpreted (``as_strided``; it has the same bytes, at offset 0), in place too. The donor's
+    name ends.
     ``poison``: whether ``MINICOMP_POISON`` is on (read once per call, or once when bound). In place,
     the donor's name stays (the launch reads it; the ``Free`` after drops it), and the buffer is not
     poisoned: it holds the launch's input."""

@@ -148,13 +148,6 @@ def fold_weight(w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return (w.to(torch.float32) * scale.reshape((-1,) + (1,) * (w.dim() - 1))).to(w.dtype)
 
 
-def fold(w: torch.Tensor, b: torch.Tensor | None, bn_w, bn_b, mean, var, eps: float):
-    """Convolution weight and bias with an inference batch norm after them folded in, computed in
-    fp32 and rounded to ``w``'s dtype. ``bn_w``/``bn_b`` may be None (``affine=False``)."""
-    scale, shift = batch_norm_affine(b, bn_w, bn_b, mean, var, eps)
-    return fold_weight(w, scale), shift.to(w.dtype)
-
-
 def _scale_and_shift(gm: fx.GraphModule, conv: fx.Node, scale: torch.Tensor, shift: torch.Tensor) -> fx.Node:
     """``(conv.float() * scale + shift)`` rounded to ``conv``'s dtype, per channel (dim 1), as new nodes
     (inserted where the caller says) with their ``meta["val"]`` traced from ``conv``'s."""
