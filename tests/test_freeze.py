@@ -64,10 +64,11 @@ def test_block_folded_equals_eager(dtype):
     assert any("(a constant) converted to channels-last at compile time" in d for d in rep.decisions)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("kw", [dict(bias=False), dict(groups=3), dict(groups=3, bias=False, affine=False)],
                          ids=["no-bias", "groups", "groups-no-bias-no-affine"])
-def test_conv_bn_variants(kw):
-    _, rep = _compare(ConvBN(**kw), torch.randn(2, 6, 5, 7))
+def test_conv_bn_variants(kw, dtype):
+    _, rep = _compare(ConvBN(**kw), torch.randn(2, 6, 5, 7), dtype)
     assert _folded(rep) == 1
 
 
