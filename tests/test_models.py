@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -171,3 +172,14 @@ def test_as_trained_gives_every_constant_initialised_scale_a_value_that_counts()
         assert p.min() >= 0.5 and p.max() <= 1.5 and p.unique().numel() == 8, p
     assert bn.bias.abs().max() <= 0.1 and bn.bias.unique().numel() == 8
     assert not model.training and bn.running_var.ne(1).all()
+
+
+@pytest.mark.skipif(not HAVE_TRANSFORMERS, reason="transformers is not installed")
+@pytest.mark.parametrize("name", ["qwen2", "distilbert"])
+def test_more_architectures_match_eager_in_forward_and_gradients(name, monkeypatch):
+    """Two of ``benchmarks/architectures.py``'s sweep (grouped-query attention with biased q/k/v; an
+    encoder with its own attention code): logits and a training step's gradients as eager's."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import architectures
+    line = architectures.check(name)
+    assert line.startswith(f"{name}: OK "), line
