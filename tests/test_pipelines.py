@@ -94,3 +94,12 @@ def test_rows_whose_length_cuts_tiles_small_are_not_pipelined():
     report = compile_and_compare(lambda x: torch.softmax(x, -1), torch.randn(5, 2500) * 3, kernels=3)
     assert not _pipelined(report.decisions)
     assert any(d.startswith("not pipelined:") and "4-element tiles" in d for d in report.decisions), report.decisions
+
+
+def test_elementwise_stages_alone_make_no_pipeline():
+    """Two pointwise kernels that share an input (GPT-J's rotary embeddings of q and k, in training) have
+    no rows to follow: any cut is row-local, down to one element a row, and such a pipeline took 2050
+    one-element programs (57 s in the interpreter for a tiny GPT-J). They stay two launches."""
+    a, b, s = torch.randn(2, 4, 16, 8), torch.randn(2, 16, 4, 8), torch.randn(16, 8)
+    report = compile_and_compare(lambda a, b, s: (a * s, b * s.view(16, 1, 8)), a, b, s, kernels=2)
+    assert not _pipelined(report.decisions), report.decisions

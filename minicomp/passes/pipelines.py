@@ -5,8 +5,8 @@ Long-row softmax is the case in point: chunk statistics (read ``x``), their comb
 ``exp(x - M) / S`` (read ``x`` again). As three launches the second read of a 128 MB ``x`` comes from
 DRAM; as one pipeline it comes from L2, a few rows after the first.
 
-A chain qualifies when its kernels are pointwise or reduction kernels, consecutive in launch order, and
-*row-local* for some row count R: every program of a stage stays inside one row, and every read of a
+A chain qualifies when its kernels are pointwise or reduction kernels, at least one a reduction (whose
+rows the pipeline's rows are), consecutive in launch order, and *row-local* for some row count R: every program of a stage stays inside one row, and every read of a
 buffer an earlier stage wrote, and every write, falls in that row's slice of the buffer. This is
 proved on the index expressions (``x = E*row + x'``, simplified and bounded), not assumed.
 """
@@ -55,8 +55,8 @@ def _pipeline(graph: Graph, stages: list[Kernel], number: int, explain: bool) ->
     reread = [n for n in stages[-1].inputs & first
               if math.prod(n.shape) * n.dtype.itemsize >= (PIPELINE_MIN_BYTES if on_gpu else 0)]
     sizes = [k.vars["x"].size for k in stages]
-    if not reread or 0 in sizes:
-        return None
+    if not reread or 0 in sizes or all(k.schedule.template == "pointwise" for k in stages):
+        return None  # (elementwise stages alone have no rows: any cut is row-local, down to one element)
     g = math.gcd(*sizes)
     candidates = sorted({d for d in _divisors(g) if d >= 2}, reverse=True)[:MAX_ROW_CANDIDATES]
     rows = next((r for r in candidates if _row_local(stages, r)), None)
