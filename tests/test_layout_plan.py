@@ -456,3 +456,15 @@ def test_split_channels_last_pooling_with_the_gpu_schedule_matches_eager(monkeyp
         with torch.no_grad():
             torch.testing.assert_close(minicomp.compile(_squeeze_excite)(x, w), _squeeze_excite(x, w))
         assert any("partial reductions" in d for d in minicomp.report().decisions)
+
+
+def test_a_pooled_vector_between_two_convolutions_compiles():
+    """A convolution's pooled output as an ``[N, C]`` vector (plus a bias), viewed back to ``[N, C, 1, 1]``
+    for the next convolution (Segformer's decode head): the 2-D buffer shares a kernel with the 4-D
+    ones the layout plan gives faces; it has none to take (this raised IndexError and the whole graph
+    ran in PyTorch)."""
+    def f(x, w, w2, b):
+        return F.conv2d((F.conv2d(x, w).mean((2, 3)) + b).view(2, 8, 1, 1), w2)
+    args = torch.randn(2, 3, 6, 6), torch.randn(8, 3, 3, 3), torch.randn(8, 8, 1, 1), torch.randn(8)
+    report = compile_and_compare(f, *args, fallbacks=2)  # the two convolutions: oneDNN on the CPU
+    assert report.whole_graph_fallback is None, report.whole_graph_fallback

@@ -242,8 +242,9 @@ def _faces(region: set[Node], convs: list[Node], maps: list[dict]) -> dict[Node,
 
 def _face_from(dims: dict | None, role_vars, node: Node) -> tuple[int, ...] | None:
     """``node``'s dims for N, C, H, W, given dim -> variable (``_dim_map``) and the variable of each
-    role; size-1 dims fill the roles no variable reaches."""
-    if dims is None:
+    role; size-1 dims fill the roles no variable reaches. None for a buffer that is not 4-D (a pooled
+    ``[N, C]`` vector in a kernel with the 4-D buffers around a convolution: no face to give)."""
+    if dims is None or node.type.ndim != 4:
         return None
     by_var = {v: d for d, v in dims.items()}
     face = [by_var.get(v) if v is not None else None for v in role_vars]
