@@ -90,7 +90,7 @@ def freeze_graph(gm: fx.GraphModule, args: list, freezable: list[int]) -> Frozen
         if param(w) is None or (b is not None and param(b) is None):
             continue
         bn = _batch_norm_after(conv, param)
-        result, after = conv, None  # what the batch norm's readers read instead; (scale, shift) to apply
+        result = conv  # what the batch norm's readers read instead
         with torch.no_grad():
             if bn is not None:
                 scale, shift = batch_norm_affine(param(b) if b is not None else None,
@@ -100,7 +100,9 @@ def freeze_graph(gm: fx.GraphModule, args: list, freezable: list[int]) -> Frozen
                     new_w, new_b = fold_weight(param(w), scale), shift
                     folded += 1
                 else:
-                    new_w, new_b, after = param(w), None, (scale, shift)
+                    new_w, new_b = param(w), None
+                    with gm.graph.inserting_before(bn):
+                        result = _scale_and_shift(gm, conv, scale, shift)
                     affine += 1
                 used = [w, b, *bn.args[1:5]]
             else:
@@ -111,9 +113,6 @@ def freeze_graph(gm: fx.GraphModule, args: list, freezable: list[int]) -> Frozen
             b_attr = _constant(gm, new_b) if isinstance(new_b, torch.Tensor) else new_b
         conv.args = (conv.args[0], w_attr, b_attr, *conv.args[3:])
         if bn is not None:
-            if after is not None:
-                with gm.graph.inserting_before(bn):
-                    result = _scale_and_shift(gm, conv, *after)
             for user in list(bn.users):  # only getitem 0 is read (``_batch_norm_after``)
                 user.replace_all_uses_with(result)
                 gm.graph.erase_node(user)

@@ -360,7 +360,8 @@ def in_place_problem(program: "Program", live: Liveness, k: int, buffer: str, do
     if live.aliases.get(donor) != {donor} or any(donor in live.aliases.get(a, ()) for a in launch.args if a != donor):
         return f"another name may view {donor}'s storage"
     a, b = program.buffers[donor], program.buffers[buffer]
-    if (a.dtype, a.device, storage_bytes(a)) != (b.dtype, b.device, storage_bytes(b)) or not storage_bytes(b):
+    size = storage_bytes(b)
+    if (a.dtype, a.device, storage_bytes(a)) != (b.dtype, b.device, size) or not size:
         return f"{a} and {b} differ in device, dtype or storage bytes (or are empty)"
     if len(kernel.args) != len(args) or math.prod(v.size for v in kernel.vars.values()) != math.prod(b.shape):
         return f"{launch.name} does not run one iteration per element of {buffer}"

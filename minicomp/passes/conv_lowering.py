@@ -178,7 +178,7 @@ def pads_channels(conv: Conv) -> bool:
     kernel; EfficientNet-B0's 20 and 28, RegNetY-1.6GF's 30 and 84: 12 and 34 such kernels per call,
     H200, torch 2.11). Over one pixel it is a plain product, which the GEMM template runs with its
     bias and activation fused."""
-    n, cin, h, w = conv.x.shape
+    _, cin, h, w = conv.x.shape
     return (conv.kind == "1x1" and h * w == 1 and cin % CUDNN_CHANNEL_MULTIPLE != 0
             and conv.x.dtype in (torch.float16, torch.bfloat16))
 
