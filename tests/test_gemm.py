@@ -513,3 +513,41 @@ def test_mlp_block(dtype):
     assert names[1].startswith("k1_mm") and "gelu" in names[1], r.summary()
     assert names[2].startswith("k2_mm") and "add" in names[2], r.summary()
 
+
+def _tf32_rounded(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (fp32) rounded to the nearest TF32 value (10 mantissa bits; halfway away from zero)."""
+    bits = t.view(torch.int32).to(torch.int64)
+    return (((bits + 0x1000) & 0xFFFFE000) & 0xFFFFFFFF).to(torch.uint32).view(torch.float32)
+
+
+def test_tf32_products_round_their_operands_to_nearest(monkeypatch):
+    """An fp32 product in TF32 (``tl.dot(..., input_precision="tf32")``) gets operands rounded to the
+    nearest TF32 value first, as cuBLAS and cuDNN round: Triton hands the tensor cores fp32 bits, and
+    the hardware drops the low 13, which doubles the error bound (triton-lang/triton#4574). The
+    interpreter multiplies exactly what it is given, so the result equals the product of the rounded
+    operands, not of the original ones."""
+    from minicomp.frontend import rules
+    monkeypatch.setattr(rules, "_matmul_precision", lambda x: "tf32")
+    a, b = torch.randn(19, 37), torch.randn(37, 23)
+    out = minicomp.compile(lambda a, b: a @ b)(a, b)
+    rounded = (_tf32_rounded(a).double() @ _tf32_rounded(b).double()).float()
+    torch.testing.assert_close(out, rounded, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_tf32_rounding_keeps_nans_and_infinities(monkeypatch):
+    """Rounding adds 0x1000 to the bits: a NaN with a large payload (the GPU's own NaN is 0x7FFFFFFF)
+    would carry into the sign bit and become -0.0, a silently finite product. NaN and inf operands must
+    give eager's NaNs and infinities."""
+    from minicomp.frontend import rules
+    monkeypatch.setattr(rules, "_matmul_precision", lambda x: "tf32")
+    a, b = torch.rand(9, 16) + 0.5, torch.rand(16, 7) + 0.5
+    a.view(torch.int32)[0, 3] = 0x7FFFFFFF  # NaN, payload all ones
+    a.view(torch.int32)[1, 5] = -1  # 0xFFFFFFFF: negative NaN, payload all ones
+    a[2, 0] = float("inf")
+    b[4, 6] = float("-inf")
+    out = minicomp.compile(lambda a, b: a @ b)(a, b)
+    expected = a @ b
+    assert torch.equal(out.isnan(), expected.isnan()) and torch.equal(out.isinf(), expected.isinf())
+    finite = expected.isfinite()
+    torch.testing.assert_close(out[finite], expected[finite], rtol=2e-3, atol=1e-3)

@@ -225,6 +225,12 @@ class GemmTemplate(Template):
             p.lines += [f"{i3}a_tile, b_tile = {a}, {b}", f"{i3}if INTERPRETED:",
                         f"{i3}    a_tile, b_tile = a_tile.to(tl.float32), b_tile.to(tl.float32)"]
             a, b = "a_tile", "b_tile"
+        if dot.precision == "tf32":  # rounded to nearest TF32: Triton hands the MMA fp32, whose low bits it truncates
+            for t, x in (("a_tile", a), ("b_tile", b)):  # NaNs kept as they are: rounding could carry them to ±0
+                p.lines += [f"{i3}{t} = {x}",
+                            f"{i3}{t} = tl.where({t} == {t}, (({t}.to(tl.uint32, bitcast=True) + 0x1000)"
+                            f" & 0xFFFFE000).to(tl.float32, bitcast=True), {t})"]
+            a, b = "a_tile", "b_tile"
         precision = f', input_precision="{dot.precision}"' if dot.precision else ""
         p.lines.append(f"{i3}{dot.var} = tl.dot({a}, {b}, {dot.var}{precision})")
         p.dtypes[dot.var] = dot.dtype
