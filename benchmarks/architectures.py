@@ -1,10 +1,12 @@
-"""More transformers architectures than the models suite, as a new user would try them: tiny configs on
-the CPU (kernels in Triton's interpreter), minicomp against eager, the forward's logits and a training
-step's gradients; language models on token ids, vision models on 64x64 images. A correctness sweep,
-not a benchmark: it times nothing but the whole check.
+"""More architectures than the models suite, as a new user would try them: transformers models at tiny
+configs on the CPU (kernels in Triton's interpreter) and, on a GPU, also timm's image models at their
+own sizes; minicomp against eager, the forward's logits and a training step's gradients; language
+models on token ids, vision models on images (transformers': 64x64). A correctness sweep, not a
+benchmark: it times nothing but the whole check. On a GPU everything runs in fp32 without TF32.
 
     python benchmarks/architectures.py                 # every architecture below, one process each
     python benchmarks/architectures.py mistral levit   # some of them
+    python benchmarks/architectures.py --device cuda --jobs 8 transformers timm   # on a GPU, also timm's
 
 Each architecture runs in a process of its own (a crash is a result). Per architecture: ``fwd`` the
 relative error ‖a − b‖/‖b‖ of the logits (``torch.no_grad()``, eval), ``grads`` the parameters whose
@@ -15,6 +17,8 @@ fallbacks of the compiled forward. OK: ``fwd`` <= 1e-4, no gradient mismatch, no
 """
 from __future__ import annotations
 
+import argparse
+import concurrent.futures
 import copy
 import subprocess
 import sys
@@ -99,17 +103,44 @@ def vision_architectures() -> dict:
     }
 
 
+TIMM = ["resnet18", "resnet50d", "seresnext26d_32x4d", "resnest14d", "res2net50_26w_4s", "skresnet18",
+        "regnety_016", "repvgg_a0", "mobileone_s0", "dla34", "dpn68", "densenet121", "inception_v3",
+        "vgg11_bn", "hrnet_w18_small", "cspresnet50", "selecsls42b", "efficientnet_b0", "efficientnetv2_rw_t",
+        "mobilenetv2_100", "mobilenetv3_large_100", "ghostnet_100", "mnasnet_100", "lcnet_050", "rexnet_100",
+        "tinynet_a", "hgnetv2_b0", "eca_nfnet_l0", "convnext_tiny", "convnextv2_atto", "edgenext_xx_small",
+        "fastvit_t8", "efficientformer_l1", "mobilevit_xxs", "poolformer_s12", "vit_tiny_patch16_224",
+        "deit_tiny_distilled_patch16_224", "eva02_tiny_patch14_224", "cait_xxs24_224", "xcit_nano_12_p16_224",
+        "swin_tiny_patch4_window7_224", "levit_128s", "coat_lite_tiny", "pit_ti_224", "crossvit_tiny_240",
+        "visformer_tiny", "mixer_b16_224", "resmlp_12_224", "gmlp_s16_224", "coatnet_0_rw_224",
+        "maxvit_nano_rw_256"]
+"""timm models (``timm:<name>``; the GPU machine has timm): one or two of each family, at their own
+input size, batch 2."""
+
+
 def _output(out) -> torch.Tensor:
     """The tensor compared: logits, else the pooled output (which every parameter reaches; CLIP's
     last hidden state skips its final layer norm), else the last hidden state."""
+    if isinstance(out, torch.Tensor):
+        return out
     for key in ("logits", "pooler_output", "last_hidden_state"):
         if getattr(out, key, None) is not None:
             return getattr(out, key)
     return out[0]
 
 
-def check(name: str) -> str:
-    """One architecture's line."""
+def build(name: str, device: str) -> tuple[torch.nn.Module, dict]:
+    """The model (eval mode, on ``device``) and its keyword inputs."""
+    if name.startswith("timm:"):
+        import timm
+        torch.manual_seed(0)
+        try:
+            model = timm.create_model(name[5:], pretrained=False, drop_rate=0.0, drop_path_rate=0.0)
+        except TypeError:  # a model without those options has no dropout to turn off
+            model = timm.create_model(name[5:], pretrained=False)
+        model = model.to(device)
+        size = model.pretrained_cfg.get("input_size", (3, 224, 224))
+        examples = [torch.randn(2, *size, device=device) for _ in range(2)]
+        return zoo.as_trained(model, *examples), dict(x=torch.randn(2, *size, device=device))
     vision = vision_architectures()
     cls, config = vision[name] if name in vision else architectures()[name]
     for key, value in list(vars(config).items()):  # no random masks in training mode
@@ -122,6 +153,12 @@ def check(name: str) -> str:
         inputs = dict(pixel_values=torch.randn(IMAGES, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(0)))
     else:
         inputs = dict(input_ids=torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(0)))
+    return model.to(device), {k: v.to(device) for k, v in inputs.items()}
+
+
+def check(name: str, device: str = "cpu") -> str:
+    """One architecture's line."""
+    model, inputs = build(name, device)
     start = time.perf_counter()
     before = len(minicomp.reports())
     with torch.no_grad():
@@ -132,7 +169,7 @@ def check(name: str) -> str:
     fallbacks = sorted({f.op for r in reports for f in r.fallbacks})
     whole = [r.whole_graph_fallback[:120] for r in reports if r.whole_graph_fallback]
     reference, compiled = copy.deepcopy(model).train(), copy.deepcopy(model).train()
-    cotangent = torch.randn(expected.shape, generator=torch.Generator().manual_seed(1))
+    cotangent = torch.randn(expected.shape, generator=torch.Generator().manual_seed(1)).to(device)
     (_output(reference(**inputs)) * cotangent).sum().backward()
     torch._dynamo.reset()
     (_output(minicomp.compile(compiled)(**inputs)) * cotangent).sum().backward()
@@ -142,20 +179,50 @@ def check(name: str) -> str:
             f"fallback ops {fallbacks}, whole-graph fallbacks {whole}, {time.perf_counter() - start:.0f} s")
 
 
+def _child(name: str, device: str, timeout: float) -> str:
+    """``check(name)`` in a process of its own: a crash or a hang is that architecture's result."""
+    try:
+        run = subprocess.run([sys.executable, __file__, "--child", "--device", device, name],
+                             capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"{name}: CRASH (over {timeout:.0f} s)"
+    line = next((ln for ln in run.stdout.splitlines() if ln.startswith(f"{name}: ")), None)
+    tail = run.stderr.strip().splitlines()[-1:]
+    if line is None and any("Unknown model" in ln or "No module named 'timm'" in ln for ln in tail):
+        return f"{name}: SKIP {tail}"
+    return line or f"{name}: CRASH (exit {run.returncode}) {tail}"
+
+
 def main() -> None:
-    names = sys.argv[1:]
-    if len(names) == 1:  # the child process
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("names", nargs="*", help="architectures; 'transformers' (the default) or 'timm' for a family")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--jobs", type=int, default=1, help="architectures checked at once")
+    p.add_argument("--time-limit", type=float, default=None, help="start no architecture after this many seconds")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds one architecture may take")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
         warnings.filterwarnings("ignore")
-        print(check(names[0]), flush=True)
+        # fp32 without TF32 on a GPU too: a relative error of 1e-4 then means what it means on the CPU
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+        print(check(args.names[0], args.device), flush=True)
         return
-    lines = []
-    for name in names or [*architectures(), *vision_architectures()]:
-        run = subprocess.run([sys.executable, __file__, name], capture_output=True, text=True, timeout=1800)
-        line = next((ln for ln in run.stdout.splitlines() if ln.startswith(f"{name}: ")), None)
-        line = line or f"{name}: CRASH (exit {run.returncode}) {run.stderr.strip().splitlines()[-1:]}"
+    families = {"transformers": [*architectures(), *vision_architectures()], "timm": [f"timm:{n}" for n in TIMM]}
+    names = [n for name in args.names or ["transformers"] for n in families.get(name, [name])]
+    start = time.perf_counter()
+
+    def one(name: str) -> str:
+        if args.time_limit and time.perf_counter() - start > args.time_limit:
+            return f"{name}: NOT RUN (time limit)"
+        line = _child(name, args.device, args.timeout)
         print(line, flush=True)
-        lines.append(line)
-    print(f"{sum(': OK ' in ln for ln in lines)} of {len(lines)} OK")
+        return line
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        lines = list(pool.map(one, names))
+    print("\n".join(["", *lines]))
+    ran = [ln for ln in lines if ": SKIP" not in ln and ": NOT RUN" not in ln]
+    print(f"{sum(': OK ' in ln for ln in ran)} of {len(ran)} OK ({len(lines) - len(ran)} skipped or not run)")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@
 
 Variants: eager; ``torch.compile(m, dynamic=False)`` (Inductor) and ``torch.compile(m, backend="minicomp",
 dynamic=False)``, each in the default mode and in ``mode="reduce-overhead"`` (CUDA graphs). A variant
-that fails to compile or run gets its error in its row; the run goes on.
+that fails to compile or run gets its error in its row; the run goes on. Two floors, compiled graphs
+that run nothing and return the first call's outputs: ``floor-dynamo`` (Dynamo's frame evaluation and
+guards alone) and ``floor-aot`` (the same behind AOTAutograd's runtime wrapper, which Inductor and
+minicomp both go through): the host time per call that no backend of ``torch.compile`` can remove.
 
 Workloads: ``relu``, one kernel on a tiny tensor, and ``chain100``, 100 steps ``x = tanh(x - x.mean(d))``
 on a 16x24 tensor with ``d`` alternating between 0 and 1 — a step's mean needs every element of the step
@@ -53,8 +56,39 @@ import model_zoo as zoo  # noqa: E402
 from common import RESULTS  # noqa: E402
 from suite import _without_out, condense, sync  # noqa: E402
 
+def _answers(gm, example_inputs) -> Callable:
+    """A compiled graph that runs nothing: it returns the outputs ``gm`` gave for the example inputs."""
+    outputs = gm(*example_inputs)
+
+    def run(*args):
+        return outputs
+    return run
+
+
+def answers_backend(gm, example_inputs) -> Callable:
+    """Dynamo backend of the ``floor-dynamo`` variant: what a call costs the host before any compiler's
+    code runs (Dynamo's frame evaluation and guards)."""
+    return _answers(gm, example_inputs)
+
+
+def answers_aot_backend(gm, example_inputs) -> Callable:
+    """``floor-aot``: the same behind AOTAutograd, whose runtime wrapper every compiler that traces
+    through it (Inductor, minicomp) pays on each call."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    def compiler(g, inputs):
+        run = _answers(g, inputs)
+        boxed = lambda args: run(*args)  # noqa: E731 - AOTAutograd calls compiled graphs with a list
+        boxed._boxed_call = True
+        return boxed
+    return aot_module_simplified(gm, example_inputs, fw_compiler=compiler, inference_compiler=compiler)
+
+
 VARIANTS = {"eager": None, "inductor": {}, "minicomp": dict(backend="minicomp"),
-            "inductor-ro": dict(mode="reduce-overhead"), "minicomp-ro": dict(backend="minicomp", mode="reduce-overhead")}
+            "inductor-ro": dict(mode="reduce-overhead"), "minicomp-ro": dict(backend="minicomp", mode="reduce-overhead"),
+            "floor-dynamo": dict(backend=answers_backend), "floor-aot": dict(backend=answers_aot_backend)}
+FLOORS = {"floor-dynamo", "floor-aot"}
+"""Variants that compute nothing (their outputs are the first call's): host time only, not checked."""
 REL_TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 WARMUP_CALLS = 3      # after the first: CUDA-graph variants warm up and capture here
@@ -206,7 +240,7 @@ def check(model: Callable, x: torch.Tensor, fns: dict[str, Callable], rows: dict
     """Every compiled variant's output on ``x`` against eager's (fp32: referee float64, see the docstring)."""
     expected, exact, tol = model(x), None, REL_TOL[dtype]
     rows["eager"].update(correct=True, rel_error=0.0)
-    for name in [n for n in fns if n != "eager"]:
+    for name in [n for n in fns if n != "eager" and n not in FLOORS]:
         row = rows[name]
         try:
             err = relative_error(fns[name](x), expected)
@@ -270,6 +304,8 @@ def run_workload(w: Workload, device: str, args: argparse.Namespace) -> list[dic
     if device == "cuda":
         for name, fn in fns.items():
             row = rows[name]
+            if name in FLOORS:
+                continue
             try:
                 row.update(gpu_profile(fn, x))
                 row["peak_mib"] = round(peak_mib(fn, x), 2)
@@ -316,6 +352,8 @@ def verdicts(rows: list[dict]) -> list[str]:
         if not by[(w, "eager")].get("host"):
             claim(w, "minicomp-ro wall ≤ Inductor-ro wall (µs)", "minicomp-ro", "inductor-ro", "wall_us")
             claim(w, "minicomp-ro wall ≤ 1.1 × its GPU time (µs)", "minicomp-ro", "minicomp-ro", "wall_us", 1.1, "gpu_us")
+            claim(w, "context: Dynamo + AOTAutograd alone (floor-aot) ≤ 1.1 × minicomp-ro's GPU time (µs)",
+                  "floor-aot", "minicomp-ro", "wall_us", 1.1, "gpu_us")
             claim(w, "minicomp peak ≤ eager peak (MiB)", "minicomp", "eager", "peak_mib")
             claim(w, "minicomp peak ≤ Inductor peak (MiB)", "minicomp", "inductor", "peak_mib")
     return out
@@ -346,7 +384,7 @@ def write_results(meta: dict, rows: list[dict], out: Path) -> None:
     stem.with_suffix(".md").write_text(markdown(meta, rows))
     stem.with_suffix(".json").write_text(json.dumps(dict(meta, rows=rows), indent=1))
     print(f"\nwrote {stem}.md and .json\n")
-    widths = [18, 12, 6, 10, 10, 15, 11, 9, 15, 9, 13]
+    widths = [18, 14, 6, 10, 10, 15, 11, 9, 15, 9, 13]
     print("".join(f"{c[1]:<{n}}" for c, n in zip(COLUMNS, widths)))
     for r in rows:
         print("".join(f"{c:<{n}}" for c, n in zip(cells(r), widths)) + (f"  {r['error'][:70]}" if r.get("error") else ""))
