@@ -132,6 +132,10 @@ def test_gradient_check_catches_a_wrong_gradient():
     assert gradient_mismatches(reference, model) == []
     next(model.parameters()).grad.mul_(1.01)
     assert len(gradient_mismatches(reference, model)) == 1
+    # nor does a float64 referee let it through: it is 1 % off float64, eager's fp32 about 1e-7
+    exact = copy.deepcopy(spec.build().train()).double()
+    spec.training_loss(exact, {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}).backward()
+    assert len(gradient_mismatches(reference, model, exact=exact)) == 1
 
 
 def test_training_step_compiled_as_one_function():
