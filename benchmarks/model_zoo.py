@@ -109,7 +109,9 @@ def gradient_mismatches(reference: nn.Module, model: nn.Module, rtol: float = 1e
             scale = p.grad.double().norm().item() + 0.01 * rms * p.numel() ** 0.5
             diff = (q.grad.double() - p.grad.double()).norm().item()
             if not diff <= rtol * scale and not as_exact(q.grad, p.grad, exact_grads.get(name), scale):
-                wrong.append(f"{name}: relative error {relative_error(q.grad, p.grad):.3g}")
+                wrong.append(f"{name}: relative error {relative_error(q.grad, p.grad):.3g}" + (
+                    "" if name not in exact_grads else f" (against float64 {relative_error(q.grad, exact_grads[name]):.3g},"
+                    f" eager's {relative_error(p.grad, exact_grads[name]):.3g})"))
     for (name, b), (_, c) in zip(reference.named_buffers(), model.named_buffers()):
         if b.is_floating_point() and not torch.allclose(c, b, rtol=1e-4, atol=1e-5) \
                 and not as_exact(c, b, exact_buffers.get(name), b.double().norm().item()):
