@@ -12,7 +12,9 @@ Each architecture runs in a process of its own (a crash is a result). Per archit
 relative error ‖a − b‖/‖b‖ of the logits (``torch.no_grad()``, eval), ``grads`` the parameters whose
 gradients differ after ``(logits * cotangent).sum().backward()`` in train mode
 (``model_zoo.gradient_mismatches``; where some differ from eager's, the same step in float64 referees:
-a gradient as close to float64's as eager's is right), with every dropout and layer-drop probability
+a gradient as close to float64's as eager's is right — for image models, as eager's NCHW or
+channels-last run, whichever is further: training-mode batch norm makes these steps ill-conditioned
+in their own rounding), with every dropout and layer-drop probability
 of the config set to 0 (random masks would differ between the two runs), and the fallback ops and
 whole-graph fallbacks of the compiled forward. OK: ``fwd`` <= 1e-4, no gradient mismatch, no
 whole-graph fallback.
@@ -182,6 +184,13 @@ def check(name: str, device: str = "cpu") -> str:
         (_output(exact(**doubled)) * cotangent.double()).sum().backward()
         differ, wrong = len(wrong), zoo.gradient_mismatches(reference, compiled, exact=exact)
         referee = f" ({differ} differ from eager's; float64 referee)"
+        images = {k: v for k, v in inputs.items() if v.is_floating_point() and v.dim() == 4}
+        if wrong and images:  # eager run channels-last too: how far eager's own valid ways spread
+            other = copy.deepcopy(model).train().to(memory_format=torch.channels_last)
+            last = {k: v.contiguous(memory_format=torch.channels_last) if k in images else v for k, v in inputs.items()}
+            (_output(other(**last)) * cotangent).sum().backward()
+            wrong = zoo.gradient_mismatches(reference, compiled, exact=exact, alternatives=(other,))
+            referee = f" ({differ} differ from eager's; float64 referee, eager channels-last too)"
     ok = fwd <= 1e-4 and not wrong and not whole
     return (f"{name}: {'OK' if ok else 'FAIL'} fwd {fwd:.1e}, gradients wrong {len(wrong)}{referee} {wrong[:2]}, "
             f"fallback ops {fallbacks}, whole-graph fallbacks {whole}, {time.perf_counter() - start:.0f} s")

@@ -20,7 +20,9 @@ time per call, ``launches`` the kernels per call and ``convs`` the layout conver
 (kernel names with nchw/nhwc/transpose/convert, as cuDNN names its NCHW<->NHWC kernels), ``copies`` the
 copy kernels per call (PyTorch's ``copy_``: the layout conversions minicomp's wrappers make), all from a
 ``torch.profiler`` trace of ``PROFILE_CALLS`` calls; ``rel_err`` ‖a − b‖/‖b‖ of the logits against eager's
-and ``ok``: fp32 within 1e-3 relative, bf16 within ``suite.POINTWISE_TOL`` elementwise; ``err_fp64`` the
+and ``ok``: fp32 within 1e-3 relative, bf16 within ``suite.POINTWISE_TOL`` elementwise (and, listed
+apart, ``ok_gemm_tol``: within ``suite.GEMM_TOL``, the suite's tolerance for workloads with FLOPs, which
+a network of convolutions is); ``err_fp64`` the
 same error against the model run in float64 and ``ok_fp64``: at most twice eager's own plus 1e-4
 (``check_exact``). Variants are compiled one after another (``torch._dynamo.reset()`` once per row, so
 all of a row's compiled variants stay alive for the interleaved timing); Inductor+freezing compiles (its
@@ -51,7 +53,7 @@ import triton  # noqa: E402
 import minicomp  # noqa: E402
 import model_zoo as zoo  # noqa: E402
 from overhead import time_variants  # noqa: E402
-from suite import POINTWISE_TOL, condense, cpu_bench, gpu_bench  # noqa: E402
+from suite import GEMM_TOL, POINTWISE_TOL, condense, cpu_bench, gpu_bench  # noqa: E402
 
 MODELS = {  # name: (timm name, torchvision builder)
     "resnet50": ("resnet50", "resnet50"),
@@ -190,6 +192,8 @@ def run_variant(variant: str, model, x, expected, dtype, device: str, bench,
             sync(device)
             row["first_call_s"] = round(time.perf_counter() - t0, 2)
             row["rel_err"], row["ok"] = check(out, expected, dtype)
+            if dtype != torch.float32:  # the suite's other tolerance, its workloads with FLOPs' (GEMMs)
+                row["ok_gemm_tol"] = bool(torch.allclose(out.float(), expected.float(), **GEMM_TOL))
             if exact is not None:
                 row["err_fp64"], row["ok_fp64"] = check_exact(out, *exact)
             row["do_bench_ms"] = round(bench(lambda: fn(x)), 4)
@@ -225,7 +229,7 @@ def rows_to_run(args) -> list[tuple[str, int, str]]:
 def table(rows: list[dict], variants: list[str]) -> str:
     head = ["model", "batch", "dtype"] + [f"{v} ms" for v in variants] + \
         [f"{v} gpu ms" for v in variants if v != "eager"] + ["eager gpu ms"] + \
-        [f"{v} launches/convs" for v in variants] + ["ok", "ok vs fp64"]
+        [f"{v} launches/convs" for v in variants] + ["ok", "ok (GEMM tol)", "ok vs fp64"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         v = r["variants"]
@@ -234,8 +238,8 @@ def table(rows: list[dict], variants: list[str]) -> str:
         cells = [r["model"], str(r["batch"]), r["dtype"]] + [fmt(get(n, "ms")) for n in variants] + \
             [fmt(get(n, "gpu_ms")) for n in variants if n != "eager"] + [fmt(get("eager", "gpu_ms"))] + \
             [f"{fmt(get(n, 'launches'))}/{fmt(get(n, 'convs'))}" for n in variants] + \
-            [" ".join(("✓" if get(n, key) else "✗" if key in v.get(n, {}) else "err") for n in variants
-                      if n != "eager") for key in ("ok", "ok_fp64")]
+            [" ".join(("✓" if get(n, key) else "✗" if key in v.get(n, {}) else "err" if "ms" not in v.get(n, {})
+                       else "—") for n in variants if n != "eager") for key in ("ok", "ok_gemm_tol", "ok_fp64")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -77,7 +77,7 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 def gradient_mismatches(reference: nn.Module, model: nn.Module, rtol: float = 1e-3,
-                        exact: nn.Module | None = None) -> list[str]:
+                        exact: nn.Module | None = None, alternatives: tuple[nn.Module, ...] = ()) -> list[str]:
     """After the same training step on two copies of a model: the parameters whose gradients differ and
     the floating buffers (BatchNorm running statistics) whose values differ, each with its relative
     error. A gradient passes if ‖a − b‖ ≤ rtol·(‖b‖ + 0.01·rms·√n), rms the root mean square of all
@@ -87,19 +87,26 @@ def gradient_mismatches(reference: nn.Module, model: nn.Module, rtol: float = 1e
     ``exact``: a third copy after the same step in float64. A gradient or buffer that differs from
     eager's still passes when its error against float64 is at most twice eager's (plus 1e-4 of the
     scale above): PyTorch's own rule for judging a compiler where eager's fp32 is itself inexact
-    (deep stacks of training-mode batch norm amplify rounding towards the input layers)."""
+    (deep stacks of training-mode batch norm amplify rounding towards the input layers).
+    ``alternatives``: more eager copies after the same step, run another valid way (channels-last
+    memory): eager's error is then the largest of theirs and the reference's — where eager's own ways
+    differ from float64 by a percent, so may a compiler."""
     grads = [p.grad for p in reference.parameters() if p.grad is not None]
     squares = sum(float(g.double().pow(2).sum()) for g in grads)
     rms = math.sqrt(squares / max(sum(g.numel() for g in grads), 1))
     exact_grads = {n: p.grad for n, p in exact.named_parameters()} if exact is not None else {}
     exact_buffers = dict(exact.named_buffers()) if exact is not None else {}
+    other_grads = [{n: p.grad for n, p in m.named_parameters()} for m in alternatives]
+    other_buffers = [dict(m.named_buffers()) for m in alternatives]
 
-    def as_exact(actual: torch.Tensor, eager: torch.Tensor, truth: torch.Tensor | None, scale: float) -> bool:
-        """``actual`` differs from ``eager`` but is as close to float64's ``truth`` as eager is."""
+    def as_exact(actual: torch.Tensor, eager: list, truth: torch.Tensor | None, scale: float) -> bool:
+        """``actual`` differs from eager's (``eager``: its runs' values) but is as close to float64's
+        ``truth`` as eager is."""
         if truth is None:
             return False
         err = (actual.double() - truth.double()).norm().item()
-        return err <= 2 * (eager.double() - truth.double()).norm().item() + 1e-4 * scale
+        eager_err = max((e.double() - truth.double()).norm().item() for e in eager if e is not None)
+        return err <= 2 * eager_err + 1e-4 * scale
 
     wrong = []
     for (name, p), (_, q) in zip(reference.named_parameters(), model.named_parameters()):
@@ -108,13 +115,15 @@ def gradient_mismatches(reference: nn.Module, model: nn.Module, rtol: float = 1e
         elif p.grad is not None:
             scale = p.grad.double().norm().item() + 0.01 * rms * p.numel() ** 0.5
             diff = (q.grad.double() - p.grad.double()).norm().item()
-            if not diff <= rtol * scale and not as_exact(q.grad, p.grad, exact_grads.get(name), scale):
+            eager = [p.grad, *(g.get(name) for g in other_grads)]
+            if not diff <= rtol * scale and not as_exact(q.grad, eager, exact_grads.get(name), scale):
                 wrong.append(f"{name}: relative error {relative_error(q.grad, p.grad):.3g}" + (
                     "" if name not in exact_grads else f" (against float64 {relative_error(q.grad, exact_grads[name]):.3g},"
                     f" eager's {relative_error(p.grad, exact_grads[name]):.3g})"))
     for (name, b), (_, c) in zip(reference.named_buffers(), model.named_buffers()):
         if b.is_floating_point() and not torch.allclose(c, b, rtol=1e-4, atol=1e-5) \
-                and not as_exact(c, b, exact_buffers.get(name), b.double().norm().item()):
+                and not as_exact(c, [b, *(o.get(name) for o in other_buffers)], exact_buffers.get(name),
+                                 b.double().norm().item()):
             wrong.append(f"buffer {name}: relative error {relative_error(c, b):.3g}")
     return wrong
 
