@@ -160,6 +160,11 @@ def build(name: str, device: str) -> tuple[torch.nn.Module, dict]:
     return model.to(device), {k: v.to(device) for k, v in inputs.items()}
 
 
+def _training_step(model: torch.nn.Module, inputs: dict, cotangent: torch.Tensor) -> None:
+    """``(output * cotangent).sum().backward()``."""
+    (_output(model(**inputs)) * cotangent).sum().backward()
+
+
 def check(name: str, device: str = "cpu") -> str:
     """One architecture's line."""
     model, inputs = build(name, device)
@@ -174,21 +179,21 @@ def check(name: str, device: str = "cpu") -> str:
     whole = [r.whole_graph_fallback[:120] for r in reports if r.whole_graph_fallback]
     reference, compiled = copy.deepcopy(model).train(), copy.deepcopy(model).train()
     cotangent = torch.randn(expected.shape, generator=torch.Generator().manual_seed(1)).to(device)
-    (_output(reference(**inputs)) * cotangent).sum().backward()
+    _training_step(reference, inputs, cotangent)
     torch._dynamo.reset()
-    (_output(minicomp.compile(compiled)(**inputs)) * cotangent).sum().backward()
+    _training_step(minicomp.compile(compiled), inputs, cotangent)
     wrong, referee = zoo.gradient_mismatches(reference, compiled), ""
     if wrong:  # judged against float64 as well: is eager's fp32 the closer one?
         exact = copy.deepcopy(model).double().train()
         doubled = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
-        (_output(exact(**doubled)) * cotangent.double()).sum().backward()
+        _training_step(exact, doubled, cotangent.double())
         differ, wrong = len(wrong), zoo.gradient_mismatches(reference, compiled, exact=exact)
         referee = f" ({differ} differ from eager's; float64 referee)"
         images = {k: v for k, v in inputs.items() if v.is_floating_point() and v.dim() == 4}
         if wrong and images:  # eager run channels-last too: how far eager's own valid ways spread
             other = copy.deepcopy(model).train().to(memory_format=torch.channels_last)
             last = {k: v.contiguous(memory_format=torch.channels_last) if k in images else v for k, v in inputs.items()}
-            (_output(other(**last)) * cotangent).sum().backward()
+            _training_step(other, last, cotangent)
             wrong = zoo.gradient_mismatches(reference, compiled, exact=exact, alternatives=(other,))
             referee = f" ({differ} differ from eager's; float64 referee, eager channels-last too)"
     ok = fwd <= 1e-4 and not wrong and not whole

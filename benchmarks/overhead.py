@@ -56,19 +56,16 @@ import model_zoo as zoo  # noqa: E402
 from common import RESULTS  # noqa: E402
 from suite import _without_out, condense, sync  # noqa: E402
 
-def _answers(gm, example_inputs) -> Callable:
-    """A compiled graph that runs nothing: it returns the outputs ``gm`` gave for the example inputs."""
+
+def answers_backend(gm, example_inputs) -> Callable:
+    """Dynamo backend of the ``floor-dynamo`` variant, a compiled graph that runs nothing (it returns
+    the outputs ``gm`` gave for the example inputs): what a call costs the host before any compiler's
+    code runs (Dynamo's frame evaluation and guards)."""
     outputs = gm(*example_inputs)
 
     def run(*args):
         return outputs
     return run
-
-
-def answers_backend(gm, example_inputs) -> Callable:
-    """Dynamo backend of the ``floor-dynamo`` variant: what a call costs the host before any compiler's
-    code runs (Dynamo's frame evaluation and guards)."""
-    return _answers(gm, example_inputs)
 
 
 def answers_aot_backend(gm, example_inputs) -> Callable:
@@ -77,7 +74,7 @@ def answers_aot_backend(gm, example_inputs) -> Callable:
     from torch._functorch.aot_autograd import aot_module_simplified
 
     def compiler(g, inputs):
-        run = _answers(g, inputs)
+        run = answers_backend(g, inputs)
         boxed = lambda args: run(*args)  # noqa: E731 - AOTAutograd calls compiled graphs with a list
         boxed._boxed_call = True
         return boxed
@@ -87,7 +84,7 @@ def answers_aot_backend(gm, example_inputs) -> Callable:
 VARIANTS = {"eager": None, "inductor": {}, "minicomp": dict(backend="minicomp"),
             "inductor-ro": dict(mode="reduce-overhead"), "minicomp-ro": dict(backend="minicomp", mode="reduce-overhead"),
             "floor-dynamo": dict(backend=answers_backend), "floor-aot": dict(backend=answers_aot_backend)}
-FLOORS = {"floor-dynamo", "floor-aot"}
+FLOORS = {n for n in VARIANTS if n.startswith("floor-")}
 """Variants that compute nothing (their outputs are the first call's): host time only, not checked."""
 REL_TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}

@@ -168,11 +168,12 @@ def finish(p, r: Reduce, acc: str, index: str | None, indent: str) -> None:
         p.use_helper(helper)
         out(f"{indent}_, {r.var} = tl.reduce(({acc}, {index}), 1, {helper})")
         out(f"{indent}{r.var} = {r.var}[:, None].to(tl.int64)")
-    elif r.fn == "sum" and is_float(input_dtype(r)):
-        out(f"{indent}{r.var} = (tl.reduce({acc}, 1, tl.standard._sum_combine)[:, None]).to({p.tl_type(r.dtype)})")
     else:
-        helper = combine_fn(r)
-        p.use_helper(helper)
+        if r.fn == "sum" and is_float(input_dtype(r)):
+            helper = "tl.standard._sum_combine"
+        else:
+            helper = combine_fn(r)
+            p.use_helper(helper)
         value = f"tl.reduce({acc}, 1, {helper})[:, None]"
         if r.fn in ("any", "all"):
             out(f"{indent}{r.var} = {value} != 0")
