@@ -119,7 +119,7 @@ def gradient_mismatches(reference: nn.Module, model: nn.Module, rtol: float = 1e
             if not diff <= rtol * scale and not as_exact(q.grad, eager, exact_grads.get(name), scale):
                 wrong.append(f"{name}: relative error {relative_error(q.grad, p.grad):.3g}" + (
                     "" if name not in exact_grads else f" (against float64 {relative_error(q.grad, exact_grads[name]):.3g},"
-                    f" eager's {relative_error(p.grad, exact_grads[name]):.3g})"))
+                    f" eager's {'/'.join(f'{relative_error(e, exact_grads[name]):.3g}' for e in eager if e is not None)})"))
     for (name, b), (_, c) in zip(reference.named_buffers(), model.named_buffers()):
         if b.is_floating_point() and not torch.allclose(c, b, rtol=1e-4, atol=1e-5) \
                 and not as_exact(c, [b, *(o.get(name) for o in other_buffers)], exact_buffers.get(name),
