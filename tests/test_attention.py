@@ -136,6 +136,24 @@ def test_half_inputs_with_softmax_in_fp32(dtype):
     assert len(fused(report)) == 1
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_running_maximum_grows_tile_after_tile_and_jumps(dtype):
+    """Scores that grow tile after tile (16-key tiles in the interpreter), then jump by about 20 powers
+    of two (a running maximum left stale would overflow fp16's p), some rows falling instead: outputs as
+    eager's, and in fp32 the gradients through the saved log-sum-exp."""
+    q, k, v = qkv(b=1, h=2, tq=24, tk=80, d=16)
+    ramp = torch.linspace(0.5, 3.0, 80)
+    ramp[48:] += 6.0  # a jump of about 20 powers of two in the scores of the fourth tile
+    k = k * ramp[:, None]
+    q[:, 1, ::2] *= -1  # rows whose largest scores come first
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    for causal in (False, True):
+        compile_and_compare(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                            q, k, v, kernels=1)
+    if dtype == torch.float32:  # (in bf16 these saturated rows' gradients are eager's rounding noise)
+        compare_gradients(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)
+
+
 def test_mingpt_in_bf16_and_head_dim_64():
     compile_and_compare(mingpt, *qkv(b=1, h=2, tq=33, d=64, dtype=torch.bfloat16), kernels=1)
 
