@@ -14,7 +14,8 @@ use); the runtime also relies on a few things Triton does not document:
   ``src.signature``/``src.constants``, and ``metadata`` only through attributes: ``launcher_alongside``;
 * the interpreter hands a ``tl.reduce`` whose combine function *is* ``tl.standard._sum_combine`` to
   numpy's (pairwise) sum and runs any other combine function element after element in Python: the
-  reduction template's floating sums name it (``test_a_long_float_sum_is_as_exact_as_eagers``);
+  reduction template's floating sums and the attention template's row sums name it
+  (``test_a_long_float_sum_is_as_exact_as_eagers``);
 * ``JITFunction.run`` returns the ``CompiledKernel`` it launched, and launches it as
   ``kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, launch_metadata,
   enter_hook, exit_hook, *every_argument)`` (constexprs included, in parameter order): ``lean_launcher``.

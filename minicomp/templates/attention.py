@@ -217,8 +217,8 @@ class AttentionTemplate(Template):
                   f"{i1}seen = tl.minimum(tl.maximum(pid_m * BLOCK_M + BLOCK_M + {causal}, 0), {tk})"]
             loops = [("0", "visible", False), ("visible", "seen", True)]
         precision = ', input_precision="ieee"' if qdtype == torch.float32 else ""
-        for helper in ("_max_nan", "_sum") + (("_ex2_approx",) if qdtype != torch.float64 else ()):
-            p.use_helper(helper)  # Triton's own reductions do not run in the interpreter
+        for helper in ("_max_nan",) + (("_ex2_approx",) if qdtype != torch.float64 else ()):
+            p.use_helper(helper)  # (tl.max runs compiled only; sums use _sum_combine: templates/reduction.py)
 
         def exp2(x: str) -> str:  # one MUFU instruction (ex2.approx) in fp32
             return f"tl.exp2({x})" if qdtype == torch.float64 else f"_ex2_approx({x}, INTERPRETED)"
@@ -259,7 +259,7 @@ class AttentionTemplate(Template):
                   f"{i2}m_use = tl.where(m_new == float('-inf'), 0.0, m_new)  # a row with no key yet adds 0",
                   f"{i2}p_tile = {exp2(p_exp)}",
                   f"{i2}alpha = {exp2(f'(m_i - m_use) * {LOG2E!r}' if natural else 'm_i - m_use')}",
-                  f"{i2}l_i = l_i * alpha + tl.reduce(p_tile, 1, _sum)"]
+                  f"{i2}l_i = l_i * alpha + tl.reduce(p_tile, 1, tl.standard._sum_combine)"]
             if half:
                 L += [f"{i2}p_tile = p_tile.to({p.tl_type(qdtype)})",
                       f"{i2}if INTERPRETED:",
