@@ -32,6 +32,11 @@ GEMM_CONFIGS = ("128x256x64/8/3", "128x128x64/8/4", "256x128x64/8/3", "128x128x6
 # (6.2), 8x4096x4096 18.8 -> 10.8 (9.8) with 16x32x256 tiles; 49x3072x768 11.0 -> 7.5 (7.7),
 # 49x768x3072 5.7 -> 5.0 (5.0) with 64x32x128.
 SHORT_ROWS = 64
+# Big tiles whose last wave leaves many SMs idle lose to 128x128 ones. Measured on the H200 (bf16, a GPT-2
+# block's products with their residual add, 192 big tiles = 1.45 waves): 8192x3072 -> 768 82.8 -> 67.1 us
+# (cuBLAS + add 82.2), 8192x768 -> 768 41.1 -> 36.8; where the big tiles fill their waves (4096^3, 0.97)
+# they stay faster (197 vs 209 us). benchmarks/results/2026-11-24-gemm-waves-s18.json
+WAVE_USE_FLOOR = 0.8
 
 
 def gemm_schedule(m: int, n: int, k: int, dtype: torch.dtype, target: Target, epilogue_math: bool = False,
@@ -56,9 +61,18 @@ def gemm_schedule(m: int, n: int, k: int, dtype: torch.dtype, target: Target, ep
             blocks, warps, stages = (256, 128, 64), 8, 3
         else:
             blocks, warps, stages = (fit(m, 128), fit(n, 128), fit(k, 64)), 4, 4
+        big = blocks in ((128, 256, 64), (256, 128, 64))
+        if big and _wave_use(m, n, blocks, batch, target) < WAVE_USE_FLOOR < _wave_use(m, n, (128, 128), batch, target):
+            blocks, warps, stages = (128, 128, 64), 8, 4
     else:
         blocks, warps, stages = (fit(m, 128), fit(n, 128), fit(k, 32)), 8, 3
     return Schedule("gemm", dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), blocks), GROUP_M=8), warps, stages)
+
+
+def _wave_use(m: int, n: int, blocks: tuple[int, ...], batch: int, target: Target) -> float:
+    """The share of SM slots the tiles fill over the waves they need (1.0: the last wave is full)."""
+    tiles = batch * -(-m // blocks[0]) * -(-n // blocks[1])
+    return tiles / (-(-tiles // target.sm_count) * target.sm_count)
 
 
 def config_schedule(config: str) -> Schedule:
