@@ -112,6 +112,42 @@ def _(x):
     return torch.empty(x.dim(), dtype=torch.int64)
 
 
+@torch.library.custom_op("minicomp_test::like_and_rows", mutates_args=())
+def like_and_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """A fallback op whose result is laid out like its input and which also returns a number (as the
+    SDPA ops: the output in the query's layout, the sequence lengths)."""
+    return torch.empty_like(x).copy_(x.exp()), x.shape[0]
+
+
+@like_and_rows.register_fake
+def _(x):
+    return torch.empty_like(x), x.shape[0]
+
+
+def test_a_fallback_result_keeps_its_traced_layout_beside_a_number(monkeypatch):
+    """The traced layout of the op's result (transposed, as its input) is the one the kernels after it
+    read: no copy to another layout per call (a GPT-2 block copied SDPA's output every call)."""
+    from minicomp.runtime import support
+    copied = []
+    for name in ("ensure_contiguous", "ensure_layout"):
+        real = getattr(support, name)
+
+        def spy(t, *strides, real=real):
+            out = real(t, *strides)
+            if out is not t:
+                copied.append(tuple(t.shape))
+            return out
+        monkeypatch.setattr(support, name, spy)
+
+    def fn(x):
+        y, rows = like_and_rows((x * 2).t())
+        return y * rows + 1
+    x = torch.randn(6, 5)
+    torch.testing.assert_close(minicomp.compile(fn)(x), fn(x))
+    assert [f.op for f in minicomp.report().fallbacks] == ["minicomp_test.like_and_rows.default"]
+    assert copied == []
+
+
 @pytest.mark.parametrize("fn", [
     lambda x: strides_of(F.pad(x * 2, (0, 3))[..., :5]),        # padded rows (gaps): kept
     lambda x: strides_of((x + 1).permute(1, 0).clone()),        # a clone eager makes contiguous

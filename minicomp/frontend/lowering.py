@@ -198,12 +198,15 @@ class Lowering:
 
     def _extern_result(self, target, args, kwargs):
         """What a fallback op returns (shapes, dtypes, devices, strides): the value traced for its FX
-        node; else the op run on meta tensors; else, for an op with no meta kernel, the op run once
+        node; else the op run on meta tensors (contiguous: a result laid out like its input, as the
+        SDPA ops' is, then is not); else, for an op with no meta kernel, the op run once
         on random tensors of its inputs' types."""
         val = self.node.meta.get("val")
         leaves = list(_flatten(val if isinstance(val, (list, tuple)) else [val]))
-        tensors = [t for t in leaves if t is not None]  # optional results may be None
-        if tensors and all(isinstance(t, torch.Tensor) and _concrete(t) for t in tensors):
+        tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
+        # optional results may be None, and results plain numbers (the SDPA ops' sequence lengths)
+        plain = all(t is None or type(t) in (int, float, bool) for t in leaves if not isinstance(t, torch.Tensor))
+        if tensors and plain and all(_concrete(t) for t in tensors):
             return val
         to_meta = lambda v: self.meta(v) if isinstance(v, Node) else v  # noqa: E731
         try:
