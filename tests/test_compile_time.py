@@ -112,5 +112,5 @@ def test_compile_time_grows_linearly_with_unrolled_steps(monkeypatch, gemm):
         monkeypatch.setattr(gemm_choice, "heuristic", lambda node, target: (gemm_choice.ATEN, "test"))
     _compile_cpu_seconds(3, check=True)  # one-time costs (imports) out of the way
     small = min(_compile_cpu_seconds(40) for _ in range(2))
-    large = _compile_cpu_seconds(200)
+    large = min(_compile_cpu_seconds(200) for _ in range(2))  # (one CI run's single try: 7.3x, the usual 4.9x)
     assert large < 7 * small, f"40 steps: {small:.3f}s, 200 steps: {large:.3f}s"
