@@ -198,9 +198,9 @@ class Lowering:
 
     def _extern_result(self, target, args, kwargs):
         """What a fallback op returns (shapes, dtypes, devices, strides): the value traced for its FX
-        node; else the op run on meta tensors (contiguous: a result laid out like its input, as the
-        SDPA ops' is, then is not); else, for an op with no meta kernel, the op run once
-        on random tensors of its inputs' types."""
+        node; else the op run on meta tensors (contiguous ones: a result that follows its input's layout,
+        as SDPA's output does, is then typed contiguous); else, for an op with no meta kernel, the op run
+        once on random tensors of its inputs' types."""
         val = self.node.meta.get("val")
         leaves = list(_flatten(val if isinstance(val, (list, tuple)) else [val]))
         tensors = [t for t in leaves if isinstance(t, torch.Tensor)]

@@ -43,8 +43,9 @@ def gemm_schedule(m: int, n: int, k: int, dtype: torch.dtype, target: Target, ep
                   batch: int = 1) -> Schedule:
     """Tile sizes for a GEMM (``batch`` products of ``m x k x n``): the big Hopper tiles for large
     half-precision products (128x128 with 4 warps under a transcendental epilogue), narrow ones for
-    short products that would leave SMs idle (``SHORT_ROWS``), smaller ones for small sizes and fp32;
-    small tiles for the CPU interpreter."""
+    short products that would leave SMs idle (``SHORT_ROWS``), 128x128 where the big tiles' last wave
+    would leave most SMs idle (``WAVE_USE_FLOOR``), smaller ones for small sizes and fp32; small tiles
+    for the CPU interpreter."""
     def fit(size, most):
         return max(16, min(most, pow2(size)))
     if not target.is_cuda:
