@@ -35,7 +35,7 @@ SHORT_ROWS = 64
 # Big tiles whose last wave leaves many SMs idle lose to 128x128 ones. Measured on the H200 (bf16, a GPT-2
 # block's products with their residual add, 192 big tiles = 1.45 waves): 8192x3072 -> 768 82.8 -> 67.1 us
 # (cuBLAS + add 82.2), 8192x768 -> 768 41.1 -> 36.8; where the big tiles fill their waves (4096^3, 0.97)
-# they stay faster (197 vs 209 us). benchmarks/results/2026-11-24-gemm-waves-s18.json
+# they stay faster (197 vs 209 us). benchmarks/gemm_tiles.py; results/2026-11-24-gemm-waves-s18.json
 WAVE_USE_FLOOR = 0.8
 
 
