@@ -148,6 +148,27 @@ def test_a_fallback_result_keeps_its_traced_layout_beside_a_number(monkeypatch):
     assert copied == []
 
 
+def test_a_kernel_result_a_fallback_op_reads_is_stored_as_eager_hands_it(monkeypatch):
+    """``x.t() * 2`` is transposed in memory in eager (elementwise ops keep their input's layout): the
+    kernel stores it so, and the fallback op gets it without a copy per call."""
+    from minicomp.runtime import support
+    copied = []
+    real = support.eager_strided
+
+    def spy(t, strides):
+        out = real(t, strides)
+        if out is not t:
+            copied.append(tuple(t.shape))
+        return out
+    monkeypatch.setattr(support, "eager_strided", spy)
+
+    def fn(x):
+        return strides_of(x.t() * 2)
+    x = torch.randn(4, 5)
+    assert minicomp.compile(fn)(x).tolist() == fn(x).tolist() == [1, 5]
+    assert copied == []
+
+
 @pytest.mark.parametrize("fn", [
     lambda x: strides_of(F.pad(x * 2, (0, 3))[..., :5]),        # padded rows (gaps): kept
     lambda x: strides_of((x + 1).permute(1, 0).clone()),        # a clone eager makes contiguous
