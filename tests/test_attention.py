@@ -359,6 +359,37 @@ def test_hugging_face_eager_attention_is_fused(model):
     assert any("causal j <= i+0" in decisions(r) for r in reports)
 
 
+def test_sdpa_kept_reads_a_rotary_q_and_returns_its_output_without_layout_copies(monkeypatch):
+    """SDPA kept as a fallback (as on GPUs): the rotary q, [B, T, H, D] in eager's memory, is stored so
+    by its kernel, and SDPA's output is typed as it comes back: the wrapper copies nothing a call
+    (before: q copied to eager's layout, the output copied to another)."""
+    from minicomp.runtime import support
+    monkeypatch.setenv("MINICOMP_ATTENTION", "0")
+    copied = []
+    for name in ("eager_strided", "ensure_layout", "ensure_contiguous"):
+        real = getattr(support, name)
+
+        def spy(t, *strides, real=real, name=name):
+            out = real(t, *strides)
+            if out is not t:
+                copied.append((name, tuple(t.shape)))
+            return out
+        monkeypatch.setattr(support, name, spy)
+
+    def fn(x, w, cos, sin):
+        b, t, _ = x.shape
+        q = (x @ w).view(b, t, 2, 8).transpose(1, 2)
+        q = q * cos + torch.cat((-q[..., 4:], q[..., :4]), -1) * sin  # Llama's rotate_half
+        return F.scaled_dot_product_attention(q, q, q, is_causal=True).transpose(1, 2).reshape(b, t, 16)
+    args = (torch.randn(2, 9, 16), torch.randn(16, 16) / 4, torch.randn(9, 8), torch.randn(9, 8))
+    compiled = minicomp.compile(fn)
+    torch.testing.assert_close(compiled(*args), fn(*args))
+    assert any("SDPA" in f.op or "scaled_dot_product" in f.op for f in minicomp.report().fallbacks)
+    copied.clear()
+    torch.testing.assert_close(compiled(*args), fn(*args))
+    assert copied == []
+
+
 def test_heads_merged_back_are_a_plain_operand_of_the_next_product(monkeypatch):
     """The attention result is stored [B, T, H, D]: the projection after it reads [B*T, H*D] as a
     plain 2-D buffer (on the H200 through TMA)."""
