@@ -111,6 +111,8 @@ def test_compile_time_grows_linearly_with_unrolled_steps(monkeypatch, gemm):
     if gemm == "aten":
         monkeypatch.setattr(gemm_choice, "heuristic", lambda node, target: (gemm_choice.ATEN, "test"))
     _compile_cpu_seconds(3, check=True)  # one-time costs (imports) out of the way
-    small = min(_compile_cpu_seconds(40) for _ in range(2))
-    large = min(_compile_cpu_seconds(200) for _ in range(2))  # (one CI run's single try: 7.3x, the usual 4.9x)
+    # the least of three tries each: a loaded machine slows the long compile more (two CI runs measured
+    # 7.0-7.3x from one or two tries, where it is 4.6-5.2x)
+    small = min(_compile_cpu_seconds(40) for _ in range(3))
+    large = min(_compile_cpu_seconds(200) for _ in range(3))
     assert large < 7 * small, f"40 steps: {small:.3f}s, 200 steps: {large:.3f}s"
