@@ -15,7 +15,7 @@ from minicomp.ir.graph import Graph
 from minicomp.ir.interpreter import run as interpret
 from minicomp.ir.types import TensorType
 from minicomp.ir.verifier import VerificationError, verify
-from tests.utils import compare_gradients, compile_and_compare
+from tests.utils import compare_gradients, compile_and_compare, layout_copies
 
 NEG = float("-inf")
 
@@ -363,18 +363,8 @@ def test_sdpa_kept_reads_a_rotary_q_and_returns_its_output_without_layout_copies
     """SDPA kept as a fallback (as on GPUs): the rotary q, [B, T, H, D] in eager's memory, is stored so
     by its kernel, and SDPA's output is typed as it comes back: the wrapper copies nothing a call
     (before: q copied to eager's layout, the output copied to another)."""
-    from minicomp.runtime import support
     monkeypatch.setenv("MINICOMP_ATTENTION", "0")
-    copied = []
-    for name in ("eager_strided", "ensure_layout", "ensure_contiguous"):
-        real = getattr(support, name)
-
-        def spy(t, *strides, real=real, name=name):
-            out = real(t, *strides)
-            if out is not t:
-                copied.append((name, tuple(t.shape)))
-            return out
-        monkeypatch.setattr(support, name, spy)
+    copied = layout_copies(monkeypatch)
 
     def fn(x, w, cos, sin):
         b, t, _ = x.shape

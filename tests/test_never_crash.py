@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import minicomp
 from minicomp.compiler import MinicompError
-from tests.utils import compile_and_compare
+from tests.utils import compile_and_compare, layout_copies
 
 
 def _broken_launches(monkeypatch):
@@ -127,17 +127,7 @@ def _(x):
 def test_a_fallback_result_keeps_its_traced_layout_beside_a_number(monkeypatch):
     """The traced layout of the op's result (transposed, as its input) is the one the kernels after it
     read: no copy to another layout per call (a GPT-2 block copied SDPA's output every call)."""
-    from minicomp.runtime import support
-    copied = []
-    for name in ("ensure_contiguous", "ensure_layout"):
-        real = getattr(support, name)
-
-        def spy(t, *strides, real=real):
-            out = real(t, *strides)
-            if out is not t:
-                copied.append(tuple(t.shape))
-            return out
-        monkeypatch.setattr(support, name, spy)
+    copied = layout_copies(monkeypatch, "ensure_contiguous", "ensure_layout")
 
     def fn(x):
         y, rows = like_and_rows((x * 2).t())
@@ -151,16 +141,7 @@ def test_a_fallback_result_keeps_its_traced_layout_beside_a_number(monkeypatch):
 def test_a_kernel_result_a_fallback_op_reads_is_stored_as_eager_hands_it(monkeypatch):
     """``x.t() * 2`` is transposed in memory in eager (elementwise ops keep their input's layout): the
     kernel stores it so, and the fallback op gets it without a copy per call."""
-    from minicomp.runtime import support
-    copied = []
-    real = support.eager_strided
-
-    def spy(t, strides):
-        out = real(t, strides)
-        if out is not t:
-            copied.append(tuple(t.shape))
-        return out
-    monkeypatch.setattr(support, "eager_strided", spy)
+    copied = layout_copies(monkeypatch, "eager_strided")
 
     def fn(x):
         return strides_of(x.t() * 2)

@@ -45,6 +45,22 @@ def compile_and_compare(fn, *args, kernels: int | None = None, fallbacks: int | 
     return report
 
 
+def layout_copies(monkeypatch, *names: str) -> list[tuple[str, tuple[int, ...]]]:
+    """Record each copy the wrappers' layout helpers (``runtime.support``: ``eager_strided``,
+    ``ensure_layout``, ``ensure_contiguous``; all three by default) make, as (helper, shape). Call it
+    before compiling: a wrapper imports the helpers when it is loaded."""
+    from minicomp.runtime import support
+    copied: list[tuple[str, tuple[int, ...]]] = []
+    for name in names or ("eager_strided", "ensure_layout", "ensure_contiguous"):
+        def spy(t, *strides, real=getattr(support, name), name=name):
+            out = real(t, *strides)
+            if out is not t:
+                copied.append((name, tuple(t.shape)))
+            return out
+        monkeypatch.setattr(support, name, spy)
+    return copied
+
+
 def small_split_thresholds(monkeypatch) -> None:
     """Lower the split-reduction thresholds so small tensors take the paths long GPU rows take."""
     from minicomp.passes import split_reductions as split

@@ -17,7 +17,7 @@ from ..ir.layout import view_as_strided
 from ..ir.ops import OPS
 from ..ir.target import Target
 from ..ir.types import contiguous_strides
-from ..templates.gemm import SHORT_ROWS, gemm_schedule
+from ..templates.gemm import SHORT_ROWS, gemm_schedule, tile_count
 
 ATEN = "aten"
 
@@ -60,7 +60,7 @@ def heuristic(node: Node, target: Target) -> tuple[str, str]:
     # 14 launches with cuBLAS, 9 with the template, 338 vs 247-330 us a call)
     batch = math.prod(node.shape[:-2])
     blocks = gemm_schedule(a.shape[-2], node.shape[-1], k, a.dtype, target, bool(heavy), batch).blocks
-    tiles = batch * -(-a.shape[-2] // blocks["BLOCK_M"]) * -(-node.shape[-1] // blocks["BLOCK_N"])
+    tiles = tile_count(a.shape[-2], node.shape[-1], (blocks["BLOCK_M"], blocks["BLOCK_N"]), batch)
     if tiles < target.sm_count and batch * a.shape[-2] > SHORT_ROWS:  # rows (batch x M): short ones keep it
         return ATEN, f"{tiles} template tiles for {target.sm_count} SMs: cuBLAS sizes its tiles to the product"
     return "triton", "tensor-core template with the epilogue fused"

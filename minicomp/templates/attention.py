@@ -26,6 +26,7 @@ from ..ir.target import Target
 from ..passes.fusion import Group
 from .base import Context, Template, cdiv
 from .emitter import Emitter, finish_kernel, pow2
+from .reduction import FLOAT_SUM
 
 LOG2E = 1.4426950408889634
 GRID_Y_LIMIT = 65535  # CUDA's limit on a grid's second axis
@@ -218,7 +219,7 @@ class AttentionTemplate(Template):
             loops = [("0", "visible", False), ("visible", "seen", True)]
         precision = ', input_precision="ieee"' if qdtype == torch.float32 else ""
         for helper in ("_max_nan",) + (("_ex2_approx",) if qdtype != torch.float64 else ()):
-            p.use_helper(helper)  # (tl.max runs compiled only; sums use _sum_combine: templates/reduction.py)
+            p.use_helper(helper)  # (tl.max runs compiled only; sums: reduction.FLOAT_SUM)
 
         def exp2(x: str) -> str:  # one MUFU instruction (ex2.approx) in fp32
             return f"tl.exp2({x})" if qdtype == torch.float64 else f"_ex2_approx({x}, INTERPRETED)"
@@ -259,7 +260,7 @@ class AttentionTemplate(Template):
                   f"{i2}m_use = tl.where(m_new == float('-inf'), 0.0, m_new)  # a row with no key yet adds 0",
                   f"{i2}p_tile = {exp2(p_exp)}",
                   f"{i2}alpha = {exp2(f'(m_i - m_use) * {LOG2E!r}' if natural else 'm_i - m_use')}",
-                  f"{i2}l_i = l_i * alpha + tl.reduce(p_tile, 1, tl.standard._sum_combine)"]
+                  f"{i2}l_i = l_i * alpha + tl.reduce(p_tile, 1, {FLOAT_SUM})"]
             if half:
                 L += [f"{i2}p_tile = p_tile.to({p.tl_type(qdtype)})",
                       f"{i2}if INTERPRETED:",

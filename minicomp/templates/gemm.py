@@ -70,9 +70,14 @@ def gemm_schedule(m: int, n: int, k: int, dtype: torch.dtype, target: Target, ep
     return Schedule("gemm", dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), blocks), GROUP_M=8), warps, stages)
 
 
+def tile_count(m: int, n: int, blocks: tuple[int, ...], batch: int = 1) -> int:
+    """The output tiles of ``batch`` products of ``m x n`` in tiles of ``blocks`` (rows, columns)."""
+    return batch * -(-m // blocks[0]) * -(-n // blocks[1])
+
+
 def _wave_use(m: int, n: int, blocks: tuple[int, ...], batch: int, target: Target) -> float:
     """The share of SM slots the tiles fill over the waves they need (1.0: the last wave is full)."""
-    tiles = batch * -(-m // blocks[0]) * -(-n // blocks[1])
+    tiles = tile_count(m, n, blocks, batch)
     return tiles / (-(-tiles // target.sm_count) * target.sm_count)
 
 

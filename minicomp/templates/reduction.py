@@ -28,6 +28,9 @@ from .base import Context, Template, fill_sms
 from .emitter import build_rows, pow2, walk_order
 from .pointwise import MIN_BLOCK
 
+# Triton's own sum combine: the interpreter sums with numpy when a tl.reduce names it (see ``finish``)
+FLOAT_SUM = "tl.standard._sum_combine"
+
 COLUMN_TILE = 64  # contiguous outputs per program of a column reduction
 WINDOW = 32  # a pooling window (or a window-sum convolution's taps) of at most this many is unrolled
 
@@ -170,7 +173,7 @@ def finish(p, r: Reduce, acc: str, index: str | None, indent: str) -> None:
         out(f"{indent}{r.var} = {r.var}[:, None].to(tl.int64)")
     else:
         if r.fn == "sum" and is_float(input_dtype(r)):
-            helper = "tl.standard._sum_combine"
+            helper = FLOAT_SUM
         else:
             helper = combine_fn(r)
             p.use_helper(helper)
