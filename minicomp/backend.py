@@ -21,6 +21,7 @@ from .frontend.freeze import freezable_inputs
 from .frozen import FrozenGraph
 from .runtime import cuda_graphs
 from .frontend.interpolate_op import substitute_interpolate
+from .frontend.recurrent_op import substitute_recurrent
 
 
 # Decompositions that are right only where no backward reads the op's outputs. AOTAutograd applies the
@@ -83,6 +84,7 @@ class Backend:
         is stored in the graph cache once compiled."""
         opts = self.options
         substitute_interpolate(gm)  # kept whole by AOTAutograd, lowered by minicomp (forward and backward)
+        substitute_recurrent(gm)  # kept whole by AOTAutograd, run by PyTorch's recurrent kernels
 
         static_names: set[str] = set()  # the forward's static inputs by name: the backward's are among them
 

@@ -309,6 +309,32 @@ def test_model_forward_on_cuda(spec, dtype, monkeypatch):
     check_forward(spec, 2, device="cuda", dtype=dtype)
 
 
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+@pytest.mark.parametrize("make", [lambda: torch.nn.LSTM(16, 24, 2, batch_first=True),
+                                  lambda: torch.nn.GRU(16, 24, 1, bidirectional=True)], ids=["lstm", "gru"])
+def test_recurrent_modules_run_cudnn_forward_and_backward_on_cuda(make, mode, monkeypatch):
+    # minicomp::recurrent: cuDNN's kernels (flattened weights), the backward by recomputation
+    monkeypatch.setattr(torch._dynamo.config, "allow_rnn", True)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    module = make().cuda()
+    compiled = torch.compile(module, backend="minicomp", mode=mode)
+    for _ in range(3):  # reduce-overhead: plain run, capture, replay
+        x = torch.randn(4, 7, 16, device="cuda", requires_grad=True)
+        leaves = [x, *module.parameters()]
+        got, expected = compiled(x), module(x)
+        seed = torch.randn_like(expected[0])
+        for a, b in zip(torch.autograd.grad(got[0], leaves, seed), torch.autograd.grad(expected[0], leaves, seed)):
+            torch.testing.assert_close(a, b)
+        torch.testing.assert_close(got[0], expected[0])
+        torch.testing.assert_close(got[1], expected[1])
+    with torch.no_grad():
+        x = torch.randn(4, 7, 16, device="cuda")
+        torch.testing.assert_close(compiled(x)[0], module(x)[0])
+    assert "recurrent.default" in [f.op for f in minicomp.report().fallbacks]
+
+
 def test_target_describes_the_gpu():
     from minicomp.ir.target import Target
     t = Target.for_device(torch.device("cuda"))

@@ -9,9 +9,11 @@ _ATTENTION = ("runs PyTorch's fused attention kernel ({}): one launch that never
 _ATTENTION_BACKWARD = "backward of PyTorch's fused attention kernel ({}), run with its forward (issue 18)"
 _RNN_CELL = ("PyTorch's fused {} cell: the gates' pointwise math in one CUDA launch after the two matmuls; "
              "PyTorch has no decomposition of it, and its backward reads the kernel's own workspace")
+_RECURRENT = ("PyTorch's recurrent kernels (cuDNN, oneDNN) run the whole sequence; unrolled, every step and layer "
+              "is a matrix-vector product and a gate kernel, bound by its launches (frontend/recurrent_op.py)")
 _CONVOLUTION = "runs cuDNN's (oneDNN's on the CPU) convolution as an extern call; minicomp's convolution template is the convolution issue"
 
-# aten op (overload packet) name -> why it falls back (the SDPA forward ops have rules in
+# op (overload packet) name, aten's or minicomp's own opaque ops' -> why it falls back (the SDPA forward ops have rules in
 # frontend/rules_attention.py, their backward ops in rules_attention_backward.py: they say why when they decline)
 DELIBERATE_FALLBACKS: dict[str, str] = {
     "_scaled_dot_product_fused_attention_overrideable": _ATTENTION.format("the backend's own"),
@@ -25,6 +27,8 @@ DELIBERATE_FALLBACKS: dict[str, str] = {
     "_thnn_fused_gru_cell_backward": _RNN_CELL.format("GRU") + " (this is that backward)",
     "_thnn_fused_lstm_cell": _RNN_CELL.format("LSTM"),
     "_thnn_fused_lstm_cell_backward_impl": _RNN_CELL.format("LSTM") + " (this is that backward)",
+    "recurrent": _RECURRENT,
+    "recurrent_backward": _RECURRENT + "; its backward recomputes the forward with autograd",
     "convolution": _CONVOLUTION,
     "convolution_backward": _CONVOLUTION,
 }

@@ -1,0 +1,127 @@
+"""``nn.LSTM``/``nn.GRU``/``nn.RNN`` kept whole as ``minicomp::recurrent`` (minicomp/frontend/recurrent_op.py):
+every result and the gradients of the input, the initial state and every parameter against eager; the
+report says why the op runs in PyTorch; the calls that must stay unrolled (dropout in training mode,
+autocast) do."""
+import pytest
+import torch
+import torch.nn as nn
+
+import minicomp
+from minicomp.frontend.recurrent_op import substitute_recurrent
+
+MODULES = {
+    "lstm-2layers-batch_first": lambda: nn.LSTM(6, 5, 2, batch_first=True),
+    "lstm-proj-bidirectional": lambda: nn.LSTM(6, 5, 1, proj_size=3, bidirectional=True),
+    "gru-bidirectional": lambda: nn.GRU(6, 5, 2, bidirectional=True),
+    "rnn-relu": lambda: nn.RNN(6, 5, 2, nonlinearity="relu", batch_first=True),
+    "rnn-tanh-no-bias": lambda: nn.RNN(6, 5, 1, bias=False),
+}
+
+
+@pytest.fixture(autouse=True)
+def allow_rnn(monkeypatch):
+    # Dynamo leaves recurrent modules to eager (a graph break) unless allowed
+    monkeypatch.setattr(torch._dynamo.config, "allow_rnn", True)
+    torch._dynamo.reset()
+
+
+def _flat(result) -> list[torch.Tensor]:
+    out, state = result
+    return [out, *(state if isinstance(state, tuple) else (state,))]
+
+
+def _state(module: nn.RNNBase, batch: int) -> tuple | torch.Tensor:
+    """A random initial state that requires grad (h_0, and c_0 for an LSTM)."""
+    layers = module.num_layers * (2 if module.bidirectional else 1)
+    h = torch.randn(layers, batch, module.proj_size or module.hidden_size, requires_grad=True)
+    if isinstance(module, nn.LSTM):
+        return h, torch.randn(layers, batch, module.hidden_size, requires_grad=True)
+    return h
+
+
+@pytest.mark.parametrize("name", MODULES)
+@pytest.mark.parametrize("given_state", [False, True], ids=["zero-state", "given-state"])
+def test_results_and_gradients_match_eager(name, given_state):
+    torch.manual_seed(0)
+    module = MODULES[name]()
+    x = torch.randn(3, 4, 6, requires_grad=True)  # (batch, seq) or (seq, batch): both 3-D
+    state = _state(module, 4 if not module.batch_first else 3) if given_state else None
+    leaves = [x, *((state if isinstance(state, tuple) else (state,)) if given_state else ()), *module.parameters()]
+    compiled = torch.compile(module, backend="minicomp")
+    before = minicomp.report()
+    got, expected = _flat(compiled(x, state)), _flat(module(x, state))
+    assert [t.shape for t in got] == [t.shape for t in expected]
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b)
+    seeds = [torch.randn_like(t) for t in expected]  # a gradient for every result
+    for a, b in zip(torch.autograd.grad(got, leaves, seeds), torch.autograd.grad(expected, leaves, seeds)):
+        torch.testing.assert_close(a, b)
+    reports = minicomp.reports_since(before)
+    forward, backward = (next(r for r in reports if r.graph.endswith(kind)) for kind in ("_forward", "_backward"))
+    assert [f.op for f in forward.fallbacks] == ["recurrent.default"]
+    assert [f.op for f in backward.fallbacks] == ["recurrent_backward.default"]
+    assert "PyTorch's recurrent kernels" in forward.fallbacks[0].reason
+    assert len(forward.kernels) <= 2  # the zero state at most, not a kernel per step
+
+
+def test_inference_of_a_language_model_is_one_call_with_the_embedding_and_head_compiled():
+    torch.manual_seed(0)
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.rnn, self.head = nn.Embedding(50, 8), nn.GRU(8, 8, 2, batch_first=True), nn.Linear(8, 50)
+
+        def forward(self, ids):
+            return self.head(self.rnn(self.embed(ids))[0])
+
+    model = LM().eval()
+    ids = torch.randint(0, 50, (2, 7))
+    with torch.no_grad():
+        out = torch.full((2, 7, 50), float("nan"))
+        out.copy_(torch.compile(model, backend="minicomp")(ids))
+        torch.testing.assert_close(out, model(ids))
+    assert [f.op for f in minicomp.report().fallbacks] == ["recurrent.default"]
+
+
+def test_unbatched_input_and_float64():
+    torch.manual_seed(0)
+    module = nn.LSTM(6, 5, 2).double()
+    x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)  # (seq, features): no batch dim
+    got, expected = _flat(torch.compile(module, backend="minicomp")(x)), _flat(module(x))
+    for a, b in zip(got, expected):
+        assert a.dtype == torch.float64
+        torch.testing.assert_close(a, b)
+    grads = [torch.autograd.grad(r[0].sum(), [x, module.weight_hh_l1]) for r in (got, expected)]
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+
+
+def _dynamo_graph(fn, *args):
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+    torch.compile(fn, backend=capture)(*args)
+    return graphs[0]
+
+
+@pytest.mark.parametrize("train, dropout, substituted", [(True, 0.3, 0), (False, 0.3, 1), (True, 0.0, 1)])
+def test_dropout_in_training_mode_stays_unrolled(train, dropout, substituted):
+    module = nn.LSTM(6, 5, 2, dropout=dropout).train(train)
+    gm = _dynamo_graph(module, torch.randn(3, 2, 6))
+    assert substitute_recurrent(gm) == substituted
+
+
+def test_autocast_stays_unrolled_so_the_result_has_eager_dtype():
+    module = nn.LSTM(6, 5)
+
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return module(x)[0]
+    x = torch.randn(3, 2, 6)
+    assert substitute_recurrent(_dynamo_graph(f, x)) == 0
+    torch._dynamo.reset()
+    with torch.no_grad():  # (with grad, AOTAutograd itself fails on oneDNN's LSTM under autocast, torch 2.13)
+        assert torch.compile(f, backend="minicomp")(x).dtype == f(x).dtype == torch.bfloat16
