@@ -12,9 +12,10 @@ and the call is bound by its launches: a 2-layer LSTM (hidden 512, 32 steps) was
 fallback (``fallback_reasons.py`` says why).
 
 Cells (``nn.GRUCell`` stepped in Python: ``torch.gru_cell``) stay as they are: on GPUs they decompose
-into two cuBLAS products and PyTorch's fused gate kernel, and an opaque op per step measured slower
-than those three calls (a custom op's Python dispatch costs more than it saves: an unrolled GRUCell
-model 2.97 vs 1.82 ms a call, 22.4 vs 16.8 a training step on the H200).
+into two cuBLAS products and PyTorch's fused gate kernel, and an opaque op per step was no faster than
+those three calls (a custom op's Python dispatch, ~45 us of host time a call, eats what one call instead
+of three saves: an unrolled GRUCell model 2.97 vs 1.82 ms a call and 22.4 vs 16.8 a training step on the
+H200, in a host-bound timing whose repeats of the same code differ by up to 40 %).
 
 The backward recomputes the forward with autograd on and asks PyTorch for the gradients (as
 activation checkpointing does): one more forward per training step, no per-step activations kept. A
