@@ -78,12 +78,13 @@ def _autograd_on():
 
 @torch.library.custom_op("minicomp::recurrent_backward", mutates_args=())
 def recurrent_backward(grads: List[torch.Tensor], mode: str, input: torch.Tensor, hx: List[torch.Tensor],
-                       params: List[torch.Tensor], has_biases: bool, num_layers: int, dropout: float,
-                       bidirectional: bool, batch_first: bool) -> List[torch.Tensor]:
+                       params: List[torch.Tensor], has_biases: bool, num_layers: int, bidirectional: bool,
+                       batch_first: bool) -> List[torch.Tensor]:
     """The gradients of ``recurrent``'s results (``grads``, one per result) with respect to its input,
-    ``hx`` and ``params``, in that order: the forward recomputed with autograd (dropout is 0 here, so
-    in training mode: cuDNN's backward needs the forward's training workspace)."""
-    return _gradients(lambda x, *rest: _run(mode, x, rest[:len(hx)], rest[len(hx):], has_biases, num_layers, dropout,
+    ``hx`` and ``params``, in that order: the forward recomputed with autograd, in training mode
+    (cuDNN's backward needs its workspace) without dropout (the substituted forward applied none:
+    dropout is 0 or the module was in eval mode)."""
+    return _gradients(lambda x, *rest: _run(mode, x, rest[:len(hx)], rest[len(hx):], has_biases, num_layers, 0.0,
                                             True, bidirectional, batch_first), [input, *hx, *params], grads)
 
 
@@ -110,20 +111,19 @@ def _recurrent_backward_fake(grads, mode, input, hx, params, *flags):
 
 
 def _setup_context(ctx, inputs, output):
-    mode, input, hx, params, has_biases, num_layers, dropout, _, bidirectional, batch_first = inputs
-    ctx.args = (mode, has_biases, num_layers, dropout, bidirectional, batch_first)
+    mode, input, hx, params, has_biases, num_layers, _, _, bidirectional, batch_first = inputs
+    ctx.args = (mode, has_biases, num_layers, bidirectional, batch_first)
     ctx.hx = len(hx)
     ctx.save_for_backward(input, *hx, *params)
 
 
 def _backward(ctx, grads):
-    mode, has_biases, num_layers, dropout, bidirectional, batch_first = ctx.args
+    mode, has_biases, num_layers, bidirectional, batch_first = ctx.args
     input, *rest = ctx.saved_tensors
     hx, params = rest[:ctx.hx], rest[ctx.hx:]
     grads = [input.new_zeros(shape) if g is None else g
              for g, shape in zip(grads, _result_shapes(input, hx, bidirectional))]  # results nothing read
-    out = recurrent_backward(grads, mode, input, hx, params, has_biases, num_layers, dropout, bidirectional,
-                             batch_first)
+    out = recurrent_backward(grads, mode, input, hx, params, has_biases, num_layers, bidirectional, batch_first)
     return None, out[0], out[1:1 + ctx.hx], out[1 + ctx.hx:], None, None, None, None, None, None
 
 
