@@ -439,17 +439,18 @@ def as_trained(model: nn.Module, *examples: torch.Tensor) -> nn.Module:
 
 # ------------------------------------------------------------------------------------------------ RNNs
 
-class LSTMLanguageModel(nn.Module):
-    """Embedding -> 2-layer ``nn.LSTM`` -> vocabulary projection."""
+class RecurrentLanguageModel(nn.Module):
+    """Embedding -> 2-layer ``rnn`` (``nn.LSTM``, ``nn.GRU`` or ``nn.RNN``; batch first) -> vocabulary
+    projection."""
 
-    def __init__(self, vocab: int, hidden: int, layers: int = 2):
+    def __init__(self, vocab: int, hidden: int, layers: int = 2, rnn: type[nn.RNNBase] = nn.LSTM):
         super().__init__()
         self.embed = nn.Embedding(vocab, hidden)
-        self.lstm = nn.LSTM(hidden, hidden, layers, batch_first=True)
+        self.rnn = rnn(hidden, hidden, layers, batch_first=True)
         self.head = nn.Linear(hidden, vocab)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.head(self.lstm(self.embed(input_ids))[0])
+        return self.head(self.rnn(self.embed(input_ids))[0])
 
 
 class GRUCellLanguageModel(nn.Module):
@@ -484,7 +485,7 @@ def rnns(size: Size, dtype: torch.dtype = torch.float32) -> list[ModelSpec]:
         def inputs(batch, device, dtype, train):
             return dict(input_ids=_ids(batch, seq, vocab, device))
         return ModelSpec(name, "rnn", dtype, build, inputs, logits=lambda out: out)
-    return [spec("lstm", lambda: LSTMLanguageModel(vocab, hidden)),
+    return [spec("lstm", lambda: RecurrentLanguageModel(vocab, hidden)),
             spec("grucell-unrolled", lambda: GRUCellLanguageModel(vocab, hidden))]
 
 

@@ -41,19 +41,6 @@ import model_zoo as zoo  # noqa: E402
 VARIANTS = ("eager", "inductor", "minicomp", "minicomp-unrolled", "minicomp-ro")
 
 
-class GRULanguageModel(nn.Module):
-    """Embedding -> 2-layer ``nn.GRU`` -> vocabulary projection (``model_zoo.LSTMLanguageModel``'s twin)."""
-
-    def __init__(self, vocab: int, hidden: int, layers: int = 2):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, hidden)
-        self.rnn = nn.GRU(hidden, hidden, layers, batch_first=True)
-        self.head = nn.Linear(hidden, vocab)
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.head(self.rnn(self.embed(input_ids))[0])
-
-
 def timed(fn, device: str, calls: int) -> float:
     """Median ms of ``calls`` synchronised calls after 5 warm-up calls."""
     def sync():
@@ -127,8 +114,8 @@ def main() -> None:
     torch._dynamo.config.allow_rnn = True
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    models = {"lstm": lambda: zoo.LSTMLanguageModel(sizes["vocab"], sizes["hidden"]),
-              "gru": lambda: GRULanguageModel(sizes["vocab"], sizes["hidden"]),
+    models = {"lstm": lambda: zoo.RecurrentLanguageModel(sizes["vocab"], sizes["hidden"]),
+              "gru": lambda: zoo.RecurrentLanguageModel(sizes["vocab"], sizes["hidden"], rnn=nn.GRU),
               "grucell-unrolled": lambda: zoo.GRUCellLanguageModel(sizes["vocab"], sizes["hidden"])}
     meta = {"date": datetime.date.today().isoformat(), "torch": torch.__version__, "triton": triton.__version__,
             "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu", "sizes": sizes}
