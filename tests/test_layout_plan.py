@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import minicomp
-from minicomp.runtime import support
-from tests.utils import compile_and_compare
+from tests.utils import compile_and_compare, layout_copies
 
 CL = torch.channels_last
 
@@ -57,25 +56,15 @@ class Net(torch.nn.Module):
 
 
 @pytest.fixture
-def copies(monkeypatch):
-    """Counts the layout conversions the wrappers make: fallback inputs copied to the strides they are
-    handed with (``eager_strided``) and fallback results copied to the planned strides (``ensure_layout``)."""
-    seen = {"eager_strided": [], "ensure_layout": []}
-    inside = []  # eager_strided calls ensure_layout itself: count that copy once
-    for name in seen:
-        real = getattr(support, name)
+def copies(monkeypatch) -> list[tuple[str, tuple[int, ...]]]:
+    """The layout conversions the wrappers make, as (helper, shape): fallback inputs copied to the
+    strides they are handed with (``eager_strided``) and fallback results copied to the planned strides
+    (``ensure_layout``)."""
+    return layout_copies(monkeypatch, "eager_strided", "ensure_layout")
 
-        def spy(t, strides, real=real, name=name):
-            inside.append(name)
-            try:
-                out = real(t, strides)
-            finally:
-                inside.pop()
-            if out is not t and not inside:
-                seen[name].append(tuple(t.shape))
-            return out
-        monkeypatch.setattr(support, name, spy)
-    return seen
+
+def _shapes(copies, helper: str) -> list[tuple[int, ...]]:
+    return [shape for name, shape in copies if name == helper]
 
 
 def _program_strides(dump) -> dict[str, tuple]:
@@ -118,18 +107,18 @@ def test_block_nhwc_inside_user_layout_outside(fmt, tmp_path, copies):
     # weights are graph inputs (no freeze): copied by a kernel once per call; the NCHW input once
     expected_inputs = [(5, 3, 3, 3), (5, 5, 3, 3)] + ([(2, 3, 6, 7)] if fmt is torch.contiguous_format else [])
     assert _layout_copies(rep) == sorted(expected_inputs), rep.kernels
-    assert copies["eager_strided"] == [], copies
-    assert copies["ensure_layout"] == [], "a convolution returned another layout than planned"
+    assert _shapes(copies, "eager_strided") == [], copies
+    assert _shapes(copies, "ensure_layout") == [], "a convolution returned another layout than planned"
 
 
 def test_net_odd_sizes_pooling_and_head(tmp_path, copies):
     model = Net().eval()
     x = torch.randn(3, 3, 9, 11)
     rep = _check(model, x, tmp_path)
-    assert copies["ensure_layout"] == []
+    assert _shapes(copies, "ensure_layout") == []
     assert any("kernel(s) walk them in memory order" in d for d in rep.decisions)
     assert _layout_copies(rep) == [(3, 3, 9, 11), (6, 2, 3, 3), (6, 3, 3, 3), (7, 6, 3, 3)]
-    assert copies["eager_strided"] == []
+    assert _shapes(copies, "eager_strided") == []
 
 
 @pytest.mark.parametrize("batch", [1, 2])
@@ -144,7 +133,7 @@ def test_a_pooled_buffer_between_convolutions_is_stored_nhwc(pool, batch, tmp_pa
                                 pool, torch.nn.Conv2d(6, 5, 1)).eval()
     x = torch.randn(batch, 3, 13, 11)
     rep = _check(model, x, tmp_path)
-    assert copies == {"eager_strided": [], "ensure_layout": []}, copies
+    assert copies == [], copies
     assert _layout_copies(rep) == [(batch, 3, 13, 11), (6, 3, 3, 3)], rep.kernels
     text = next(tmp_path.glob("*/program.txt")).read_text()
     pooled = re.search(rf"^alloc\s+\w+ f32\[{batch},6,(\d+),(\d+)(,1)?\] strides=\(([\d, ]+)\)", text, re.M)
@@ -179,7 +168,7 @@ def test_channels_last_input_converts_nothing_but_weights(tmp_path, copies):
     x = torch.randn(2, 3, 8, 8).contiguous(memory_format=CL)
     rep = _check(model, x, tmp_path)
     assert _layout_copies(rep) == [(6, 2, 3, 3), (6, 3, 3, 3), (7, 6, 3, 3)], rep.kernels
-    assert copies["eager_strided"] == []
+    assert _shapes(copies, "eager_strided") == []
 
 
 def test_flatten_of_a_planned_buffer_returned(tmp_path):
@@ -261,7 +250,7 @@ def test_a_buffer_permuted_before_a_convolution_is_stored_nhwc_through_the_permu
     is converted (the plan gave it channels-last strides of its own (N, H, W, C) shape before: a copy
     before the convolution and stores strided by H)."""
     rep = _check(ConvNeXtStage().eval(), torch.randn(2, 3, 10, 14), tmp_path)
-    assert copies["eager_strided"] == [] and copies["ensure_layout"] == [], copies
+    assert _shapes(copies, "eager_strided") == [] and _shapes(copies, "ensure_layout") == [], copies
     strides = _program_strides(tmp_path)
     assert (210, 42, 6, 1) in strides.values(), strides  # [2, 5, 7, 6] (N, H, W, C) row-major
     assert (210, 1, 42, 6) in strides.values(), strides  # the depthwise result: NCHW channels-last
@@ -303,9 +292,9 @@ def test_cudnn_returns_the_planned_layout(make, dtype, freeze, copies, monkeypat
     for e, a in zip(expected, actual):
         torch.testing.assert_close(a, e, **tol)
         assert a.stride() == e.stride()
-    assert copies["ensure_layout"] == [], copies
+    assert _shapes(copies, "ensure_layout") == [], copies
     if freeze:
-        assert all(s == tuple(x.shape) for s in copies["eager_strided"]), copies  # only the NCHW input
+        assert all(s == tuple(x.shape) for s in _shapes(copies, "eager_strided")), copies  # only the NCHW input
 
 
 def test_one_convolution_among_many_nodes_stays_nchw_on_the_gpu():

@@ -47,14 +47,20 @@ def compile_and_compare(fn, *args, kernels: int | None = None, fallbacks: int | 
 
 def layout_copies(monkeypatch, *names: str) -> list[tuple[str, tuple[int, ...]]]:
     """Record each copy the wrappers' layout helpers (``runtime.support``: ``eager_strided``,
-    ``ensure_layout``, ``ensure_contiguous``; all three by default) make, as (helper, shape). Call it
+    ``ensure_layout``, ``ensure_contiguous``; all three by default) make, as (helper, shape), a copy
+    made inside another watched helper as that helper's. Call it
     before compiling: a wrapper imports the helpers when it is loaded."""
     from minicomp.runtime import support
     copied: list[tuple[str, tuple[int, ...]]] = []
+    inside: list[str] = []  # a helper that calls another (eager_strided calls ensure_layout): its copy counts once
     for name in names or ("eager_strided", "ensure_layout", "ensure_contiguous"):
         def spy(t, *strides, real=getattr(support, name), name=name):
-            out = real(t, *strides)
-            if out is not t:
+            inside.append(name)
+            try:
+                out = real(t, *strides)
+            finally:
+                inside.pop()
+            if out is not t and not inside:
                 copied.append((name, tuple(t.shape)))
             return out
         monkeypatch.setattr(support, name, spy)
