@@ -135,3 +135,28 @@ def test_eval_mode_dropout_is_not_applied_when_gradients_are_recomputed():
     for a, b in zip(torch.autograd.grad(got.sum(), leaves), torch.autograd.grad(expected.sum(), leaves)):
         torch.testing.assert_close(a, b)
     assert "recurrent_backward.default" in [f.op for r in minicomp.reports() for f in r.fallbacks]
+
+
+def test_a_transformers_model_with_lstms_trains_as_eager():
+    """Encodec (transformers' audio codec: convolutions, weight norm, an LSTM in encoder and decoder,
+    a quantizer Dynamo breaks the graph at): the output and every parameter's gradient against eager."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.EncodecConfig(hidden_size=16, num_filters=4, codebook_size=16, codebook_dim=16)
+    model = transformers.EncodecModel(config).train()
+    x = torch.randn(1, 1, 320)
+
+    def step(fn):
+        model.zero_grad(set_to_none=True)
+        out = fn(x).audio_values
+        out.square().mean().backward()
+        return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    expected, expected_grads = step(model)
+    before = minicomp.report()
+    got, grads = step(torch.compile(model, backend="minicomp"))
+    torch.testing.assert_close(got, expected)
+    assert grads.keys() == expected_grads.keys()
+    for name, g in grads.items():
+        torch.testing.assert_close(g, expected_grads[name], msg=name)
+    ops = {f.op for r in minicomp.reports_since(before) for f in r.fallbacks}
+    assert {"recurrent.default", "recurrent_backward.default"} <= ops, ops
