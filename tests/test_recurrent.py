@@ -160,3 +160,17 @@ def test_a_transformers_model_with_lstms_trains_as_eager():
         torch.testing.assert_close(g, expected_grads[name], msg=name)
     ops = {f.op for r in minicomp.reports_since(before) for f in r.fallbacks}
     assert {"recurrent.default", "recurrent_backward.default"} <= ops, ops
+
+
+def test_autograd_on_records_below_autograd():
+    """``_autograd_on`` (private torch dispatch-key APIs) turns recording back on where a custom op's
+    kernel runs: below autograd, with autograd's keys excluded. A torch release that changes them
+    fails here by name."""
+    from minicomp.frontend.recurrent_op import _autograd_on
+    x = torch.randn(3, requires_grad=True)
+    with torch._C._AutoDispatchBelowAutograd():
+        assert not (x * 2).requires_grad  # what a custom op's kernel sees
+        with _autograd_on():
+            (grad,) = torch.autograd.grad((x * 2).sum(), x)
+        assert not (x * 2).requires_grad  # restored on exit
+    torch.testing.assert_close(grad, torch.full((3,), 2.0))
