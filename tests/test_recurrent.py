@@ -46,7 +46,8 @@ def test_results_and_gradients_match_eager(name, given_state):
     module = MODULES[name]()
     x = torch.randn(3, 4, 6, requires_grad=True)  # (batch, seq) or (seq, batch): both 3-D
     state = _state(module, 4 if not module.batch_first else 3) if given_state else None
-    leaves = [x, *((state if isinstance(state, tuple) else (state,)) if given_state else ()), *module.parameters()]
+    states = () if state is None else state if isinstance(state, tuple) else (state,)
+    leaves = [x, *states, *module.parameters()]
     compiled = torch.compile(module, backend="minicomp")
     before = minicomp.report()
     got, expected = _flat(compiled(x, state)), _flat(module(x, state))

@@ -13,7 +13,8 @@ _RECURRENT = ("PyTorch's recurrent kernels (cuDNN, oneDNN) run the whole sequenc
               "is a matrix-vector product and a gate kernel, bound by its launches (frontend/recurrent_op.py)")
 _CONVOLUTION = "runs cuDNN's (oneDNN's on the CPU) convolution as an extern call; minicomp's convolution template is the convolution issue"
 
-# op (overload packet) name, aten's or minicomp's own opaque ops' -> why it falls back (the SDPA forward ops have rules in
+# op (overload packet) name — aten's bare, other namespaces' qualified ("minicomp::recurrent") -> why it
+# falls back (the SDPA forward ops have rules in
 # frontend/rules_attention.py, their backward ops in rules_attention_backward.py: they say why when they decline)
 DELIBERATE_FALLBACKS: dict[str, str] = {
     "_scaled_dot_product_fused_attention_overrideable": _ATTENTION.format("the backend's own"),
@@ -27,15 +28,14 @@ DELIBERATE_FALLBACKS: dict[str, str] = {
     "_thnn_fused_gru_cell_backward": _RNN_CELL.format("GRU") + " (this is that backward)",
     "_thnn_fused_lstm_cell": _RNN_CELL.format("LSTM"),
     "_thnn_fused_lstm_cell_backward_impl": _RNN_CELL.format("LSTM") + " (this is that backward)",
-    "recurrent": _RECURRENT,
-    "recurrent_backward": _RECURRENT + "; its backward recomputes the forward with autograd",
+    "minicomp::recurrent": _RECURRENT,
+    "minicomp::recurrent_backward": _RECURRENT + "; its backward recomputes the forward with autograd",
     "convolution": _CONVOLUTION,
     "convolution_backward": _CONVOLUTION,
 }
 
 
 def deliberate_fallback(target) -> str | None:
-    """Why ``target`` (an aten OpOverload) runs in PyTorch on purpose; None if it is not meant to."""
+    """Why ``target`` (an OpOverload) runs in PyTorch on purpose; None if it is not meant to."""
     schema = getattr(target, "_schema", None)
-    name = schema.name.split("::", 1)[-1] if schema is not None else None
-    return DELIBERATE_FALLBACKS.get(name)
+    return DELIBERATE_FALLBACKS.get(schema.name.removeprefix("aten::")) if schema is not None else None

@@ -134,12 +134,13 @@ def substitute_recurrent(gm: fx.GraphModule) -> int:
     """Put ``minicomp::recurrent`` in place of every ``torch.lstm``/``gru``/``rnn_tanh``/``rnn_relu`` call
     of Dynamo's graph on a padded batch (not a ``PackedSequence``) without dropout in training mode, in
     a graph that autocast does not cover (eager runs them in the autocast dtype); returns how many."""
-    if _autocast(gm):
+    calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in _TARGETS]
+    if not calls or _autocast(gm):
         return 0
     count = 0
-    for node in gm.graph.nodes:
-        mode = _TARGETS.get(node.target) if node.op == "call_function" else None
-        if mode is None or node.kwargs or len(node.args) != 9 or not isinstance(node.args[3], bool):
+    for node in calls:
+        mode = _TARGETS[node.target]
+        if node.kwargs or len(node.args) != 9 or not isinstance(node.args[3], bool):
             continue  # (the PackedSequence overload: (data, batch_sizes, hx, params, has_biases, ...))
         input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first = node.args
         if train and dropout:
