@@ -17,6 +17,8 @@ from torch._functorch.aot_autograd import aot_module_simplified
 
 from . import graph_cache
 from .compiler import CompiledGraph, Options
+from .dynamic import DynamicGraph
+from .frontend.specialize import has_symbolic_sizes
 from .frontend.freeze import freezable_inputs
 from .frozen import FrozenGraph
 from .runtime import cuda_graphs
@@ -108,6 +110,8 @@ class Backend:
             warnings.warn(f"minicomp: {notes[0]}")
 
         def compiled(g, kind, static):
+            if has_symbolic_sizes(g):
+                return DynamicGraph(g, opts, kind, static, notes)
             graph = CompiledGraph(g, opts, kind, static_inputs=static)
             graph.notes = notes
             return graph
@@ -115,6 +119,8 @@ class Backend:
         def inference(g, _):
             if opts.freeze:
                 return FrozenGraph(g, opts, freezable_inputs(), static_inputs(g, True))
+            if has_symbolic_sizes(g):
+                return compiled(g, "inference", static_inputs(g, True))
             store = key and graph_cache.plain_inference(gm, g)
             return CompiledGraph(g, opts, "inference", functools.partial(graph_cache.remember, key) if store else None,
                                  static_inputs(g, True))

@@ -27,6 +27,7 @@ from . import report as reporting
 from . import validation
 from .errors import MinicompError
 from .frontend.lowering import Lowering
+from .frontend.specialize import specialize
 from .ir.target import Target
 from .passes.attention import attention
 from .passes.combos import combos
@@ -130,11 +131,14 @@ class CompiledGraph:
     _boxed_call = True
 
     def __init__(self, gm: fx.GraphModule, options: Options, kind: str = "forward",
-                 on_compiled: Callable | None = None, static_inputs: Iterable[int] = ()):
+                 on_compiled: Callable | None = None, static_inputs: Iterable[int] = (), checked_inputs: bool = True):
         """``on_compiled(signature, artifacts, report)`` hears of the first specialization compiled
         (what the graph cache stores). ``static_inputs``: inputs at fixed addresses (parameters,
-        buffers), which a CUDA graph does not copy."""
+        buffers), which a CUDA graph does not copy. ``checked_inputs``: Dynamo's guards have checked
+        every input tensor's shape and strides before a call (a forward's; not a backward's, nor a
+        part of a graph with symbolic sizes, ``dynamic.py``)."""
         self.gm, self.options, self.kind, self.on_compiled = gm, options, kind, on_compiled
+        self.checked_inputs = checked_inputs and kind != "backward"
         self.static_inputs = frozenset(static_inputs)
         self.name = graph_name(kind)
         self._specializations: dict[tuple, Callable] = {}
@@ -173,8 +177,8 @@ class CompiledGraph:
 
     def _remember(self, fn: Callable, args) -> None:
         """Let the next call skip ``signature`` when it shares this one's (``signatures.LastCall``).
-        Only where Dynamo has checked the tensors: a backward's inputs come from AOTAutograd."""
-        if self.kind != "backward":
+        Only where Dynamo has checked the tensors (``checked_inputs``)."""
+        if self.checked_inputs:
             self._last = LastCall(fn, args, self._last)
 
     def _fall_back(self, rep: reporting.Report, stage: str, error: Exception) -> Callable:
@@ -245,7 +249,7 @@ class CompiledGraph:
         configs are measured per kernel by the ``tune`` pass of the candidate's build (max-autotune),
         so the template's time is its best config's."""
         from triton.testing import do_bench
-        matmuls = [n for n in Lowering(self.gm, args).run().nodes if n.op == "matmul" or conv_tunable(n)]
+        matmuls = [n for n in Lowering(specialize(self.gm, args), args).run().nodes if n.op == "matmul" or conv_tunable(n)]
         inputs = [torch.randn_like(a) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
 
         def measure(choices):
@@ -271,7 +275,7 @@ class CompiledGraph:
     def _build(self, args, dump: Path | None, rep: reporting.Report, gemm_choices: dict | None = None):
         if dump:
             (dump / "fx_graph.py").write_text(self.gm.print_readable(print_output=False))
-        lowering = Lowering(self.gm, args)
+        lowering = Lowering(specialize(self.gm, args), args)  # symbolic sizes made this call's
         graph = lowering.run()
         graph.gemm_choices = dict(gemm_choices or {})
         graph.tuner = Tuner(self.options.autotune, args, lambda g, kernels: self._assemble(g, kernels)[0])

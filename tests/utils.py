@@ -26,6 +26,7 @@ def compile_and_compare(fn, *args, kernels: int | None = None, fallbacks: int | 
     ``minicomp.compile``; results must match (dtype, shape and values, NaN where eager has NaN).
     Optionally check the kernel and fallback counts. Returns the report."""
     expected = (reference or fn)(*args)
+    torch._dynamo.reset()  # a fresh compile: Dynamo would give a second call's new sizes symbols
     actual = minicomp.compile(fn)(*args)
     exp_leaves, act_leaves = pytree.tree_leaves(expected), pytree.tree_leaves(actual)
     assert len(exp_leaves) == len(act_leaves)
@@ -114,6 +115,7 @@ def compare_gradients(fn, *args, requires_grad: list[bool] | None = None, seed: 
 
     expected, expected_grads = run(fn)
     before = minicomp.report()
+    torch._dynamo.reset()  # a fresh compile: Dynamo would give a second call's new sizes symbols
     actual, actual_grads = run(minicomp.compile(fn))
     reports = minicomp.reports_since(before)
     assert reports, "no graph reached minicomp"

@@ -1,0 +1,207 @@
+"""Graphs with symbolic sizes (dynamic shapes): what keeps its size is compiled once.
+
+Dynamo hands a backend symbolic sizes after a size changed between calls (automatic dynamic shapes):
+a decoder's key/value cache that grows by one position a token, a batch of another length. minicomp's
+kernels are specialized on sizes, so compiling such a graph anew for every size it meets cost a full
+compile per generated token. ``DynamicGraph`` splits the graph instead:
+
+- **static parts**: nodes whose values have concrete sizes, strides and offsets, and whose inputs do
+  too (a decoding step's projections, norms, MLPs and logits) — compiled once, as any graph;
+- **dynamic parts**: nodes that touch a symbolic size (the cache's concatenation, attention over it,
+  the mask) — run in PyTorch, and compiled for a size only when that size comes back within
+  ``RECENT`` calls of the part, at most ``MAX_SIZES`` sizes per part: a size that recurs (a batch or
+  sequence length from a few buckets) pays its compile back; a cache length, seen once a
+  ``generate()`` call (every few dozen calls), would not.
+
+Parts are formed by levels: a node's level is the first at or after its inputs' levels whose parity is
+its kind's (even static, odd dynamic), so parts alternate and every value flows forward. A graph with
+no symbolic node never comes here (``has_symbolic_sizes``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections import Counter, deque
+from typing import Callable
+
+import torch
+import torch.fx as fx
+
+from .compiler import CompiledGraph, Options, graph_name
+from .frontend.specialize import symbolic, traced_value
+from .report import Fallback, Report, record
+from .signatures import signature
+
+RECENT = 8     # a dynamic part is compiled for a signature that comes back within this many calls
+MAX_SIZES = 8  # signatures compiled per dynamic part (Dynamo's own recompile limit is 8 too)
+
+
+def _is_dynamic(node: fx.Node) -> bool:
+    return symbolic(traced_value(node)) or any(symbolic(traced_value(a)) for a in node.all_input_nodes)
+
+
+@dataclasses.dataclass
+class Part:
+    """Nodes of one kind, in graph order; ``inputs`` and ``outputs`` index the runner's value slots."""
+    nodes: list[fx.Node]
+    dynamic: bool
+    inputs: list[int] = dataclasses.field(default_factory=list)
+    outputs: list[int] = dataclasses.field(default_factory=list)
+    release: list[int] = dataclasses.field(default_factory=list)  # slots whose last reader this is
+    run: Callable | None = None
+
+
+def split_by_symbols(gm: fx.GraphModule) -> list[Part]:
+    """The graph's compute nodes in alternating static and dynamic parts, in an order that respects
+    every dependency (see the module's docstring). A view read by a later part is replayed there
+    from its base (``_replay_views``)."""
+    level: dict[fx.Node, int] = {}
+    parts: dict[int, Part] = {}
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output"):
+            continue
+        if node.target is operator.getitem and node.args[0] in level:  # an item goes with its tuple
+            lv = level[node.args[0]]
+        else:
+            lv = max((level.get(a, 0) for a in node.all_input_nodes), default=0)
+            lv += (lv % 2) != _is_dynamic(node)
+        level[node] = lv
+        parts.setdefault(lv, Part([], lv % 2 == 1)).nodes.append(node)
+    return _replay_views([parts[k] for k in sorted(parts)], {n: i for i, n in enumerate(gm.graph.nodes)})
+
+
+def _is_view(node: fx.Node) -> bool:
+    return isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
+
+
+def _replay_views(parts: list[Part], order: dict[fx.Node, int]) -> list[Part]:
+    """A part hands over tensors, never views: a view another part reads (SDPA's bias, a slice of a
+    padded buffer: eager's strides keep its rows aligned) is computed again there from its base, so
+    the strides and aliasing are eager's whatever layout the compiled part gave its results."""
+    for part in parts:
+        members = set(part.nodes)
+        todo = [a for n in part.nodes for a in n.all_input_nodes if a not in members and _is_view(a)]
+        while todo:
+            a = todo.pop()
+            if a not in members:
+                members.add(a)
+                todo += [b for b in a.all_input_nodes if b not in members and _is_view(b)]
+        part.nodes = sorted(members, key=order.__getitem__)
+    return parts
+
+
+class DynamicGraph:
+    """AOTAutograd's callable for a graph with symbolic sizes: same inputs and results as ``gm``."""
+
+    _boxed_call = True
+
+    def __init__(self, gm: fx.GraphModule, options: Options, kind: str, static_inputs=(), notes=()):
+        self.parts = split_by_symbols(gm)
+        slot = {n: i for i, n in enumerate(gm.graph.nodes)}  # placeholders first: the inputs' slots
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        home: dict[fx.Node, int] = {}  # the part that computes a value first (replayed views: again later)
+        for k, part in enumerate(self.parts):
+            for n in part.nodes:
+                home.setdefault(n, k)
+        last_reader: dict[fx.Node, int] = {}
+        wanted: set[fx.Node] = set(output.all_input_nodes)  # values some later part or the output reads
+        for k, part in enumerate(self.parts):
+            members = set(part.nodes)
+            read = dict.fromkeys(a for n in part.nodes for a in n.all_input_nodes if a not in members)
+            part.inputs = [slot[a] for a in read]
+            wanted.update(read)
+            last_reader.update((a, k) for a in read)
+        for k, part in enumerate(self.parts):
+            part.outputs = [slot[n] for n in part.nodes if home[n] == k and n in wanted]
+        for a, k in last_reader.items():
+            if a not in output.all_input_nodes:
+                self.parts[k].release.append(slot[a])
+        self.result, self.slot, self.n_slots = output.args[0], slot, len(slot)
+        self.name = graph_name(kind)
+        static = set(static_inputs)
+        nodes = {i: n for n, i in slot.items()}
+        for k, part in enumerate(self.parts):
+            sub = _subgraph(gm, part, nodes)
+            part_static = [j for j, i in enumerate(part.inputs) if i in static]
+            graph = CompiledGraph(sub, options, kind, static_inputs=part_static, checked_inputs=False)
+            graph.name = f"{self.name}_part{k}"
+            graph.notes = list(notes) + [f"dynamic shapes: part {k + 1} of {len(self.parts)} of a graph with "
+                                         f"symbolic sizes; {'its sizes vary' if part.dynamic else 'static sizes: compiled once'}"]
+            part.run = SizedPart(sub, graph) if part.dynamic else graph
+        self._report(options, notes)
+
+    def _report(self, options: Options, notes) -> None:
+        """One report for the split: the ops of the dynamic parts and why they run in PyTorch."""
+        rep = Report(self.name)
+        why = (f"symbolic sizes (dynamic shapes): runs in PyTorch; compiled for a size that comes back "
+               f"within {RECENT} calls (at most {MAX_SIZES} sizes)")
+        ops = Counter(_op_name(n.target) for p in self.parts if p.dynamic for n in p.nodes
+                      if n.op == "call_function" and not _bookkeeping(n))
+        rep.fallbacks = [Fallback(op, why) for op in ops]
+        n_static = sum(not p.dynamic for p in self.parts)
+        rep.decisions = list(notes) + [
+            f"dynamic shapes: split into {len(self.parts)} parts: {n_static} with static sizes (compiled "
+            f"once), {len(self.parts) - n_static} with symbolic sizes ({sum(ops.values())} ops)"]
+        if options.cudagraphs and n_static < len(self.parts):
+            rep.cuda_graph = "not captured: dynamic shapes: the parts with symbolic sizes run uncaptured"
+        record(rep)
+
+    @torch._dynamo.disable  # called inside a compiled frame: Dynamo must not trace minicomp
+    def __call__(self, args):
+        values = list(args) + [None] * (self.n_slots - len(args))
+        args.clear()  # boxed: the inputs are ours now (freed as their last reader finishes)
+        for part in self.parts:
+            outs = part.run([values[i] for i in part.inputs])
+            for i, v in zip(part.outputs, outs):
+                values[i] = v
+            for i in part.release:
+                values[i] = None
+        out = fx.node.map_arg(self.result, lambda n: values[self.slot[n]])
+        return list(out) if isinstance(out, list) else out  # (map_arg makes a list immutable)
+
+
+def _op_name(target) -> str:
+    """``cat.default`` for an aten op, ``add`` for Python's operator on sizes."""
+    return str(target).removeprefix("aten.") if isinstance(target, torch._ops.OpOverload) \
+        else getattr(target, "__name__", str(target))
+
+
+def _bookkeeping(node: fx.Node) -> bool:
+    """Nodes the report need not list as ops: tuple items, size queries."""
+    return node.target is operator.getitem or "sym_size" in str(node.target)
+
+
+def _subgraph(gm: fx.GraphModule, part: Part, nodes: dict[int, fx.Node]) -> fx.GraphModule:
+    """A GraphModule of ``part``'s nodes: its inputs as placeholders (with their traced values), its
+    outputs as a tuple."""
+    g = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for i in part.inputs:
+        src = nodes[i]
+        env[src] = g.placeholder(src.name)
+        env[src].meta = dict(src.meta)
+    for n in part.nodes:
+        env[n] = g.node_copy(n, lambda a: env[a])
+    g.output(tuple(env[nodes[i]] for i in part.outputs))
+    return fx.GraphModule(gm, g)
+
+
+class SizedPart:
+    """A dynamic part: run in PyTorch, compiled for a signature that comes back within ``RECENT``
+    calls while fewer than ``MAX_SIZES`` are compiled."""
+
+    def __init__(self, gm: fx.GraphModule, graph: CompiledGraph):
+        self.gm, self.graph = gm, graph
+        self.recent: deque = deque(maxlen=RECENT)
+        self.compiled: set = set()
+
+    def __call__(self, args):
+        key = signature(args)
+        if key in self.compiled:
+            return self.graph(args)
+        if len(self.compiled) < MAX_SIZES:
+            if key in self.recent:
+                self.compiled.add(key)
+                return self.graph(args)
+            self.recent.append(key)
+        return self.gm(*args)
