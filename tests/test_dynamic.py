@@ -136,6 +136,39 @@ def test_gradients_through_a_graph_with_symbolic_sizes(reports):
     assert any(r.kernels for r in reports)  # the sizes that came back were compiled
 
 
+def aot_graph(fn, x, *rest):
+    """AOTAutograd's forward graph of ``fn`` with ``x``'s first dim symbolic."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+    graphs = []
+
+    def grab(gm, example_inputs):
+        def keep(g, _):
+            graphs.append(g)
+            return g
+        return aot_module_simplified(gm, example_inputs, fw_compiler=keep)
+    torch._dynamo.mark_dynamic(x, 0)
+    torch.compile(fn, backend=grab)(x, *rest)
+    (gm,) = graphs
+    return gm
+
+
+def test_specialize_retraces_a_copy_at_the_call_sizes():
+    from minicomp.frontend.specialize import specialize, symbolic, traced_value
+
+    def fn(x):
+        return torch.nn.functional.pad(x, (0, 3))[:, :5].t() * 2
+    gm = aot_graph(fn, torch.randn(6, 5))
+    args = [7 if isinstance(v, torch.SymInt) else torch.randn(7, 5)
+            for v in (traced_value(n) for n in gm.graph.nodes if n.op == "placeholder")]
+    spec = specialize(gm, args)
+    vals = [traced_value(n) for n in spec.graph.nodes if n.op != "output"]
+    assert vals and not any(symbolic(v) for v in vals)
+    out = [traced_value(n) for n in spec.graph.nodes if n.op == "call_function"][-1]
+    assert tuple(out.shape) == (5, 7) and out.stride() == (1, 5)  # the traced layout, at 7 rows
+    assert any(symbolic(traced_value(n)) for n in gm.graph.nodes if n.op == "placeholder")  # gm untouched
+    torch.testing.assert_close(spec(*args)[0], fn(args[-1]))
+
+
 def test_parts_alternate_and_values_flow_forward():
     def fn(x, w):
         y = torch.cat([x, x], 0)  # symbolic: 2 * s0 rows
@@ -143,20 +176,7 @@ def test_parts_alternate_and_values_flow_forward():
         y = y[:, 1:] + z[:1]
         top = torch.topk(w, 2)  # a tuple with static items
         return y.sum(0) + z.sum(0) + top.values.sum(), top.indices
-    graphs = []
-
-    def grab(gm, example_inputs):
-        from torch._functorch.aot_autograd import aot_module_simplified
-
-        def keep(g, _):
-            graphs.append(g)
-            return g
-        return aot_module_simplified(gm, example_inputs, fw_compiler=keep)
-    x = torch.randn(5, 4)
-    torch._dynamo.mark_dynamic(x, 0)
-    torch.compile(fn, backend=grab)(x, torch.randn(4, 4))
-    (gm,) = graphs
-    parts = dynamic.split_by_symbols(gm)
+    parts = dynamic.split_by_symbols(aot_graph(fn, torch.randn(5, 4), torch.randn(4, 4)))
     assert [p.dynamic for p in parts] == [k % 2 == 1 for k in range(len(parts))] or \
         [p.dynamic for p in parts] == [k % 2 == 0 for k in range(len(parts))]
     for k, p in enumerate(parts):
