@@ -131,14 +131,17 @@ class CompiledGraph:
     _boxed_call = True
 
     def __init__(self, gm: fx.GraphModule, options: Options, kind: str = "forward",
-                 on_compiled: Callable | None = None, static_inputs: Iterable[int] = (), checked_inputs: bool = True):
+                 on_compiled: Callable | None = None, static_inputs: Iterable[int] = (),
+                 checked_inputs: bool | Iterable[int] = True):
         """``on_compiled(signature, artifacts, report)`` hears of the first specialization compiled
         (what the graph cache stores). ``static_inputs``: inputs at fixed addresses (parameters,
-        buffers), which a CUDA graph does not copy. ``checked_inputs``: Dynamo's guards have checked
-        every input tensor's shape and strides before a call (a forward's; not a backward's, nor a
-        part of a graph with symbolic sizes, ``dynamic.py``)."""
+        buffers), which a CUDA graph does not copy. ``checked_inputs``: the inputs whose shape and
+        strides Dynamo's guards have checked before a call — all (True: a forward's), none (False: a
+        backward's), or these indices (a part of a graph with symbolic sizes, ``dynamic.py``)."""
         self.gm, self.options, self.kind, self.on_compiled = gm, options, kind, on_compiled
-        self.checked_inputs = checked_inputs and kind != "backward"
+        n = sum(node.op == "placeholder" for node in gm.graph.nodes)
+        checked = range(n) if checked_inputs is True else () if checked_inputs is False else checked_inputs
+        self.unchecked = None if kind == "backward" or not checked else frozenset(range(n)) - set(checked)
         self.static_inputs = frozenset(static_inputs)
         self.name = graph_name(kind)
         self._specializations: dict[tuple, Callable] = {}
@@ -177,9 +180,9 @@ class CompiledGraph:
 
     def _remember(self, fn: Callable, args) -> None:
         """Let the next call skip ``signature`` when it shares this one's (``signatures.LastCall``).
-        Only where Dynamo has checked the tensors (``checked_inputs``)."""
-        if self.checked_inputs:
-            self._last = LastCall(fn, args, self._last)
+        Only where Dynamo has checked some tensors (``checked_inputs``); the others are compared in full."""
+        if self.unchecked is not None:
+            self._last = LastCall(fn, args, self._last, self.unchecked)
 
     def _fall_back(self, rep: reporting.Report, stage: str, error: Exception) -> Callable:
         """Run this graph in PyTorch from now on, with the stage and the error in the report and one

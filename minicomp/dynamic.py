@@ -97,7 +97,9 @@ class DynamicGraph:
 
     def __init__(self, gm: fx.GraphModule, options: Options, kind: str, static_inputs=(), notes=()):
         self.parts = split_by_symbols(gm)
-        slot = {n: i for i, n in enumerate(gm.graph.nodes)}  # placeholders first: the inputs' slots
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        n_inputs = len(placeholders)  # the inputs' slots first: a call's arguments fill them
+        slot = {n: i for i, n in enumerate(placeholders + [n for n in gm.graph.nodes if n.op != "placeholder"])}
         output = next(n for n in gm.graph.nodes if n.op == "output")
         home: dict[fx.Node, int] = {}  # the part that computes a value first (replayed views: again later)
         for k, part in enumerate(self.parts):
@@ -123,7 +125,9 @@ class DynamicGraph:
         for k, part in enumerate(self.parts):
             sub = _subgraph(gm, part, nodes)
             part_static = [j for j, i in enumerate(part.inputs) if i in static]
-            graph = CompiledGraph(sub, options, kind, static_inputs=part_static, checked_inputs=False)
+            # Dynamo's guards checked the graph's inputs exactly where their sizes are static
+            checked = [] if part.dynamic else [j for j, i in enumerate(part.inputs) if i < n_inputs]
+            graph = CompiledGraph(sub, options, kind, static_inputs=part_static, checked_inputs=checked)
             graph.name = f"{self.name}_part{k}"
             graph.notes = list(notes) + [f"dynamic shapes: part {k + 1} of {len(self.parts)} of a graph with "
                                          f"symbolic sizes; {'its sizes vary' if part.dynamic else 'static sizes: compiled once'}"]

@@ -28,18 +28,21 @@ class LastCall:
     """The last call's specialization ``fn``, and what a new call must share with it to use it too,
     for graphs that Dynamo calls after checking its guards (every tensor's shape, strides, dtype and
     device; a forward or inference graph): the alignment of each tensor and the non-tensor values.
+    Inputs Dynamo has not checked (``unchecked``: in a part of a graph with symbolic sizes, the values
+    another part made) are compared in full, as ``signature`` sees them.
 
     Tensors whose storage has stayed put since the graph first ran (parameters and buffers, in
     practice) keep their alignment: one C call compares their addresses with the remembered ones. The
     others (activations) are checked one by one. A storage that moves (``p.data = ...``) drops the
     check to the full ``signature``, which then sees any change of shape too."""
 
-    __slots__ = ("fn", "stable", "pointers", "moving")
+    __slots__ = ("fn", "stable", "pointers", "moving", "unchecked")
 
-    def __init__(self, fn: Callable, args, previous: LastCall | None = None):
+    def __init__(self, fn: Callable, args, previous: LastCall | None = None, unchecked: frozenset[int] = frozenset()):
         self.fn = fn
         self.pointers = [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args]
-        tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        self.unchecked = [(i, signature([args[i]])[0]) for i in sorted(unchecked)]
+        tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in unchecked]
         if previous is None or len(previous.pointers) != len(args):
             self.stable = tensors
         else:
@@ -48,7 +51,7 @@ class LastCall:
             self.stable = []  # the C check takes tensors and ints
         stable = set(self.stable)
         self.moving = [(i, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else (i, (type(a), a))
-                       for i, a in enumerate(args) if i not in stable]
+                       for i, a in enumerate(args) if i not in stable and i not in unchecked]
 
     def matches(self, args) -> bool:
         """Whether ``args`` has the signature of the call this was made from (given Dynamo's guards)."""
@@ -62,5 +65,8 @@ class LastCall:
                 if (a.data_ptr() % 16 == 0) is not want:
                     return False
             elif (type(a), a) != want:
+                return False
+        for i, want in self.unchecked:
+            if signature([args[i]])[0] != want:
                 return False
         return True

@@ -23,6 +23,17 @@ def pointer_check(request, monkeypatch):
     return request.param
 
 
+def test_last_call_compares_unchecked_inputs_in_full(pointer_check):
+    # a part of a graph with symbolic sizes (dynamic.py): a value another part made has no guard
+    w, x = torch.randn(8, 8), torch.randn(4, 6)
+    transposed = torch.randn(6, 4).t()  # x's shape, other strides
+    last = LastCall("fn", [w, x], unchecked=frozenset({1}))
+    assert last.matches([w, torch.randn(4, 6)])
+    assert not last.matches([w, transposed])
+    assert not last.matches([w, torch.randn(4, 7)])
+    assert not last.matches([w, x.double()])
+
+
 def test_last_call_matches_exactly_when_the_signature_would(pointer_check):
     w, b = torch.randn(8, 8), torch.randn(8)
     x = torch.randn(4, 8)

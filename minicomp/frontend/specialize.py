@@ -45,4 +45,7 @@ def specialize(gm: fx.GraphModule, args) -> fx.GraphModule:
         FakeTensorProp(copy, mode).propagate_dont_convert_inputs(*fakes)
     except Exception:  # noqa: BLE001 - an op fake tensors cannot run: lower from the symbolic values
         return gm
+    for node, a in zip((n for n in copy.graph.nodes if n.op == "placeholder"), args):
+        if not isinstance(a, torch.Tensor):  # a size's value (torch 2.11's propagation keeps the symbol)
+            node.meta["val"] = a
     return copy
