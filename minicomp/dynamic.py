@@ -153,7 +153,8 @@ class DynamicGraph:
     @torch._dynamo.disable  # called inside a compiled frame: Dynamo must not trace minicomp
     def __call__(self, args):
         values = list(args) + [None] * (self.n_slots - len(args))
-        args.clear()  # boxed: the inputs are ours now (freed as their last reader finishes)
+        if isinstance(args, list):
+            args.clear()  # boxed: the inputs are ours now (freed as their last reader finishes)
         for part in self.parts:
             outs = part.run([values[i] for i in part.inputs])
             for i, v in zip(part.outputs, outs):

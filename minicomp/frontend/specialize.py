@@ -23,6 +23,7 @@ def symbolic(value) -> bool:
 
 
 def traced_value(node: fx.Node):
+    """The value traced for ``node`` (AOTAutograd's ``val``, Dynamo's ``example_value``)."""
     return node.meta.get("val", node.meta.get("example_value"))
 
 
