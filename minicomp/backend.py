@@ -23,6 +23,7 @@ from .frontend.freeze import freezable_inputs
 from .frozen import FrozenGraph
 from .runtime import cuda_graphs
 from .frontend.interpolate_op import substitute_interpolate
+from .frontend.reinplace import mutated_inputs, reinplace
 from .frontend.recurrent_op import substitute_recurrent
 
 
@@ -117,13 +118,16 @@ class Backend:
             return graph
 
         def inference(g, _):
+            done = reinplace(g, mutated_inputs())  # a static cache's update: in place
             if opts.freeze:
                 return FrozenGraph(g, opts, freezable_inputs(), static_inputs(g, True))
             if has_symbolic_sizes(g):
-                return compiled(g, "inference", static_inputs(g, True))
+                return DynamicGraph(g, opts, "inference", static_inputs(g, True), notes + done)
             store = key and graph_cache.plain_inference(gm, g)
-            return CompiledGraph(g, opts, "inference", functools.partial(graph_cache.remember, key) if store else None,
-                                 static_inputs(g, True))
+            graph = CompiledGraph(g, opts, "inference", functools.partial(graph_cache.remember, key) if store else None,
+                                  static_inputs(g, True))
+            graph.notes = notes + done
+            return graph
         return aot_module_simplified(
             gm, example_inputs,
             fw_compiler=lambda g, _: compiled(g, "forward", static_inputs(g, True)),
