@@ -118,14 +118,17 @@ class Backend:
             return graph
 
         def inference(g, _):
-            done = reinplace(g, mutated_inputs())  # a static cache's update: in place
+            # a static cache's update in place; under CUDA graphs only into an input read at its own
+            # address (another's write would land in the replay's copy; its update out of place is captured)
+            static = set(static_inputs(g, True))
+            done = reinplace(g, [i for i in mutated_inputs() if not opts.cudagraphs or i in static])
             if opts.freeze:
-                return FrozenGraph(g, opts, freezable_inputs(), static_inputs(g, True))
+                return FrozenGraph(g, opts, freezable_inputs(), sorted(static))
             if has_symbolic_sizes(g):
-                return DynamicGraph(g, opts, "inference", static_inputs(g, True), notes + done)
+                return DynamicGraph(g, opts, "inference", sorted(static), notes + done)
             store = key and graph_cache.plain_inference(gm, g)
             graph = CompiledGraph(g, opts, "inference", functools.partial(graph_cache.remember, key) if store else None,
-                                  static_inputs(g, True))
+                                  sorted(static))
             graph.notes = notes + done
             return graph
         return aot_module_simplified(

@@ -47,3 +47,26 @@ def test_index_put_with_accumulate_in_place():
         cache.index_put_((torch.arange(2)[:, None], pos[None].expand(2, 1)), rows, accumulate=True)
         return cache.amax(1)
     run_both(step, lambda: torch.randn(2, 8, 4))
+
+
+def test_under_cuda_graphs_only_a_static_address_input_is_written_in_place():
+    # a replay reads a copy of any other input: an in-graph write would land there (and the graph
+    # would not be captured); its out-of-place update is captured instead
+    def step(cache, rows, pos):
+        cache.index_copy_(1, pos, rows)
+        return cache.sum(1)
+    for static in (False, True):
+        torch._dynamo.reset()
+        eager_cache = torch.randn(2, 8, 4)
+        cache = eager_cache.clone()
+        if static:
+            torch._dynamo.mark_static_address(cache)
+        before = minicomp.report()
+        f = minicomp.compile(step, mode="reduce-overhead")
+        for k in range(3):
+            rows, pos = torch.randn(2, 1, 4), torch.tensor([k])
+            with torch.no_grad():
+                torch.testing.assert_close(f(cache, rows, pos), step(eager_cache, rows, pos))
+            torch.testing.assert_close(cache, eager_cache)
+        done = [d for r in minicomp.reports_since(before) for d in r.decisions if d.startswith("reinplace")]
+        assert bool(done) == static, done
