@@ -118,10 +118,10 @@ class Backend:
             return graph
 
         def inference(g, _):
-            # a static cache's update in place; under CUDA graphs only into an input read at its own
-            # address (another's write would land in the replay's copy; its update out of place is captured)
+            # a static cache's update in place; not under CUDA graphs (a write inside the graph would
+            # land in the replay's copy of the input, and recording runs the graph more than once)
             static = set(static_inputs(g, True))
-            done = reinplace(g, [i for i in mutated_inputs() if not opts.cudagraphs or i in static])
+            done = [] if opts.cudagraphs else reinplace(g, mutated_inputs())
             if opts.freeze:
                 return FrozenGraph(g, opts, freezable_inputs(), sorted(static))
             if has_symbolic_sizes(g):

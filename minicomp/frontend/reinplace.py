@@ -6,6 +6,9 @@ a copy of the whole cache — returns it, and AOTAutograd's runtime copies it ba
 copies of the whole tensor per call where eager writes a few rows. Where the returned update is such an
 op on the input itself and nothing else in the graph reads that input, ``reinplace`` makes the op write
 the input in place and return it; the copy back is then a copy onto itself, which PyTorch skips.
+
+Only updates that overwrite (``index_copy``, ``index_put`` without ``accumulate``): running one twice
+(a first run that fails half-way and then runs in PyTorch) writes the same values again.
 """
 from __future__ import annotations
 
@@ -40,7 +43,9 @@ def reinplace(gm: fx.GraphModule, mutated: list[int]) -> list[str]:
         if target not in IN_PLACE or i >= len(placeholders):
             continue
         source = placeholders[i]
-        if update.args[0] is source and set(source.users) == {update}:
+        accumulate = target is aten.index_put.default and \
+            bool(update.kwargs.get("accumulate", update.args[3] if len(update.args) > 3 else False))
+        if update.args[0] is source and set(source.users) == {update} and not accumulate:
             update.target = IN_PLACE[target]
             notes.append(f"reinplace: {target.__name__} updates input {source.name} in place "
                          f"(was: a copy of it, copied back)")

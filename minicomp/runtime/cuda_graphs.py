@@ -173,9 +173,8 @@ def ineligible(args, facts: GraphFacts) -> str | None:
     numbers = [i for i, a in enumerate(args) if isinstance(a, (int, float, bool))]
     if numbers:
         return f"dynamic shapes: number input(s) {numbers}"
-    copied = [i for i in facts.mutated_inputs if i not in facts.static_inputs]  # (a static one is read in place)
-    if copied:
-        return f"writes input(s) {copied} inside the graph: the write would land in a static copy"
+    if facts.mutated_inputs:
+        return f"writes input(s) {list(facts.mutated_inputs)} inside the graph: the write would land in a static copy"
     if facts.uncapturable:
         return f"ops that synchronize or have data-dependent shapes: {', '.join(facts.uncapturable)}"
     return None
