@@ -139,9 +139,12 @@ class CompiledGraph:
         strides Dynamo's guards have checked before a call — all (True: a forward's), none (False: a
         backward's), or these indices (a part of a graph with symbolic sizes, ``dynamic.py``)."""
         self.gm, self.options, self.kind, self.on_compiled = gm, options, kind, on_compiled
-        n = sum(node.op == "placeholder" for node in gm.graph.nodes)
-        checked = range(n) if checked_inputs is True else () if checked_inputs is False else checked_inputs
-        self.unchecked = None if kind == "backward" or not checked else frozenset(range(n)) - set(checked)
+        if kind == "backward" or checked_inputs is False:
+            self.unchecked: frozenset[int] | None = None  # no LastCall: the full signature every call
+        elif checked_inputs is True:
+            self.unchecked = frozenset()
+        else:
+            self.unchecked = frozenset(range(sum(n.op == "placeholder" for n in gm.graph.nodes))) - set(checked_inputs)
         self.static_inputs = frozenset(static_inputs)
         self.name = graph_name(kind)
         self._specializations: dict[tuple, Callable] = {}

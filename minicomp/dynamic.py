@@ -36,10 +36,6 @@ RECENT = 8     # a dynamic part is compiled for a signature that comes back with
 MAX_SIZES = 8  # signatures compiled per dynamic part (Dynamo's own recompile limit is 8 too)
 
 
-def _is_dynamic(node: fx.Node) -> bool:
-    return symbolic(traced_value(node)) or any(symbolic(traced_value(a)) for a in node.all_input_nodes)
-
-
 @dataclasses.dataclass
 class Part:
     """Nodes of one kind, in graph order; ``inputs`` and ``outputs`` index the runner's value slots."""
@@ -57,6 +53,7 @@ def split_by_symbols(gm: fx.GraphModule) -> list[Part]:
     from its base (``_replay_views``)."""
     level: dict[fx.Node, int] = {}
     parts: dict[int, Part] = {}
+    sized = {n: symbolic(traced_value(n)) for n in gm.graph.nodes}  # a value with a symbolic size
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "output"):
             continue
@@ -64,7 +61,8 @@ def split_by_symbols(gm: fx.GraphModule) -> list[Part]:
             lv = level[node.args[0]]
         else:
             lv = max((level.get(a, 0) for a in node.all_input_nodes), default=0)
-            lv += (lv % 2) != _is_dynamic(node)
+            dynamic = sized[node] or any(sized[a] for a in node.all_input_nodes)  # it or an input
+            lv += (lv % 2) != dynamic
         level[node] = lv
         parts.setdefault(lv, Part([], lv % 2 == 1)).nodes.append(node)
     return _replay_views([parts[k] for k in sorted(parts)], {n: i for i, n in enumerate(gm.graph.nodes)})
@@ -126,7 +124,7 @@ class DynamicGraph:
             sub = _subgraph(gm, part, nodes)
             part_static = [j for j, i in enumerate(part.inputs) if i in static]
             # Dynamo's guards checked the graph's inputs exactly where their sizes are static
-            checked = [] if part.dynamic else [j for j, i in enumerate(part.inputs) if i < n_inputs]
+            checked = False if part.dynamic else [j for j, i in enumerate(part.inputs) if i < n_inputs]
             graph = CompiledGraph(sub, options, kind, static_inputs=part_static, checked_inputs=checked)
             graph.name = f"{self.name}_part{k}"
             graph.notes = list(notes) + [f"dynamic shapes: part {k + 1} of {len(self.parts)} of a graph with "

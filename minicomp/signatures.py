@@ -15,13 +15,14 @@ _same_pointers = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None) 
 
 def signature(args) -> tuple:
     """Everything a compiled graph specializes on."""
-    sig = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            sig.append((tuple(a.shape), a.stride(), a.dtype, a.device, a.layout, a.data_ptr() % 16 == 0))
-        else:
-            sig.append((type(a), a))
-    return tuple(sig)
+    return tuple(map(_specialized_on, args))
+
+
+def _specialized_on(a) -> tuple:
+    """What a compiled graph specializes on of one input."""
+    if isinstance(a, torch.Tensor):
+        return (tuple(a.shape), a.stride(), a.dtype, a.device, a.layout, a.data_ptr() % 16 == 0)
+    return (type(a), a)
 
 
 class LastCall:
@@ -41,7 +42,7 @@ class LastCall:
     def __init__(self, fn: Callable, args, previous: LastCall | None = None, unchecked: frozenset[int] = frozenset()):
         self.fn = fn
         self.pointers = [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args]
-        self.unchecked = [(i, signature([args[i]])[0]) for i in sorted(unchecked)]
+        self.unchecked = [(i, _specialized_on(args[i])) for i in sorted(unchecked)]
         tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in unchecked]
         if previous is None or len(previous.pointers) != len(args):
             self.stable = tensors
@@ -67,6 +68,6 @@ class LastCall:
             elif (type(a), a) != want:
                 return False
         for i, want in self.unchecked:
-            if signature([args[i]])[0] != want:
+            if _specialized_on(args[i]) != want:
                 return False
         return True

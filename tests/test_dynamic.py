@@ -9,7 +9,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import minicomp
 from minicomp import dynamic
 
 Report = sys.modules["minicomp.report"]  # the module (``minicomp.report`` is the function)
