@@ -256,6 +256,16 @@ def test_cpu_scalar_tensors_in_a_cuda_graph():
     report = compile_and_compare(fn, x, s, fallbacks=None)
     reasons = {f.reason for f in report.fallbacks}
     assert reasons <= {"a CPU scalar tensor moves to the GPU", "computes a CPU tensor in a CUDA graph (as eager does)"}, reasons
+    # the moves do not synchronize the stream (a blocking copy would: a host-GPU sync per move), and a
+    # new value of the CPU tensor is read on the next call
+    compiled = minicomp.compile(fn)
+    compiled(x, s)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out, t = compiled(x, torch.tensor(-0.25))
+    assert not [e for e in prof.events() if e.name in ("cudaStreamSynchronize", "cudaDeviceSynchronize")]
+    expected, t_expected = fn(x, torch.tensor(-0.25))
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(t, t_expected)
 
 
 def test_factory_ops_and_masks_on_cuda():
