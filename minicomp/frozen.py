@@ -3,7 +3,8 @@
 It freezes at the first call (the parameters' values are known only then), compiles the frozen graph,
 and checks per call that the parameters baked into constants are unchanged (``Frozen.still_valid``:
 one pass over those tensors' identities, versions and data pointers). A change freezes and compiles
-again from the current values; after ``MAX_REFREEZES`` such changes the graph runs unfrozen.
+again from the current values; after ``MAX_REFREEZES`` such changes the graph runs unfrozen. A graph
+with symbolic sizes is compiled as the backend compiles one unfrozen (``dynamic.py``).
 """
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import torch
 import torch.fx as fx
 
 from .compiler import CompiledGraph, Options
+from .dynamic import DynamicGraph
 from .frontend.freeze import Frozen, freeze_graph
+from .frontend.specialize import has_symbolic_sizes
 
 MAX_REFREEZES = 8
 
@@ -44,8 +47,7 @@ class FrozenGraph:
                     f"the graph now reads them as inputs")
             warnings.warn(f"minicomp: {note}")
             self.frozen = None
-            self.compiled = CompiledGraph(self.gm, self.options, "inference", static_inputs=self.static_inputs)
-            self.compiled.notes = [note]
+            self.compiled = self._compile(self.gm, [note])
             return
         frozen = freeze_graph(self.gm, list(args), self.freezable)
         if self.freezes:
@@ -53,5 +55,13 @@ class FrozenGraph:
                                 f"({self.freezes} time(s))")
         self.freezes += 1
         self.frozen = frozen if frozen.sources else None
-        self.compiled = CompiledGraph(frozen.gm, self.options, "inference", static_inputs=self.static_inputs)
-        self.compiled.notes = frozen.notes
+        self.compiled = self._compile(frozen.gm, frozen.notes)
+
+    def _compile(self, gm: fx.GraphModule, notes: list[str]):
+        """``gm`` compiled as the backend compiles an unfrozen graph: with symbolic sizes, split into
+        parts compiled where their sizes stay (``dynamic.py``), not once per size."""
+        if has_symbolic_sizes(gm):
+            return DynamicGraph(gm, self.options, "inference", self.static_inputs, notes)
+        compiled = CompiledGraph(gm, self.options, "inference", static_inputs=self.static_inputs)
+        compiled.notes = notes
+        return compiled

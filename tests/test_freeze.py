@@ -200,3 +200,23 @@ def test_batch_norm_without_a_conv_before_it_stays(dtype):
     _, rep = _compare(PreActivation(), torch.randn(2, 4, 5, 6), dtype)
     assert _folded(rep) == 0
     assert sum("batch_norm" in k.name for k in rep.kernels) >= 1, [k.name for k in rep.kernels]
+
+
+def test_batch_size_changes_split_the_frozen_graph():
+    # once Dynamo makes the batch symbolic, the frozen graph is split as an unfrozen one is
+    # (dynamic.py): a batch size is compiled when it comes back, not once per size
+    model = ConvBN().eval()
+    compiled = torch.compile(model, backend="minicomp", options={"freeze": True})
+    with torch.no_grad():
+        compiled(torch.randn(2, 6, 5, 7))
+        before = minicomp.report()
+        for b in (3, 4, 5, 3, 3):
+            x = torch.randn(b, 6, 5, 7)
+            torch.testing.assert_close(compiled(x), model(x), **TOL[torch.float32])
+        model.conv.weight.mul_(2)  # a parameter changed: frozen again, still split
+        x = torch.randn(4, 6, 5, 7)
+        torch.testing.assert_close(compiled(x), model(x), **TOL[torch.float32])
+    # the split (its static part compiled at once, the convolution's part for batch 3 when 3 came
+    # back), then the split of the graph frozen again (batch 4: first seen, runs in PyTorch)
+    kinds = [r.graph.split("_", 1)[1] for r in minicomp.reports_since(before)]
+    assert kinds == ["inference", "inference_part0", "inference_part1", "inference", "inference_part0"], kinds
