@@ -245,3 +245,50 @@ def test_the_verifier_rejects_bad_gathers(make, reason):
 def test_validation_draws_inputs_the_graph_accepts(monkeypatch, fn, args):
     monkeypatch.setenv("MINICOMP_VERIFY", "1")
     compile_and_compare(fn, *args)
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_scatter_of_a_value_with_one_index_per_position(dim):
+    # one select fused with its consumer; an index shorter than the data outside the scattered dim
+    # leaves the rest of the data as it was
+    x = torch.randn(5, 6, 7)
+    shape = [4, 5, 3]
+    shape[dim] = 1
+    idx = torch.randint(0, x.shape[dim], shape)
+    compile_and_compare(lambda x, i: torch.scatter(x, dim, i, 2.5) * 3, x, idx, kernels=1)
+    # a negative index counts from the end (eager raises; gather reads it so too)
+    size = x.shape[dim]
+    compile_and_compare(lambda x, i: torch.scatter(x, dim, i, -1.0), x, idx - size,
+                        reference=lambda x, i: torch.scatter(x, dim, i + size, -1.0), kernels=1)
+
+
+@pytest.mark.parametrize("dtype, value", [(torch.int64, 7), (torch.bool, True), (torch.float16, -0.5)])
+def test_scatter_of_a_value_into_other_dtypes(dtype, value):
+    x = (torch.randn(6, 9) * 4).to(dtype)
+    idx = torch.randint(0, 9, (6, 1))
+    compile_and_compare(lambda x, i: torch.scatter(x, 1, i, value), x, idx, kernels=1)
+
+
+def test_scatter_of_several_indices_per_position_stays_in_pytorch():
+    x, idx = torch.randn(4, 8), torch.randint(0, 8, (4, 3))
+    report = compile_and_compare(lambda x, i: torch.scatter(x, 1, i, 1.0) + 1, x, idx, fallbacks=1)
+    assert "several indices per position" in report.fallbacks[0].reason
+
+
+def test_cross_entropy_gradient_has_no_scatter_fallback():
+    # nll_loss's backward writes -1 at each row's target (scatter of a value): native now, fused
+    logits = torch.randn(12, 37, requires_grad=True)
+    target = torch.randint(0, 37, (12,))
+    target[3] = -100  # ignored
+
+    def fn(z, t):
+        return F.cross_entropy(z, t, ignore_index=-100)
+    expected_in = logits.detach().clone().requires_grad_()
+    fn(expected_in, target).backward()
+    before = minicomp.report()
+    actual_in = logits.detach().clone().requires_grad_()
+    torch._dynamo.reset()
+    minicomp.compile(fn)(actual_in, target).backward()
+    torch.testing.assert_close(actual_in.grad, expected_in.grad)
+    fallbacks = [f.op for r in minicomp.reports_since(before) for f in r.fallbacks]
+    assert not [op for op in fallbacks if "scatter" in op], fallbacks

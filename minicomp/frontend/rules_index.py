@@ -1,5 +1,5 @@
 """Lowering rules for indexing with integer tensors: ``embedding``, ``index_select``, ``gather`` and
-``index.Tensor`` (advanced indexing).
+``index.Tensor`` (advanced indexing), and ``scatter`` of a value with one index per position.
 
 Each becomes one ``gather`` node (``ir/graph.py``): the data read at an index map in which the
 indexed coordinates are the values of the index tensors, ``j0, j1, ...``. The index tensors enter as
@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 
 from ..ir import views
-from ..ir.expr import Affine, Var, index_vars
-from ..ir.graph import Node
+from ..ir.expr import Affine, Range, Var, index_vars
+from ..ir.graph import Node, Scalar
 from .registry import Unsupported, aten, rule
 
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -100,6 +100,35 @@ def _gather_rule(L, x, dim, index, sparse_grad=False):
     out = index_vars(shape)
     data = [None if d == dim else Affine.of(v) for d, v in enumerate(out)]
     return _gather(L, x, shape, data, [(dim, index)], list(range(len(shape))))
+
+
+@rule(aten.scatter.value)
+def _scatter_value(L, x, dim, index, value):
+    """``x`` with ``value`` written at ``index`` along ``dim``, for one index per position
+    (``index.shape[dim] == 1``: a classification loss's backward, a one-hot): ``value`` where the
+    position along ``dim`` equals the index placed over the other dims (past the index's extent there,
+    none does), else ``x`` — a pointwise select that fuses with its neighbours. Several indices per
+    position stay in PyTorch. A negative index counts from the end, as ``gather`` reads it."""
+    _check_index(index)
+    if x.type.ndim == 0 or index.type.ndim != x.type.ndim:
+        raise Unsupported("scatter of a 0-d tensor, or with an index of another rank than the data")
+    dim %= x.type.ndim
+    if index.shape[dim] != 1:
+        raise Unsupported("scatter of several indices per position along the scattered dim")
+    if any(i > s for d, (i, s) in enumerate(zip(index.shape, x.shape)) if d != dim):
+        raise Unsupported("scatter index larger than the data outside the scattered dim")  # eager raises
+    if index.type.numel == 0:
+        return L.graph.pointwise("identity", [x], x.dtype)
+    out = index_vars(x.shape)
+    at = [Affine.of(0) if d == dim else Affine.of(v) for d, v in enumerate(out)]
+    beyond = [Range(Affine.of(out[d]), 0, index.shape[d]) for d in range(x.type.ndim)
+              if d != dim and index.shape[d] < x.shape[d]]
+    size, i = x.shape[dim], index.dtype
+    placed = L.graph.view(index, x.shape, at, beyond, fill=size, kind="scatter")  # size: no position
+    negative = L.graph.pointwise("lt", [placed, Scalar(0, i)], torch.bool)
+    placed = L.graph.pointwise("where", [negative, L.graph.pointwise("add", [placed, Scalar(size, i)], i), placed], i)
+    hit = L.graph.pointwise("eq", [L.iota(x.shape, dim, i, x.type.device), placed], torch.bool)
+    return L.graph.pointwise("where", [hit, L.full(x.shape, value, x.dtype, x.type.device), x], x.dtype)
 
 
 @rule(aten.index.Tensor)
