@@ -599,3 +599,24 @@ def test_sdpa_training_runs_minicomp_forward_and_backward_kernels(sdpa_lowered, 
         assert (a.float() - e.float()).abs().max() <= 2e-2 * e.float().abs().max(), (e, a)
     templates = {k.template for r in minicomp.reports_since(before) for k in r.kernels}
     assert {"attention", "attention_dq", "attention_dkdv"} <= templates, templates
+
+
+def test_sdpa_kept_in_training_reads_its_cpu_rng_state_as_eager_does():
+    # PyTorch's memory-efficient attention (fp32) returns its RNG seed and offset as CPU tensors and
+    # its backward reads them: the fallback takes them as they are, no copy to the GPU per call
+    q, k, v, dout = _dev((2, 4, 64, 32), (2, 4, 64, 32), (2, 4, 64, 32), (2, 4, 64, 32))
+
+    def run(fn):
+        leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+        out = fn(*leaves)
+        out.backward(dout)
+        return [out] + [x.grad for x in leaves]
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * 2  # noqa: E731
+    expected = run(fn)
+    before = minicomp.report()
+    actual = run(minicomp.compile(fn))
+    for e, a in zip(expected, actual):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+    ops = [f.op for r in minicomp.reports_since(before) for f in r.fallbacks]
+    assert any("efficient_attention_backward" in op for op in ops), ops  # the path under test
+    assert "_to_copy" not in ops, ops

@@ -107,17 +107,19 @@ class Lowering:
         self.node = fx_node
         start = len(self.graph.nodes)
         reason = self._unsupported_inputs(args, kwargs) or self._cpu_result()
-        if reason is None and self.target.is_cuda:  # a CPU scalar tensor feeding GPU work
-            args, kwargs = map_tree((args, kwargs), self._on_gpu)
-            start = len(self.graph.nodes)  # the copies stay if the rule declines
         fn = RULES.get(target) or RULES.get(getattr(target, "overloadpacket", None))
         if reason is None and fn is None:
             reason = deliberate_fallback(target) or "no lowering rule"
         if reason is None:
+            undo = len(self.fallbacks), dict(self._moved)
             try:
-                result = fn(self, *args, **kwargs)
+                # a CPU scalar tensor feeding GPU kernels is copied to the GPU; a fallback op takes
+                # it as eager does (SDPA's backward its CPU RNG seed and offset)
+                moved = map_tree((args, kwargs), self._on_gpu) if self.target.is_cuda else (args, kwargs)
+                result = fn(self, *moved[0], **moved[1])
             except Unsupported as e:
-                del self.graph.nodes[start:]
+                del self.graph.nodes[start:], self.fallbacks[undo[0]:]
+                self._moved = undo[1]
                 reason = str(e)
         if reason is not None:
             return self._extern(target, args, kwargs, reason)
