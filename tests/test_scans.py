@@ -222,8 +222,8 @@ def test_cumsum_gradient_is_one_reversed_scan(looped):
 
 def test_other_scan_gradients():
     _check_grad(lambda x: torch.logcumsumexp(x, -1), torch.randn(3, 9))
-    # cumprod's backward scatters (no native rule yet) around its scans; its gather is native
-    _check_grad(lambda x: torch.cumprod(x, 1), torch.randn(3, 9), fallbacks=1)
+    # cumprod's backward scatters a value at one index per row around its scans, and gathers: all native
+    _check_grad(lambda x: torch.cumprod(x, 1), torch.randn(3, 9))
 
 
 # --- the IR ------------------------------------------------------------------------------------

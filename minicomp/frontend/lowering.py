@@ -156,8 +156,8 @@ class Lowering:
     def _on_gpu(self, v):
         """``v``, moved to the GPU when it is a CPU tensor (eager lets a CPU scalar tensor join GPU ops;
         a kernel cannot read it), once per tensor. Non-blocking: PyTorch's blocking copy synchronizes the
-        stream after it (BART's training step: 26 host-GPU syncs a step, 2 non-blocking); from pageable
-        memory CUDA stages the bytes before the call returns, so the source may change afterwards."""
+        stream after it (a host-GPU sync per move and call); from pageable memory CUDA stages the bytes
+        before the call returns, so the source may change afterwards."""
         if not (isinstance(v, Node) and isinstance(v.type, TensorType) and v.type.device.type == "cpu"):
             return v
         if v not in self._moved:
