@@ -16,9 +16,8 @@ from torch._decomp import core_aten_decompositions
 from torch._functorch.aot_autograd import aot_module_simplified
 
 from . import graph_cache
-from .compiler import CompiledGraph, Options
-from .dynamic import DynamicGraph
-from .frontend.specialize import has_symbolic_sizes
+from .compiler import Options
+from .dynamic import compiled_graph
 from .frontend.freeze import freezable_inputs
 from .frozen import FrozenGraph
 from .runtime import cuda_graphs
@@ -110,13 +109,6 @@ class Backend:
         if notes:
             warnings.warn(f"minicomp: {notes[0]}")
 
-        def compiled(g, kind, static):
-            if has_symbolic_sizes(g):
-                return DynamicGraph(g, opts, kind, static, notes)
-            graph = CompiledGraph(g, opts, kind, static_inputs=static)
-            graph.notes = notes
-            return graph
-
         def inference(g, _):
             # a static cache's update in place; not under CUDA graphs (a write inside the graph would
             # land in the replay's copy of the input, and recording runs the graph more than once)
@@ -124,17 +116,13 @@ class Backend:
             done = [] if opts.cudagraphs else reinplace(g, mutated_inputs())
             if opts.freeze:
                 return FrozenGraph(g, opts, freezable_inputs(), sorted(static))
-            if has_symbolic_sizes(g):
-                return DynamicGraph(g, opts, "inference", sorted(static), notes + done)
             store = key and graph_cache.plain_inference(gm, g)
-            graph = CompiledGraph(g, opts, "inference", functools.partial(graph_cache.remember, key) if store else None,
-                                  sorted(static))
-            graph.notes = notes + done
-            return graph
+            return compiled_graph(g, opts, "inference", sorted(static), notes + done,
+                                  functools.partial(graph_cache.remember, key) if store else None)
         return aot_module_simplified(
             gm, example_inputs,
-            fw_compiler=lambda g, _: compiled(g, "forward", static_inputs(g, True)),
-            bw_compiler=lambda g, _: compiled(g, "backward", static_inputs(g, False)),
+            fw_compiler=lambda g, _: compiled_graph(g, opts, "forward", static_inputs(g, True), notes),
+            bw_compiler=lambda g, _: compiled_graph(g, opts, "backward", static_inputs(g, False), notes),
             inference_compiler=inference,
             decompositions=decompositions(training=training),
         )

@@ -156,7 +156,10 @@ class CompiledGraph:
         last = self._last
         if last is not None and last.matches(args):
             return last.fn(args)
-        key = signature(args)
+        return self.run(args, signature(args))
+
+    def run(self, args, key: tuple):
+        """A call whose ``signature`` is ``key`` (``dynamic.SizedPart`` has computed it already)."""
         fn = self._specializations.get(key)
         if fn is not None:
             self._remember(fn, args)

@@ -28,7 +28,7 @@ import torch
 import torch.fx as fx
 
 from .compiler import CompiledGraph, Options, graph_name
-from .frontend.specialize import symbolic, traced_value
+from .frontend.specialize import has_symbolic_sizes, symbolic, traced_value
 from .report import Fallback, Report, record
 from .signatures import signature
 
@@ -189,6 +189,17 @@ def _subgraph(gm: fx.GraphModule, part: Part, nodes: dict[int, fx.Node]) -> fx.G
     return fx.GraphModule(gm, g)
 
 
+def compiled_graph(gm: fx.GraphModule, options: Options, kind: str, static_inputs=(), notes=(),
+                   on_compiled: Callable | None = None):
+    """``gm``'s callable: a ``DynamicGraph`` where it has symbolic sizes, else one ``CompiledGraph``
+    (``on_compiled``: its ``CompiledGraph`` argument). ``notes``: decisions made before lowering."""
+    if has_symbolic_sizes(gm):
+        return DynamicGraph(gm, options, kind, static_inputs, notes)
+    graph = CompiledGraph(gm, options, kind, on_compiled, static_inputs)
+    graph.notes = list(notes)
+    return graph
+
+
 class SizedPart:
     """A dynamic part: run in PyTorch, compiled for a signature that comes back within ``RECENT``
     calls while fewer than ``MAX_SIZES`` are compiled."""
@@ -201,10 +212,10 @@ class SizedPart:
     def __call__(self, args):
         key = signature(args)
         if key in self.compiled:
-            return self.graph(args)
+            return self.graph.run(args, key)
         if len(self.compiled) < MAX_SIZES:
             if key in self.recent:
                 self.compiled.add(key)
-                return self.graph(args)
+                return self.graph.run(args, key)
             self.recent.append(key)
         return self.gm(*args)

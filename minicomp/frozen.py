@@ -9,14 +9,14 @@ with symbolic sizes is compiled as the backend compiles one unfrozen (``dynamic.
 from __future__ import annotations
 
 import warnings
+from typing import Callable
 
 import torch
 import torch.fx as fx
 
-from .compiler import CompiledGraph, Options
-from .dynamic import DynamicGraph
+from .compiler import Options
+from .dynamic import compiled_graph
 from .frontend.freeze import Frozen, freeze_graph
-from .frontend.specialize import has_symbolic_sizes
 
 MAX_REFREEZES = 8
 
@@ -29,7 +29,7 @@ class FrozenGraph:
     def __init__(self, gm: fx.GraphModule, options: Options, freezable: list[int], static_inputs=()):
         self.gm, self.options, self.freezable, self.static_inputs = gm, options, freezable, tuple(static_inputs)
         self.frozen: Frozen | None = None
-        self.compiled: CompiledGraph | None = None
+        self.compiled: Callable | None = None  # a CompiledGraph, or a DynamicGraph (symbolic sizes)
         self.freezes = 0
 
     @torch._dynamo.disable  # called inside a compiled frame: Dynamo must not trace minicomp
@@ -47,7 +47,7 @@ class FrozenGraph:
                     f"the graph now reads them as inputs")
             warnings.warn(f"minicomp: {note}")
             self.frozen = None
-            self.compiled = self._compile(self.gm, [note])
+            self.compiled = compiled_graph(self.gm, self.options, "inference", self.static_inputs, [note])
             return
         frozen = freeze_graph(self.gm, list(args), self.freezable)
         if self.freezes:
@@ -55,13 +55,4 @@ class FrozenGraph:
                                 f"({self.freezes} time(s))")
         self.freezes += 1
         self.frozen = frozen if frozen.sources else None
-        self.compiled = self._compile(frozen.gm, frozen.notes)
-
-    def _compile(self, gm: fx.GraphModule, notes: list[str]):
-        """``gm`` compiled as the backend compiles an unfrozen graph: with symbolic sizes, split into
-        parts compiled where their sizes stay (``dynamic.py``), not once per size."""
-        if has_symbolic_sizes(gm):
-            return DynamicGraph(gm, self.options, "inference", self.static_inputs, notes)
-        compiled = CompiledGraph(gm, self.options, "inference", static_inputs=self.static_inputs)
-        compiled.notes = notes
-        return compiled
+        self.compiled = compiled_graph(frozen.gm, self.options, "inference", self.static_inputs, frozen.notes)
