@@ -68,7 +68,7 @@ and ``whole_graph_fallbacks``: from ``minicomp.reports_since`` (``models.graph_f
 
 Each row runs in its own try/except (a crash is recorded in the row and the run goes on); GPU memory is
 freed between rows (Dynamo reset, ``empty_cache``). The JSON and Markdown are rewritten after every row, so
-a run cut short keeps what it measured; ``--time-limit`` (seconds, default 450 on a GPU) starts no row after
+a run cut short keeps what it measured; ``--time-limit`` (seconds, default 420 on a GPU) starts no row after
 it (those rows say "not run"), and ``--resume`` measures only the rows the existing results lack. A crash
 that loses the CUDA context hands the remaining rows to a new process (``--resume``).
 
@@ -687,12 +687,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 3; dry run 1)")
     p.add_argument("--no-inductor", action="store_true", help="eager and minicomp only")
     p.add_argument("--time-limit", type=float, default=None,
-                   help="start no row after this many seconds (default 450 on a GPU, none in a dry run)")
+                   help="start no row after this many seconds (default 420 on a GPU, none in a dry run)")
     p.add_argument("--resume", action="store_true", help="keep the rows of the existing results; measure the rest")
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.rounds = args.rounds or (1 if args.dry_run else 3)
-    args.time_limit = args.time_limit if args.time_limit is not None else (None if args.dry_run else 450.0)
+    args.time_limit = args.time_limit if args.time_limit is not None else (None if args.dry_run else 420.0)
     args.backends = [b for b in BACKENDS if not (args.no_inductor and b == "inductor")]
     return args
 
