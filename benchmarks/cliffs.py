@@ -632,7 +632,8 @@ def markdown(meta: dict, rows: list[dict]) -> str:
     head = [f"# Cliffs (issue 41's table) — {meta['date']}", "",
             f"GPU {meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, transformers {meta['transformers']}, "
             f"timm {meta['timm']}. TF32: matmul {meta['matmul_tf32']}, cuDNN {meta['cudnn_tf32']}. "
-            f"Command: `{meta['command']}`.", "",
+            f"Command: `{meta['command']}`"
+            + "".join(f", then `{c}` (rows not measured before)" for c in meta.get("resumed_with", [])) + ".", "",
             f"Times: {timer}; training rows: zero_grad + forward + loss + backward (no optimizer step); Llama: "
             f"ms per new token of the whole `generate` call (median of {GENERATE_CALLS}). ✗: the result differs "
             "from eager's (inference: max ‖a − b‖/‖b‖ over the outputs above 1e-4 and not referred to float64; "
@@ -731,10 +732,13 @@ def main(argv: list[str] | None = None) -> int:
                 command=shlex.join(["python", "benchmarks/cliffs.py", *_without_out(resumed)]))
     done: dict[str, dict] = {}
     if args.resume and (out / f"{stem}.json").exists():
-        done = {r["name"]: r for r in json.loads((out / f"{stem}.json").read_text())["rows"]
-                if not str(r.get("error") or "").startswith("not run")}
+        earlier = json.loads((out / f"{stem}.json").read_text())
+        done = {r["name"]: r for r in earlier["rows"] if not str(r.get("error") or "").startswith("not run")}
+        meta["resumed_with"] = earlier.get("resumed_with", []) + [meta["command"]]
+        meta["command"] = earlier["command"]
     rows = {c.name: done.get(c.name, dict(n=CASES.index(c) + 1, name=c.name, kind=c.kind, dtype=c.dtype,
-                                          error="not run yet")) for c in cases}
+                                          error="not run yet"))
+            for c in CASES if c in cases or c.name in done}  # resumed: the other rows' results stay
     bench = (lambda fn: cpu_bench(fn, calls=1)) if args.dry_run else gpu_bench
     start = time.perf_counter()
     warm_up(device, argparse.Namespace(no_inductor=args.no_inductor))
