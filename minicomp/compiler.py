@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
-import os
 import sys
 import time
 import traceback
@@ -22,7 +21,7 @@ import torch
 import torch.fx as fx
 import triton
 
-from . import assemble
+from . import assemble, config
 from . import report as reporting
 from . import validation
 from .errors import MinicompError
@@ -104,7 +103,7 @@ class Options:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"minicomp: unknown mode {self.mode!r}; the modes are {', '.join(MODES)}")
-        self.dump_dir = self.dump_dir or os.environ.get("MINICOMP_DUMP") or None
+        self.dump_dir = self.dump_dir or (str(config.dump) if config.dump else None)
 
     @property
     def autotune(self) -> bool:
@@ -118,7 +117,7 @@ class Options:
 
     @property
     def strict(self) -> bool:
-        return os.environ.get("MINICOMP_STRICT", "0") not in ("", "0")
+        return config.strict
 
 
 def graph_name(kind: str) -> str:
@@ -172,6 +171,8 @@ class CompiledGraph:
             return fn(args)
         try:  # the first run compiles and launches the kernels: its errors are compile errors too
             out = fn(args)
+        except config.ConfigError:  # a setting with a value it does not take: the user must fix it
+            raise
         except Exception as e:  # noqa: BLE001 - never fail the user's model
             self._specializations[key] = fallback = self._fall_back(rep, "first run", e)
             self._remember(fallback, args)
@@ -229,7 +230,7 @@ class CompiledGraph:
             if unsupported:
                 raise MinicompError(unsupported)
             fn, art = self._build(args, dump, rep, self._gemm_choices(args))
-        except validation.ValidationError:
+        except (validation.ValidationError, config.ConfigError):
             raise
         except Exception as e:  # noqa: BLE001 - never fail the user's model: run this graph in PyTorch
             fn = self._fall_back(rep, "compile", e)
@@ -276,7 +277,7 @@ class CompiledGraph:
                 if ms < best_ms:
                     choice, best_ms = candidate, ms
             best[node.id] = choice
-            if os.environ.get("MINICOMP_TUNE_VERBOSE", "1") != "0":
+            if config.tune_verbose:
                 print(f"minicomp: tuned {self.name} matmul {node.name} {list(node.shape)}: "
                       f"{', '.join(timings)} ms -> {best[node.id]}", file=sys.stderr)
         return best

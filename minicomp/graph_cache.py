@@ -3,7 +3,8 @@ lowering, the passes and codegen, and loads the stored kernels and wrapper direc
 
 Key: the Dynamo graph's code, its inputs' metadata (shape, strides, dtype, device, requires_grad,
 alignment), grad and inference mode, the options, a hash of minicomp's own source, the torch and
-Triton versions, the GPU and the state of the tuned-schedule folder. Value: the ``Artifacts`` derived
+Triton versions, the GPU, the state of the tuned-schedule folder and ``config.fingerprint()`` (every
+setting that changes generated code). Value: the ``Artifacts`` derived
 from the graph's Program (kernel and wrapper files, each launch's argument dtypes and options, fallback
 ops by name, constants; ``assemble.py``), the input signature and the report.
 
@@ -18,7 +19,6 @@ be read or whose files changed costs a recompile.
 from __future__ import annotations
 
 import functools
-import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -29,7 +29,7 @@ import torch
 import torch.fx as fx
 import triton
 
-from . import validation
+from . import config, validation
 from .assemble import Artifacts, load
 from .compiler import Options, graph_name
 from .report import Fallback, KernelInfo, Report, record
@@ -48,7 +48,7 @@ class Entry:
 
 
 def enabled(options: Options) -> bool:
-    return (os.environ.get("MINICOMP_GRAPH_CACHE", "1") not in ("", "0") and not options.dump_dir
+    return (config.graph_cache and not options.dump_dir
             and not options.strict and not validation.enabled())
 
 
@@ -71,9 +71,7 @@ def key(gm: fx.GraphModule, example_inputs, options: Options) -> str | None:
     passes = [f"{p.name}:{p.run.__module__}.{p.run.__qualname__}" for p in options.pipeline]
     state = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.get_default_dtype(), options.autotune,
              passes, _source_digest(), torch.__version__, triton.__version__, _tuned_state(),
-             os.environ.get("MINICOMP_MEMORY_PLAN", "1"),  # the wrapper's memory plan
-             os.environ.get("MINICOMP_CONV", "auto"),  # which convolutions run in the IR (conv_lowering)
-             os.environ.get("MINICOMP_ATTENTION", "auto"))  # which attention runs in minicomp's kernels
+             config.fingerprint())  # every setting that changes generated code, torch's TF32 flags too
     return cache.digest(f"{gm.code}|{inputs}|{state}")
 
 

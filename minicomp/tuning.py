@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Callable
 import torch
 import triton
 
+from . import config
 from .ir.expr import Affine, Range, Var
 from .ir.graph import Graph
 from .ir.kernel import Indirect, Kernel, Schedule
@@ -97,7 +97,7 @@ def _measure(graph: Graph, i: int, ctx: Context, tuner: Tuner) -> dict:
         timings.append(f"{'/'.join(str(v) for v in candidate.blocks.values())}x{candidate.num_warps}w {ms:.4f}")
         if ms < best_ms:
             best, best_ms = candidate, ms
-    if os.environ.get("MINICOMP_TUNE_VERBOSE", "1") != "0":
+    if config.tune_verbose:
         print(f"minicomp: tuned {kernels[i].name} ({'/'.join(heuristic.blocks)} x warps): "
               f"{', '.join(timings)} ms -> {best}", file=sys.stderr)
     return {"blocks": best.blocks, "num_warps": best.num_warps, "num_stages": best.num_stages,

@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 from types import ModuleType
 
+from .. import config
 from .triton_shims import compile_ahead, interpreting
 
 stats = {"written": 0, "reused": 0, "repaired": 0, "graphs_reused": 0}
@@ -34,7 +35,7 @@ def cache_dir() -> Path:
     """``$MINICOMP_CACHE_DIR``, default ``~/.cache/minicomp``; a temporary folder if unwritable. A
     folder found writable is not probed again (a graph asks once per kernel)."""
     global _fallback_dir
-    root = Path(os.environ.get("MINICOMP_CACHE_DIR") or Path.home() / ".cache" / "minicomp")
+    root = config.cache_dir
     if root in _writable:
         return root
     try:
