@@ -1,8 +1,10 @@
-"""Issue 40, a cache that never runs foreign code: the cache folder is used only where nobody else
-can write, and the writability probe follows no link."""
+"""Issue 40, a cache that never runs foreign code: graph entries are validated JSON (never unpickled),
+the cache folder is used only where nobody else can write, and the writability probe follows no link."""
 from __future__ import annotations
 
+import json
 import os
+import pickle
 import stat
 import warnings
 
@@ -101,3 +103,98 @@ def test_a_new_cache_folder_is_private(tmp_path, monkeypatch):
     for folder in [root, *(root / kind for kind in cache.SUBFOLDERS)]:
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
     assert not list(root.glob(".probe-*"))
+
+
+# --- graph entries ----------------------------------------------------------------------------------
+
+def stored_entry(cache_dir):
+    """Compile ``with_fallback`` once: its graph-cache entry's path (any format)."""
+    report, _ = compile_once()
+    assert not report.from_cache
+    (entry,) = [p for p in (cache_dir / "graphs").iterdir() if not p.name.startswith(".")]
+    return entry
+
+
+class Plant:
+    """Unpickling this makes a folder: evidence that a cache file ran code."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+def test_a_planted_pickle_entry_runs_no_code(cache_dir, tmp_path):
+    entry = stored_entry(cache_dir)
+    marker = tmp_path / "ran"
+    payload = pickle.dumps(Plant(marker))
+    for name in (f"{entry.stem}.pkl", f"{entry.stem}.json"):  # wherever an entry might be read from
+        (cache_dir / "graphs" / name).write_bytes(payload)
+    report, warned = compile_once()
+    assert not marker.exists(), "a cache entry was unpickled"
+    assert not report.from_cache and report.whole_graph_fallback is None
+    assert sum("corrupt cache entry" in w for w in warned) <= 1, warned
+
+
+def _evil(tmp_path, entry: dict) -> list[tuple[str, dict]]:
+    """Entries that each break one rule of the format (a module that would make ``ran`` if imported
+    sits next to the cache)."""
+    (tmp_path / "evil.py").write_text(f"import os\nos.mkdir({str(tmp_path / 'ran')!r})\n")
+
+    def changed(**edits):
+        e = json.loads(json.dumps(entry))
+        for path, value in edits.items():
+            *parents, last = path.split(".")
+            target = e
+            for p in parents:
+                target = target[int(p)] if p.isdigit() else target[p]
+            target[int(last) if last.isdigit() else last] = value
+        return e
+    kernel = entry["kernels"][0]
+    op_key = next(k for k, v in entry["externs"] if "op" in v)
+    op_index = next(i for i, (k, v) in enumerate(entry["externs"]) if k == op_key)
+    return [
+        ("pickle-style object", changed(**{"externs.0.1": {"__reduce__": ["os.mkdir", [str(tmp_path / "ran")]]}})),
+        ("wrapper outside the cache", changed(wrapper=str(tmp_path / "evil.py"))),
+        ("wrapper up the tree", changed(wrapper="wrappers/../../evil.py")),
+        ("kernel path of another function", changed(**{"kernels.0.path": kernel["path"].replace(kernel["function"], "evil")})),
+        ("function that is code", changed(**{"kernels.0.function": "__import__('os').mkdir('ran')"})),
+        ("op that is not a torch op", changed(**{f"externs.{op_index}.1.op": "builtins.eval.default"})),
+        ("op through a module", changed(**{f"externs.{op_index}.1.op": "os.system"})),
+        ("argument of an unknown tag", changed(**{f"externs.{op_index}.1.args": {"call": ["os.system", "id"]}})),
+        ("unknown dtype", changed(**{"kernels.0.dtypes": ["object"]})),
+        ("launch option that is code", changed(**{"kernels.0.options": {"XBLOCK=__import__('os')": 1}})),
+        ("launch option of another type", changed(**{"kernels.0.options": {"XBLOCK": "8"}})),
+        ("signature of another type", changed(**{"signature.0.0": "6x33"})),
+        ("newer version", changed(version=2)),
+        ("extra field", {**entry, "code": "import os"}),
+    ]
+
+
+def test_hostile_json_entries_run_no_code_and_cost_a_recompile(cache_dir, tmp_path):
+    entry = stored_entry(cache_dir)
+    good = json.loads(entry.read_text())
+    for why, evil in _evil(tmp_path, good):
+        entry.write_text(json.dumps(evil))
+        report, warned = compile_once()
+        assert not (tmp_path / "ran").exists(), why
+        assert not report.from_cache and report.whole_graph_fallback is None, why
+        assert sum("corrupt cache entry" in w for w in warned) == 1, (why, warned)
+    report, warned = compile_once()  # the recompile stored a good entry again
+    assert report.from_cache and not warned
+
+
+def test_a_constant_is_stored_by_value_with_its_strides(cache_dir):
+    def fn(x):
+        return x * torch.tensor([[0.5, 1.5, -2.0]]) + 1  # a constant the graph bakes in
+    compile_once(fn, lambda: (torch.randn(4, 3),))
+    report, warned = compile_once(fn, lambda: (torch.randn(4, 3),))
+    assert report.from_cache and not warned
+
+    from minicomp.graph_entry import _decode_tensor, _encode_tensor
+    base = torch.randn(4, 6, dtype=torch.bfloat16)
+    for t in (base, base.t(), base[1:, ::2], base[0].expand(3, 6), torch.empty(0, 3), torch.tensor(True)):
+        back = _decode_tensor(json.loads(json.dumps(_encode_tensor(t))))
+        assert back.dtype == t.dtype and back.shape == t.shape and back.stride() == t.stride()
+        assert torch.equal(back, t)

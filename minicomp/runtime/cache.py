@@ -19,7 +19,9 @@ the name we would look for. So the cache is used only where no one else can writ
 Inside a folder that only we can write nobody else can plant a file or a symbolic link, so loading
 a module by its path (``load``), checking a file's content against its name (``intact``) and then
 importing it cannot be redirected; writes go to a fresh ``mkstemp`` file (``O_EXCL``, 0600) renamed
-over the name, which replaces a link rather than following it.
+over the name, which replaces a link rather than following it. Data read back (tuned schedules,
+graph entries) is JSON, never unpickled, and is validated by its reader (``tuning.py``,
+``graph_entry.py``) before it reaches generated source.
 """
 from __future__ import annotations
 
@@ -27,7 +29,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import pickle
 import re
 import secrets
 import stat
@@ -148,27 +149,25 @@ def load_tuned(key: str) -> dict | None:
     return choices if isinstance(choices, dict) else None
 
 
-def store_graph(key: str, entry) -> bool:
-    """Pickle a compiled graph's entry under ``<cache>/graphs/<key>.pkl``; False if it cannot be
-    pickled (a fallback op that is not a named aten-style op, say): that graph is not cached."""
-    try:
-        data = pickle.dumps(entry)
-    except Exception:  # noqa: BLE001 - unpicklable parts only mean no graph-cache entry
-        return False
-    _atomic_write(_entry_path("graphs", key).with_suffix(".pkl"), data)
-    return True
+def store_graph(key: str, entry: dict) -> None:
+    """Write a graph-cache entry (``graph_entry.encode``'s JSON data) under ``<cache>/graphs/<key>.json``."""
+    _atomic_write(_entry_path("graphs", key), json.dumps(entry, separators=(",", ":"), allow_nan=False))
 
 
-def load_graph(key: str):
-    """The entry stored under ``key``, or None (absent, or unreadable: then it is rebuilt)."""
-    path = _entry_path("graphs", key).with_suffix(".pkl")
+def load_graph(key: str) -> dict | None:
+    """The JSON data stored under ``key`` (``graph_entry.decode`` validates it), or None: absent, or
+    unreadable (then a warning, and it is rebuilt)."""
+    path = _entry_path("graphs", key)
     try:
-        data = path.read_bytes()
+        text = path.read_bytes()
     except OSError:
         return None
     try:
-        return pickle.loads(data)
-    except Exception:  # noqa: BLE001 - a damaged entry costs a recompile
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return data
+    except (ValueError, RecursionError):
         corrupt(path)
         return None
 
