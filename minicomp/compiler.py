@@ -33,7 +33,7 @@ from .passes.combos import combos
 from .passes.conv_lowering import conv_lowering, tunable as conv_tunable
 from .passes.concat_chains import concat_chains
 from .passes.fusion import fusion
-from .passes.gemm_choice import gemm_backend, plain_gemms
+from .passes.gemm_choice import ATEN, gemm_backend, plain_gemms
 from .passes.layout_plan import layout_plan
 from .passes.manager import Pass, run_pipeline
 from .passes.schedule import schedule
@@ -42,6 +42,7 @@ from .passes.split_reductions import split_reductions
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache, cuda_graphs
 from .signatures import LastCall, signature
+from .templates import gemm as gemm_template
 from .tuning import Tuner, tune
 
 PIPELINE: list[Pass] = [
@@ -242,12 +243,20 @@ class CompiledGraph:
         return fn, art, rep
 
     def _gemm_choices(self, args) -> dict:
-        """Tuned GEMM choices from the on-disk cache; in max-autotune mode, measured now and stored."""
+        """Tuned GEMM choices from the on-disk cache; in max-autotune mode, measured now and stored.
+        Keyed by the graph and ``config.fingerprint()`` (settings that change lowering change node
+        ids); a stored entry is used only if it is node ids and choices the GEMM pass knows."""
         target = Target.for_inputs(args)
         if not target.is_cuda:
             return {}
-        key = cache.digest(f"{self.gm.code}|{signature(args)}|{target.name}|{triton.__version__}")
+        key = cache.digest(f"{self.gm.code}|{signature(args)}|{target.name}|{triton.__version__}|"
+                           f"{config.fingerprint()}")
         choices = cache.load_tuned(key)
+        allowed = (ATEN, "triton", *gemm_template.GEMM_CONFIGS)
+        if choices is not None and not all(k.isascii() and k.isdigit() and v in allowed for k, v in choices.items()):
+            warnings.warn(f"minicomp: tuned GEMM choices tuned/{key}.json ignored (not node ids and one of "
+                          f"{', '.join(allowed)})")
+            choices = None
         if choices is None and self.options.autotune:
             choices = self._tune(args)
             cache.store_tuned(key, choices)

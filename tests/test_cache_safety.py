@@ -1,5 +1,6 @@
 """Issue 40, a cache that never runs foreign code: graph entries are validated JSON (never unpickled),
-the cache folder is used only where nobody else can write, and the writability probe follows no link."""
+tuned schedules are checked against their template, the cache folder is used only where nobody else
+can write, and the writability probe follows no link."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 import minicomp
+from minicomp import config, tuning
 from minicomp.runtime import cache
 
 
@@ -198,3 +200,52 @@ def test_a_constant_is_stored_by_value_with_its_strides(cache_dir):
         back = _decode_tensor(json.loads(json.dumps(_encode_tensor(t))))
         assert back.dtype == t.dtype and back.shape == t.shape and back.stride() == t.stride()
         assert torch.equal(back, t)
+
+
+# --- tuned schedules --------------------------------------------------------------------------------
+
+HOSTILE_TUNED = {
+    "block name that is code": {"XBLOCK": 64, "Z: tl.constexpr, *, W=__import__('os').mkdir({ran!r}), V": 1},
+    "huge block": {"XBLOCK": 2**40},
+    "negative block": {"XBLOCK": -64},
+    "block of another type": {"XBLOCK": "64"},
+    "boolean block": {"XBLOCK": True},
+    "block that is not a power of two": {"XBLOCK": 48},
+    "missing block": {},
+}
+
+
+@pytest.mark.parametrize("why", [*HOSTILE_TUNED, "warps that are code", "huge stages", "persistent of another type",
+                                 "not a schedule"])
+def test_hostile_tuned_entries_are_ignored_and_run_no_code(cache_dir, tmp_path, monkeypatch, why):
+    keys = []
+    monkeypatch.setattr(tuning, "structural_key", lambda k, t, key=tuning.structural_key: keys.append(key(k, t)) or keys[-1])
+    ran = str(tmp_path / "ran")
+    with config.patch(graph_cache=False):
+        compile_once(_pointwise, lambda: (torch.randn(300),))
+        (key,) = set(keys)
+        blocks = {name.format(ran=ran): v for name, v in HOSTILE_TUNED.get(why, {"XBLOCK": 64}).items()}
+        entry = {"blocks": blocks, "num_warps": 1, "num_stages": 1, "persistent": True}
+        entry.update({"warps that are code": {"num_warps": f"__import__('os').mkdir({ran!r})"},
+                      "huge stages": {"num_stages": 10**9}, "persistent of another type": {"persistent": "yes"},
+                      "not a schedule": {"code": "import os"}}.get(why, {}))
+        (cache_dir / "tuned").mkdir(mode=0o700, exist_ok=True)
+        (cache_dir / "tuned" / f"{key}.json").write_text(json.dumps(entry))
+        report, warned = compile_once(_pointwise, lambda: (torch.randn(300),))
+    assert not (tmp_path / "ran").exists()
+    assert report.whole_graph_fallback is None and not any(d.startswith("tuned") for d in report.decisions)
+    assert sum("tuned schedule" in w for w in warned) == 1, warned
+
+
+def test_max_autotune_measures_again_over_a_hostile_tuned_entry(cache_dir, capsys):
+    compile_once(_pointwise, lambda: (torch.randn(300),))
+    minicomp.compile(_pointwise, mode="max-autotune")(torch.randn(300))
+    (entry,) = (cache_dir / "tuned").glob("*.json")
+    good = json.loads(entry.read_text())
+    entry.write_text(json.dumps({**good, "num_warps": "4"}))
+    torch._dynamo.reset()
+    with pytest.warns(UserWarning, match="tuned schedule .* ignored .*measuring again"):
+        minicomp.compile(_pointwise, mode="max-autotune")(torch.randn(300))
+    assert type(json.loads(entry.read_text())["num_warps"]) is int  # measured and stored again
+    report, warned = compile_once(_pointwise, lambda: (torch.randn(300),))
+    assert any(d.startswith("tuned") for d in report.decisions) and not warned
