@@ -1,6 +1,7 @@
 """Issue 40, a cache that never runs foreign code: graph entries are validated JSON (never unpickled),
 tuned schedules are checked against their template, the cache folder is used only where nobody else
-can write, and the writability probe follows no link."""
+can write, the writability probe follows no link, and every setting that changes generated code keys
+the graph cache."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,8 @@ import pytest
 import torch
 
 import minicomp
-from minicomp import config, tuning
+from minicomp import config, graph_cache, tuning
+from minicomp.backend import Backend
 from minicomp.runtime import cache
 
 
@@ -202,6 +204,18 @@ def test_a_constant_is_stored_by_value_with_its_strides(cache_dir):
         assert torch.equal(back, t)
 
 
+def test_a_stored_graph_that_fails_at_its_first_run_is_compiled_instead(cache_dir):
+    entry = stored_entry(cache_dir)
+    data = json.loads(entry.read_text())
+    for key, extern in data["externs"]:
+        if extern.get("op") == "aten.sort.default":
+            extern["op"] = "aten.relu.default"  # valid, but called with sort's arguments it raises
+    entry.write_text(json.dumps(data))
+    report, warned = compile_once()
+    assert report.whole_graph_fallback is None
+    assert sum("failed at its first run" in w for w in warned) == 1, warned
+
+
 # --- tuned schedules --------------------------------------------------------------------------------
 
 HOSTILE_TUNED = {
@@ -249,3 +263,31 @@ def test_max_autotune_measures_again_over_a_hostile_tuned_entry(cache_dir, capsy
     assert type(json.loads(entry.read_text())["num_warps"]) is int  # measured and stored again
     report, warned = compile_once(_pointwise, lambda: (torch.randn(300),))
     assert any(d.startswith("tuned") for d in report.decisions) and not warned
+
+
+# --- settings in the key --------------------------------------------------------------------------------
+
+def _other(name: str):
+    setting, value = config.SETTINGS[name], config.get(name)
+    return (not value) if isinstance(value, bool) else next(c for c in setting.choices if c != value)
+
+
+@pytest.mark.parametrize("name", [n for n, s in config.SETTINGS.items() if s.codegen])
+def test_each_setting_that_changes_generated_code_keys_the_graph_cache(name):
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    options, x = Backend().options, torch.randn(4, 4)
+    first = graph_cache.key(gm, [x], options)
+    with config.patch(**{name: _other(name)}):
+        assert graph_cache.key(gm, [x], options) != first, name
+    assert graph_cache.key(gm, [x], options) == first
+
+
+def test_a_flipped_tf32_flag_is_a_graph_cache_miss(cache_dir):
+    assert not compile_once()[0].from_cache and compile_once()[0].from_cache
+    baseline = set((cache_dir / "graphs").iterdir())
+    for name in ("cuda_matmul_allow_tf32", "float32_matmul_precision", "cudnn_allow_tf32"):
+        with config.patch(**{name: _other(name)}):
+            assert not compile_once()[0].from_cache, name
+        for entry in set((cache_dir / "graphs").iterdir()) - baseline:
+            entry.unlink()  # torch couples the first two flags: each flip is checked against the baseline
+    assert compile_once()[0].from_cache
