@@ -64,14 +64,17 @@ class Setting:
         return text
 
     def value(self) -> Any:
-        if self.name in _overrides:
+        if _overrides and self.name in _overrides:
             return _overrides[self.name]
         if self.read is not None:
             return self.read()
         raw = os.environ.get(self.env, "")
         if raw == "":
             return self.default() if callable(self.default) else self.default
-        return self.parse(raw)
+        parsed = _parsed.get((self.name, raw), _parsed)  # a wrapper reads ``poison`` every call: parse once
+        if parsed is _parsed:
+            parsed = _parsed[self.name, raw] = self.parse(raw)
+        return parsed
 
 
 def _float32_matmul_precision(value: str) -> None:
@@ -128,6 +131,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
 ]}
 
 _overrides: dict[str, Any] = {}
+_parsed: dict[tuple[str, str], Any] = {}  # (setting, environment string) -> its value
 
 
 def __getattr__(name: str) -> Any:

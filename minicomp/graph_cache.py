@@ -93,6 +93,8 @@ def remember(key: str, sig: tuple, art: Artifacts, rep: Report) -> None:
         return
     try:
         cache.store_graph(key, data)
+    except (TypeError, ValueError):  # a value JSON cannot hold (a NaN option, say): not stored
+        pass
     except OSError as e:  # a full disk costs the next process a compile, not this graph
         warnings.warn(f"minicomp: could not store graph-cache entry {key}: {e}")
 

@@ -94,7 +94,7 @@ def _check(root: Path) -> str | None:
             if problem is not None:
                 return problem
         probe = root / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
-        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600))
+        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o600))
         os.unlink(probe)
     except OSError as e:
         return f"it is not writable ({e})"
@@ -126,6 +126,7 @@ def _unsafe(path: Path, what: str) -> str | None:
 
 def _atomic_write(path: Path, data: str | bytes) -> None:
     if not path.parent.is_dir():  # removed while this process runs: made private again
+        path.parent.parent.parent.mkdir(parents=True, exist_ok=True)
         _private_folder(path.parent.parent)
         _private_folder(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)

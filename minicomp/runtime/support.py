@@ -13,8 +13,12 @@ from .. import config
 from .triton_shims import lean_launcher  # noqa: F401 - the generated wrappers bind launches with it
 
 
+_POISON = config.SETTINGS["poison"]
+
+
 def poisoning() -> bool:
-    return config.poison
+    """``MINICOMP_POISON`` (``config.poison``; a wrapper asks once per call)."""
+    return _POISON.value()
 
 
 def empty(shape, strides, dtype, device, poison: bool | None = None) -> torch.Tensor:
