@@ -3,13 +3,13 @@ and the wrapper's source to the cache (``generate`` -> ``Artifacts``), and impor
 ``Executable``). The graph cache stores the ``Artifacts`` and loads them again in another process."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
+from . import config
 from . import report as reporting
 from .codegen.naming import content_named_source
 from .codegen.wrapper import wrapper_source
@@ -90,8 +90,7 @@ def load(art: Artifacts, stored: bool = False) -> Executable | None:
     if not all(paths.values()):
         return None
     loaded = {k.name: getattr(cache.load(paths[k.path], art.interpret), k.function) for k in art.kernels}
-    if not art.interpret and not stored and art.kernels and \
-            os.environ.get("MINICOMP_PARALLEL_COMPILE", "1") != "0":
+    if not art.interpret and not stored and art.kernels and config.parallel_compile:
         jobs = {(k.path, tuple(k.dtypes), tuple(k.options.items())): (loaded[k.name], k.dtypes, k.options)
                 for k in art.kernels}  # identical kernels compile once
         cache.precompile(list(jobs.values()))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
-import os
 import sys
 import time
 import traceback
@@ -22,7 +21,7 @@ import torch
 import torch.fx as fx
 import triton
 
-from . import assemble
+from . import assemble, config
 from . import report as reporting
 from . import validation
 from .errors import MinicompError
@@ -34,7 +33,7 @@ from .passes.combos import combos
 from .passes.conv_lowering import conv_lowering, tunable as conv_tunable
 from .passes.concat_chains import concat_chains
 from .passes.fusion import fusion
-from .passes.gemm_choice import gemm_backend, plain_gemms
+from .passes.gemm_choice import ATEN, gemm_backend, plain_gemms
 from .passes.layout_plan import layout_plan
 from .passes.manager import Pass, run_pipeline
 from .passes.schedule import schedule
@@ -43,6 +42,7 @@ from .passes.split_reductions import split_reductions
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache, cuda_graphs
 from .signatures import LastCall, signature
+from .templates import gemm as gemm_template
 from .tuning import Tuner, tune
 
 PIPELINE: list[Pass] = [
@@ -104,7 +104,7 @@ class Options:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"minicomp: unknown mode {self.mode!r}; the modes are {', '.join(MODES)}")
-        self.dump_dir = self.dump_dir or os.environ.get("MINICOMP_DUMP") or None
+        self.dump_dir = self.dump_dir or (str(config.dump) if config.dump else None)
 
     @property
     def autotune(self) -> bool:
@@ -118,7 +118,7 @@ class Options:
 
     @property
     def strict(self) -> bool:
-        return os.environ.get("MINICOMP_STRICT", "0") not in ("", "0")
+        return config.strict
 
 
 def graph_name(kind: str) -> str:
@@ -172,6 +172,8 @@ class CompiledGraph:
             return fn(args)
         try:  # the first run compiles and launches the kernels: its errors are compile errors too
             out = fn(args)
+        except config.ConfigError:  # a setting with a value it does not take: the user must fix it
+            raise
         except Exception as e:  # noqa: BLE001 - never fail the user's model
             self._specializations[key] = fallback = self._fall_back(rep, "first run", e)
             self._remember(fallback, args)
@@ -229,7 +231,7 @@ class CompiledGraph:
             if unsupported:
                 raise MinicompError(unsupported)
             fn, art = self._build(args, dump, rep, self._gemm_choices(args))
-        except validation.ValidationError:
+        except (validation.ValidationError, config.ConfigError):
             raise
         except Exception as e:  # noqa: BLE001 - never fail the user's model: run this graph in PyTorch
             fn = self._fall_back(rep, "compile", e)
@@ -241,12 +243,20 @@ class CompiledGraph:
         return fn, art, rep
 
     def _gemm_choices(self, args) -> dict:
-        """Tuned GEMM choices from the on-disk cache; in max-autotune mode, measured now and stored."""
+        """Tuned GEMM choices from the on-disk cache; in max-autotune mode, measured now and stored.
+        Keyed by the graph and ``config.fingerprint()`` (settings that change lowering change node
+        ids); a stored entry is used only if it is node ids and choices the GEMM pass knows."""
         target = Target.for_inputs(args)
         if not target.is_cuda:
             return {}
-        key = cache.digest(f"{self.gm.code}|{signature(args)}|{target.name}|{triton.__version__}")
+        key = cache.digest(f"{self.gm.code}|{signature(args)}|{target.name}|{triton.__version__}|"
+                           f"{config.fingerprint()}")
         choices = cache.load_tuned(key)
+        allowed = (ATEN, "triton", *gemm_template.GEMM_CONFIGS)
+        if choices is not None and not all(k.isascii() and k.isdigit() and v in allowed for k, v in choices.items()):
+            warnings.warn(f"minicomp: tuned GEMM choices tuned/{key}.json ignored (not node ids and one of "
+                          f"{', '.join(allowed)})")
+            choices = None
         if choices is None and self.options.autotune:
             choices = self._tune(args)
             cache.store_tuned(key, choices)
@@ -276,7 +286,7 @@ class CompiledGraph:
                 if ms < best_ms:
                     choice, best_ms = candidate, ms
             best[node.id] = choice
-            if os.environ.get("MINICOMP_TUNE_VERBOSE", "1") != "0":
+            if config.tune_verbose:
                 print(f"minicomp: tuned {self.name} matmul {node.name} {list(node.shape)}: "
                       f"{', '.join(timings)} ms -> {best[node.id]}", file=sys.stderr)
         return best
