@@ -163,7 +163,7 @@ def test_module_size(rel):
     assert lines <= MAX_LINES, f"{rel} has {lines} lines (at most {MAX_LINES}): split it by what it holds"
 
 
-def _resolve(dotted: str):
+def _torch_object(dotted: str):
     """The object a dotted name rooted at ``torch`` or ``triton`` stands for (None: not one)."""
     parts = dotted.split(".")
     if parts[0] not in ("torch", "triton"):
@@ -211,7 +211,7 @@ def test_no_monkeypatch_setattr_that_newer_pytest_undoes_by_deleting():
                 target, name = ast.unparse(args[0]), args[1].value
             else:
                 continue
-            obj = _resolve(target)
+            obj = _torch_object(target)
             if obj is not None and _undone_by_delattr(obj, name):
                 wrong.append(f"{path.name}:{node.lineno}: {target}.{name}")
     assert not wrong, "monkeypatch.setattr that pytest >= 9.2 undoes with delattr: " + ", ".join(wrong)
