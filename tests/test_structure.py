@@ -1,12 +1,14 @@
 """The package's shape: no import circle, the dependency direction docs/architecture.md states, and no
 module over ~600 lines. The import graph is read from the source (``ast``), module-level and
 function-level imports alike: an import inside a function is still a dependency, only a later one.
-And of the tests themselves: no ``monkeypatch.setattr`` that newer pytest undoes by deleting."""
+And of the tests themselves: no ``monkeypatch.setattr`` that newer pytest undoes by deleting, and the
+test extras' version ranges those of requirements.txt."""
 from __future__ import annotations
 
 import ast
 import importlib
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -215,3 +217,22 @@ def test_no_monkeypatch_setattr_that_newer_pytest_undoes_by_deleting():
             if obj is not None and _undone_by_delattr(obj, name):
                 wrong.append(f"{path.name}:{node.lineno}: {target}.{name}")
     assert not wrong, "monkeypatch.setattr that pytest >= 9.2 undoes with delattr: " + ", ".join(wrong)
+
+
+def _requirements(lines) -> dict[str, str]:
+    """name -> version range, from requirement strings (comments and blank lines skipped)."""
+    reqs = {}
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, spec = re.match(r"([A-Za-z0-9_.\-]+)(.*)", line).groups()
+            reqs[name.lower()] = spec.replace(" ", "")
+    return reqs
+
+
+def test_test_extras_have_the_ranges_of_requirements_txt():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    root = ROOT.parent
+    pinned = _requirements((root / "requirements.txt").read_text().splitlines())
+    extras = _requirements(tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"])
+    assert {name: pinned.get(name) for name in extras} == extras
