@@ -32,6 +32,7 @@ import triton
 from . import validation
 from .assemble import Artifacts, load
 from .compiler import Options, graph_name
+from .ir.target import index_checks
 from .report import Fallback, KernelInfo, Report, record
 from .runtime import cache, cuda_graphs
 from .runtime.executable import Executable
@@ -73,7 +74,8 @@ def key(gm: fx.GraphModule, example_inputs, options: Options) -> str | None:
              passes, _source_digest(), torch.__version__, triton.__version__, _tuned_state(),
              os.environ.get("MINICOMP_MEMORY_PLAN", "1"),  # the wrapper's memory plan
              os.environ.get("MINICOMP_CONV", "auto"),  # which convolutions run in the IR (conv_lowering)
-             os.environ.get("MINICOMP_ATTENTION", "auto"))  # which attention runs in minicomp's kernels
+             os.environ.get("MINICOMP_ATTENTION", "auto"),  # which attention runs in minicomp's kernels
+             index_checks())  # whether kernels check their indices
     return cache.digest(f"{gm.code}|{inputs}|{state}")
 
 
@@ -151,8 +153,8 @@ class CachedGraph:
             facts, fn = self._capture, self.fn
             if facts is None:
                 return fn(list(args))
-            self._capture = None  # the first call runs plainly; wrap decides with its arguments
-            out = fn(list(args))
+            out = fn(list(args))  # the first call runs plainly (one stopped by a bad index: again)
+            self._capture = None  # wrap decides with its arguments
             self.fn = cuda_graphs.wrap(fn, args, facts, self.report, self._static_outputs)
             return out
         if self._traced is None:

@@ -74,6 +74,14 @@ class Target:
         return Target.for_device(next((a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda), "cpu"))
 
 
+def index_checks() -> bool:
+    """Whether indirect loads check their indices (``MINICOMP_INDEX_CHECKS``, on unless ``0``): lowering
+    puts a ``check_index`` before every gather and scatter index, raising as eager does. Off, an index out
+    of range reads outside the tensor (benchmarks/index_checks.py measures what the checks cost). The one
+    place the switch is read."""
+    return os.environ.get("MINICOMP_INDEX_CHECKS", "1") not in ("", "0")
+
+
 @functools.lru_cache(maxsize=None)
 def _interpreter() -> Target:
     return Target("interpreter", torch.device("cpu"), INTERPRETER_NAME)
