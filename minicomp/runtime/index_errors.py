@@ -9,9 +9,11 @@ synchronization: ``surfaced`` turns either, where it reaches minicomp's runtime,
 from __future__ import annotations
 
 
-class IndexOutOfRange(IndexError):
+class IndexOutOfRange(IndexError, RuntimeError):
     """An index out of range in a compiled graph's gather or scatter. Not a compile failure: the graph
-    stays compiled, and the next call with valid indices runs it."""
+    stays compiled, and the next call with valid indices runs it. An ``IndexError``, as eager raises
+    for embedding, index_select and indexing, and a ``RuntimeError``, as it raises for gather and
+    scatter (and for a device-side assert)."""
 
     def __init__(self, message: str, lo: int | None = None, low=None, high=None):
         """``low``/``high``: the smallest and largest offending values a kernel found (the first
