@@ -147,6 +147,24 @@ def test_masked_off_lanes_do_not_trip_the_check():
     compile_and_compare(lambda x, i: torch.scatter(x, 1, 5 - i, 2.0), x, torch.randint(0, 6, (3, 1)), kernels=1)
 
 
+@pytest.mark.parametrize("looped", [False, True])
+def test_an_index_read_along_a_reduction_is_checked(looped, monkeypatch):
+    """An embedding bag (``w[i].sum(1)``): the index varies along the reduced dim, so its check runs per
+    reduction block (looped: inside the loop) on [rows, reduction] blocks."""
+    if looped:
+        from minicomp.templates import reduction
+        monkeypatch.setattr(reduction, "persistent_limit", lambda target: 4)
+    w, i = torch.randn(10, 3), torch.randint(0, 10, (5, 11))
+    report = compile_and_compare(lambda w, i: w[i].sum(1), w, i, kernels=1)
+    assert report.kernels[0].template == ("reduction looped" if looped else "reduction persistent")
+    compiled = minicomp.compile(lambda w, i: w[i].sum(1))
+    for bad in (10, -11, 100_000_000):
+        j = i.clone()
+        j[3, 7] = bad
+        with pytest.raises(IndexError, match=f"index {bad}: index.Tensor: dim 0 of size 10"):
+            compiled(w, j)
+
+
 def test_the_ir_interpreter_raises_as_eager_does():
     """The reference semantics: a lowered graph run by the IR interpreter raises on the same indices."""
     from torch.fx.experimental.proxy_tensor import make_fx

@@ -162,12 +162,19 @@ class TritonPrinter:
         # the smallest offending value, if one is below lo, else the largest (the fills are in range)
         inside_low = s.lo if s.lo is not None else s.hi - 1
         inside_high = s.hi - 1 if s.hi is not None else s.lo
-        # Triton's own combine functions: the interpreter reduces with numpy (tl.sum and the like are
-        # compiled functions where minicomp runs interpreted, templates/reduction.finish)
-        out(f"{indent}if tl.reduce({s.var}.to(tl.int32), None, tl.standard._sum_combine) != 0:")
+        out(f"{indent}if {self._whole(f'{s.var}.to(tl.int32)', '_sum_combine')} != 0:")
         out(f"{indent}    raise IndexOutOfRange({message!r}, {s.lo}, "
-            f"tl.reduce(tl.where({s.var}, {v}, {inside_high}), None, tl.standard._elementwise_min), "
-            f"tl.reduce(tl.where({s.var}, {v}, {inside_low}), None, tl.standard._elementwise_max))")
+            f"{self._whole(f'tl.where({s.var}, {v}, {inside_high})', '_elementwise_min')}, "
+            f"{self._whole(f'tl.where({s.var}, {v}, {inside_low})', '_elementwise_max')})")
+
+    def _whole(self, block: str, combine: str) -> str:
+        """A block reduced to one value by Triton's own ``combine`` (the interpreter reduces those with
+        numpy; ``tl.sum`` and the like are compiled functions where minicomp runs interpreted,
+        ``templates/reduction.finish``), one axis at a time: over all axes at once, Triton 3.6's
+        interpreter returns a block of one element, not a scalar."""
+        for axis in reversed(range(self.template.rank)):
+            block = f"tl.reduce({block}, {axis}, tl.standard.{combine})"
+        return block
 
     # --- the kernel ---------------------------------------------------------------------
     def function(self, stage: bool = False) -> str:

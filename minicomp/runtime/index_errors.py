@@ -8,6 +8,8 @@ synchronization: ``surfaced`` turns either, where it reaches minicomp's runtime,
 """
 from __future__ import annotations
 
+from .triton_shims import interpreted_int
+
 
 class IndexOutOfRange(IndexError, RuntimeError):
     """An index out of range in a compiled graph's gather or scatter. Not a compile failure: the graph
@@ -19,7 +21,8 @@ class IndexOutOfRange(IndexError, RuntimeError):
         """``low``/``high``: the smallest and largest offending values a kernel found (the first
         names the error where it is below ``lo``)."""
         if low is not None:
-            value = int(low) if lo is not None and int(low) < lo else int(high)
+            low, high = interpreted_int(low), interpreted_int(high)
+            value = low if lo is not None and low < lo else high
             message = f"index out of range in self: index {value}: {message}"
         super().__init__(message)
 

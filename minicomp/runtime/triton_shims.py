@@ -22,7 +22,8 @@ use); the runtime also relies on a few things Triton does not document:
   ``device_assert_options``. The interpreter drops ``tl.device_assert`` whatever the options (its
   builder's options are fixed defaults, ``debug`` off; launch keywords that are not the kernel's
   parameters are ignored), so interpreted kernels check indices with a Python ``raise``
-  (``codegen/triton.py``);
+  (``codegen/triton.py``); a block reduced to one value there is 0-d in Triton 3.9's interpreter and
+  a block of one element in 3.6's, which ``int()`` refuses under numpy 2: ``interpreted_int``;
 * ``JITFunction.run`` returns the ``CompiledKernel`` it launched, and launches it as
   ``kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, launch_metadata,
   enter_hook, exit_hook, *every_argument)`` (constexprs included, in parameter order): ``lean_launcher``.
@@ -94,6 +95,14 @@ def device_assert_options() -> dict:
     except Exception:  # noqa: BLE001 - no CUDA backend, or its options moved
         return {}
     return {k: v for k, v in DEVICE_ASSERTS.items() if k in known} if "debug" in known else {}
+
+
+def interpreted_int(value) -> int:
+    """A value an interpreted kernel reduced to one element, as a Python int."""
+    try:
+        return int(value)
+    except TypeError:  # Triton 3.6: a block of one element (its numpy array is ``handle.data``)
+        return int(value.handle.data.reshape(-1)[0])
 
 
 def compile_ahead(fn, dtypes: list, options: dict) -> None:
