@@ -71,7 +71,7 @@ def cpu_bench(fn: Callable[[], object], calls: int = 3) -> float:
 
 @contextlib.contextmanager
 def index_checks(on: bool):
-    """minicomp's checks switch (``minicomp.ir.target.index_checks`` reads it) while a variant compiles."""
+    """minicomp's checks switch (``minicomp.ir.target.index_checks_enabled`` reads it) while a variant compiles."""
     old = os.environ.get("MINICOMP_INDEX_CHECKS")
     os.environ["MINICOMP_INDEX_CHECKS"] = "1" if on else "0"
     try:

@@ -32,7 +32,7 @@ import triton
 from . import validation
 from .assemble import Artifacts, load
 from .compiler import Options, graph_name
-from .ir.target import index_checks
+from .ir.target import index_checks_enabled
 from .report import Fallback, KernelInfo, Report, record
 from .runtime import cache, cuda_graphs
 from .runtime.executable import Executable
@@ -75,7 +75,7 @@ def key(gm: fx.GraphModule, example_inputs, options: Options) -> str | None:
              os.environ.get("MINICOMP_MEMORY_PLAN", "1"),  # the wrapper's memory plan
              os.environ.get("MINICOMP_CONV", "auto"),  # which convolutions run in the IR (conv_lowering)
              os.environ.get("MINICOMP_ATTENTION", "auto"),  # which attention runs in minicomp's kernels
-             index_checks())  # whether kernels check their indices
+             index_checks_enabled())  # whether kernels check their indices
     return cache.digest(f"{gm.code}|{inputs}|{state}")
 
 

@@ -148,7 +148,7 @@ class TritonPrinter:
         """Stop where the index leaves its range, before any load reads at it: on a GPU a device-side
         assert (compiled in: such kernels launch with ``debug``, ``passes/program.launch_options``);
         Triton's interpreter drops device asserts, so there a Python ``raise`` of ``IndexOutOfRange``
-        with the first offending value (the interpreter runs the kernel as Python)."""
+        naming an offending value (the interpreter runs the kernel as Python)."""
         v, out = s.value, self.lines.append
         bad = " | ".join([f"({v} < {s.lo})"] * (s.lo is not None) + [f"({v} >= {s.hi})"] * (s.hi is not None))
         m = self.mask(s.at, s.mask)

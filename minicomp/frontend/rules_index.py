@@ -21,7 +21,7 @@ import torch
 from ..ir import views
 from ..ir.expr import Affine, Range, Var, index_vars
 from ..ir.graph import Node
-from ..ir.target import index_checks
+from ..ir.target import index_checks_enabled
 from .registry import Unsupported, aten, rule
 
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -52,7 +52,7 @@ def _placed(L, t: Node, shape, dims) -> Node:
 def _checked(L, t: Node, dim: int, size: int, wrap: bool = False) -> Node:
     """``t`` checked to index dim ``dim`` of ``size`` as eager does: in ``[-size, size)`` where
     negative indices ``wrap``, else in ``[0, size)``."""
-    if not index_checks():
+    if not index_checks_enabled():
         return t
     lo = -size if wrap else 0
     op = str(getattr(getattr(L, "node", None), "target", "index")).replace("aten.", "")

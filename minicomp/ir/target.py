@@ -74,7 +74,7 @@ class Target:
         return Target.for_device(next((a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda), "cpu"))
 
 
-def index_checks() -> bool:
+def index_checks_enabled() -> bool:
     """Whether indirect loads check their indices (``MINICOMP_INDEX_CHECKS``, on unless ``0``): lowering
     puts a ``check_index`` before every gather and scatter index, raising as eager does. Off, an index out
     of range reads outside the tensor (benchmarks/index_checks.py measures what the checks cost). The one
