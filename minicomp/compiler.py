@@ -34,6 +34,7 @@ from .passes.conv_lowering import conv_lowering, tunable as conv_tunable
 from .passes.concat_chains import concat_chains
 from .passes.fusion import fusion
 from .passes.gemm_choice import ATEN, gemm_backend, plain_gemms
+from .passes.index_checks import index_checks
 from .passes.layout_plan import layout_plan
 from .passes.manager import Pass, run_pipeline
 from .passes.schedule import schedule
@@ -41,6 +42,7 @@ from .passes.pipelines import row_pipelines, split_combines
 from .passes.split_reductions import split_reductions
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache, cuda_graphs
+from .runtime.index_errors import IndexOutOfRange
 from .signatures import LastCall, signature
 from .templates import gemm as gemm_template
 from .tuning import Tuner, tune
@@ -52,6 +54,8 @@ PIPELINE: list[Pass] = [
     Pass("algebraic_simplification", algebraic_simplification, "drop copies and round-trip casts"),
     Pass("concat_chains", concat_chains, "a cat that extends an earlier cat's inputs reads that cat"),
     Pass("view_folding", view_folding, "compose view chains into one index map"),
+    Pass("index_checks", index_checks, "drop index checks proved to hold (arange, clamp, ...), and wraps of "
+                                       "indices never negative"),
     Pass("attention", attention, "softmax(q @ kᵀ * scale + mask) @ v written out -> one attention node"),
     Pass("split_reductions", split_reductions, "online softmax for long rows; chunked reductions with few outputs"),
     Pass("conv_lowering", conv_lowering, "rewrite chosen convolutions into matmuls over im2col views / window sums"),
@@ -148,6 +152,7 @@ class CompiledGraph:
         self.static_inputs = frozenset(static_inputs)
         self.name = graph_name(kind)
         self._specializations: dict[tuple, Callable] = {}
+        self._unproven: dict[tuple, tuple] = {}  # compiled, first run stopped by an index out of range
         self._last: LastCall | None = None
         self.notes: list[str] = []  # decisions made before lowering (freeze), for the report
 
@@ -164,8 +169,11 @@ class CompiledGraph:
         if fn is not None:
             self._remember(fn, args)
             return fn(args)
-        with _gc_paused():
-            fn, art, rep = self._compile(list(args))
+        if key in self._unproven:  # compiled, but its first run raised an IndexOutOfRange
+            fn, art, rep = self._unproven.pop(key)
+        else:
+            with _gc_paused():
+                fn, art, rep = self._compile(list(args))
         self._specializations[key] = fn
         if rep.whole_graph_fallback is not None:
             self._remember(fn, args)
@@ -173,6 +181,12 @@ class CompiledGraph:
         try:  # the first run compiles and launches the kernels: its errors are compile errors too
             out = fn(args)
         except config.ConfigError:  # a setting with a value it does not take: the user must fix it
+            raise
+        except IndexOutOfRange:
+            # the user's error, as eager would raise it, not minicomp's: the graph stays compiled, and
+            # the next call of this signature is a first run again
+            self._specializations.pop(key, None)
+            self._unproven[key] = (fn, art, rep)
             raise
         except Exception as e:  # noqa: BLE001 - never fail the user's model
             self._specializations[key] = fallback = self._fall_back(rep, "first run", e)

@@ -97,7 +97,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
             "the wrapper's memory plan: 1 frees, reuses and writes in place, free only frees, 0 plans "
             "nothing (passes/memory_plan.py)", ("1", "free", "0")),
     Setting("index_checks", "MINICOMP_INDEX_CHECKS", True, "bool", True,
-            "kernels check that gathered indices are in bounds"),
+            "gathers and scatters check their indices as eager does (off: an index out of range reads "
+            "outside the tensor; frontend/rules_index.py, benchmarks/index_checks.py)"),
     # torch's own globals that lowering reads: fp32 products and convolutions use TF32 where eager would
     Setting("cuda_matmul_allow_tf32", None, False, "torch", True,
             "torch.backends.cuda.matmul.allow_tf32 (frontend/rules.py: fp32 matrix products)",

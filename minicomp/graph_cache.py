@@ -37,6 +37,7 @@ from .graph_entry import Entry, decode, encode
 from .report import Report, record
 from .runtime import cache, cuda_graphs
 from .runtime.executable import Executable
+from .runtime.index_errors import IndexOutOfRange
 from .signatures import LastCall, signature
 
 
@@ -165,7 +166,7 @@ class CachedGraph:
         fn = self.fn
         try:
             out = fn(list(args))
-        except config.ConfigError:
+        except (config.ConfigError, IndexOutOfRange):  # the user's to fix (a bad index: the next call runs it again)
             raise
         except Exception as e:  # noqa: BLE001 - a stored graph never fails the model: compile it
             warnings.warn(f"minicomp: a graph from the graph cache failed at its first run "

@@ -16,6 +16,14 @@ use); the runtime also relies on a few things Triton does not document:
   numpy's (pairwise) sum and runs any other combine function element after element in Python: the
   reduction template's floating sums and the attention template's row sums name it
   (``test_a_long_float_sum_is_as_exact_as_eagers``);
+* ``tl.device_assert`` is compiled out unless the kernel is compiled with the option ``debug=True``,
+  which also turns on integer-overflow checks of every ``+ - *`` on 32-bit integers (each one more
+  assert) unless ``sanitize_overflow=False``; Inductor passes both for its indirect-indexing asserts:
+  ``device_assert_options``. The interpreter drops ``tl.device_assert`` whatever the options (its
+  builder's options are fixed defaults, ``debug`` off; launch keywords that are not the kernel's
+  parameters are ignored), so interpreted kernels check indices with a Python ``raise``
+  (``codegen/triton.py``); a block reduced to one value there is 0-d in Triton 3.9's interpreter and
+  a block of one element in 3.6's, which ``int()`` refuses under numpy 2: ``interpreted_int``;
 * ``JITFunction.run`` returns the ``CompiledKernel`` it launched, and launches it as
   ``kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, launch_metadata,
   enter_hook, exit_hook, *every_argument)`` (constexprs included, in parameter order): ``lean_launcher``.
@@ -70,6 +78,31 @@ def interpreting(on: bool):
             del os.environ["TRITON_INTERPRET"]
         else:
             os.environ["TRITON_INTERPRET"] = old
+
+
+DEVICE_ASSERTS = {"debug": True, "sanitize_overflow": False}
+
+
+@functools.lru_cache(maxsize=None)
+def device_assert_options() -> dict:
+    """The launch options that compile a kernel's ``tl.device_assert`` in, and nothing more: ``debug``
+    on, the overflow sanitizer it would bring off. Only options the installed CUDA backend knows (a
+    Triton without ``sanitize_overflow`` sanitizes nothing); ``{}`` where its options cannot be read
+    (asserts then stay compiled out: indices are not checked on the GPU)."""
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+        known = CUDAOptions.__dataclass_fields__
+    except Exception:  # noqa: BLE001 - no CUDA backend, or its options moved
+        return {}
+    return {k: v for k, v in DEVICE_ASSERTS.items() if k in known} if "debug" in known else {}
+
+
+def interpreted_int(value) -> int:
+    """A value an interpreted kernel reduced to one element, as a Python int."""
+    try:
+        return int(value)
+    except TypeError:  # Triton 3.6: a block of one element (its numpy array is ``handle.data``)
+        return int(value.handle.data.reshape(-1)[0])
 
 
 def compile_ahead(fn, dtypes: list, options: dict) -> None:
