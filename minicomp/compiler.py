@@ -42,6 +42,7 @@ from .passes.pipelines import row_pipelines, split_combines
 from .passes.split_reductions import split_reductions
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache, cuda_graphs
+from .runtime.eager_errors import is_eager_error
 from .signatures import LastCall, signature
 from .tuning import Tuner, tune
 
@@ -173,6 +174,8 @@ class CompiledGraph:
         try:  # the first run compiles and launches the kernels: its errors are compile errors too
             out = fn(args)
         except Exception as e:  # noqa: BLE001 - never fail the user's model
+            if is_eager_error(e):  # but eager raises this one on these values: the caller's error
+                raise
             self._specializations[key] = fallback = self._fall_back(rep, "first run", e)
             self._remember(fallback, args)
             return fallback(args)

@@ -7,6 +7,7 @@ from typing import Callable
 
 import torch
 
+from .eager_errors import unwrapped
 from .support import INTERPRETER_LOCK
 
 
@@ -38,7 +39,13 @@ class Executable:
             return lean(args)
         if self.interpreted:
             with INTERPRETER_LOCK:
-                return self.module.call(args, self.kernels, self.externs, {})
+                try:
+                    return self.module.call(args, self.kernels, self.externs, {})
+                except Exception as e:
+                    raised = unwrapped(e)
+                    if raised is e:
+                        raise
+                    raise raised from None  # eager's error, as a kernel's check raised it
         compiled: dict = {}
         out = self.module.call(args, self.kernels, self.externs, compiled)
         if self.lean is None and self.lean_failed is None and self.module.DEVICE_INDEX is not None:

@@ -16,6 +16,10 @@ use); the runtime also relies on a few things Triton does not document:
   numpy's (pairwise) sum and runs any other combine function element after element in Python: the
   reduction template's floating sums and the attention template's row sums name it
   (``test_a_long_float_sum_is_as_exact_as_eagers``);
+* the interpreter runs a kernel and the helpers it calls as Python, so a helper only interpreted
+  kernels call may branch on a scalar and ``raise`` (``codegen/helpers.py``'s ``_check_divisor``); it
+  re-raises any exception as an ``InterpreterError`` caused by it (once more by each launch level
+  it passes): ``raised_in_kernel``;
 * ``JITFunction.run`` returns the ``CompiledKernel`` it launched, and launches it as
   ``kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, launch_metadata,
   enter_hook, exit_hook, *every_argument)`` (constexprs included, in parameter order): ``lean_launcher``.
@@ -78,6 +82,14 @@ def compile_ahead(fn, dtypes: list, options: dict) -> None:
     launch then finds both in Triton's cache. Raises what Triton's compile raises."""
     with launcher_alongside(fn):
         fn.warmup(*dtypes, grid=(1,), **options)
+
+
+def raised_in_kernel(error: BaseException) -> BaseException | None:
+    """The exception an interpreted kernel raised, where ``error`` is the interpreter's wrapper of one."""
+    inner = None
+    while type(error).__name__ == "InterpreterError" and type(error).__module__.startswith("triton"):
+        inner = error = error.__cause__
+    return inner
 
 
 class _LaunchTimeMetadata:
