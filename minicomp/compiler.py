@@ -42,7 +42,7 @@ from .passes.pipelines import row_pipelines, split_combines
 from .passes.split_reductions import split_reductions
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache, cuda_graphs
-from .runtime.index_errors import IndexOutOfRange
+from .runtime.eager_errors import is_eager_error
 from .signatures import LastCall, signature
 from .templates import gemm as gemm_template
 from .tuning import Tuner, tune
@@ -152,7 +152,7 @@ class CompiledGraph:
         self.static_inputs = frozenset(static_inputs)
         self.name = graph_name(kind)
         self._specializations: dict[tuple, Callable] = {}
-        self._unproven: dict[tuple, tuple] = {}  # compiled, first run stopped by an index out of range
+        self._unproven: dict[tuple, tuple] = {}  # compiled, first run stopped by eager's error (a bad index)
         self._last: LastCall | None = None
         self.notes: list[str] = []  # decisions made before lowering (freeze), for the report
 
@@ -169,7 +169,7 @@ class CompiledGraph:
         if fn is not None:
             self._remember(fn, args)
             return fn(args)
-        if key in self._unproven:  # compiled, but its first run raised an IndexOutOfRange
+        if key in self._unproven:  # compiled, but its first run raised eager's error
             fn, art, rep = self._unproven.pop(key)
         else:
             with _gc_paused():
@@ -182,13 +182,14 @@ class CompiledGraph:
             out = fn(args)
         except config.ConfigError:  # a setting with a value it does not take: the user must fix it
             raise
-        except IndexOutOfRange:
-            # the user's error, as eager would raise it, not minicomp's: the graph stays compiled, and
-            # the next call of this signature is a first run again
-            self._specializations.pop(key, None)
-            self._unproven[key] = (fn, art, rep)
-            raise
         except Exception as e:  # noqa: BLE001 - never fail the user's model
+            if is_eager_error(e):
+                # the caller's error, as eager would raise it on these values (an index out of range, a
+                # division by zero), not minicomp's: the graph stays compiled, and the next call of this
+                # signature is a first run again
+                self._specializations.pop(key, None)
+                self._unproven[key] = (fn, art, rep)
+                raise
             self._specializations[key] = fallback = self._fall_back(rep, "first run", e)
             self._remember(fallback, args)
             return fallback(args)

@@ -37,7 +37,7 @@ from .graph_entry import Entry, decode, encode
 from .report import Report, record
 from .runtime import cache, cuda_graphs
 from .runtime.executable import Executable
-from .runtime.index_errors import IndexOutOfRange
+from .runtime.eager_errors import is_eager_error
 from .signatures import LastCall, signature
 
 
@@ -166,9 +166,11 @@ class CachedGraph:
         fn = self.fn
         try:
             out = fn(list(args))
-        except (config.ConfigError, IndexOutOfRange):  # the user's to fix (a bad index: the next call runs it again)
+        except config.ConfigError:
             raise
         except Exception as e:  # noqa: BLE001 - a stored graph never fails the model: compile it
+            if is_eager_error(e):  # the caller's error (a bad index): the next call runs it again
+                raise
             warnings.warn(f"minicomp: a graph from the graph cache failed at its first run "
                           f"({type(e).__name__}: {e}); compiling it instead")
             self.signature = None

@@ -22,28 +22,40 @@ def enabled() -> bool:
 
 
 def random_like(t):
-    """A fresh random tensor with ``t``'s shape, strides and dtype (never all zeros). Integer tensors
+    """A fresh random tensor laid out as ``t`` (``same_layout``; never all zeros). Integer tensors
     keep their values: they may be indices or divisors, which random integers would break (the graph
     would then fail with an IndexError or ZeroDivisionError of the validator's own making)."""
     if not isinstance(t, torch.Tensor):
         return t
-    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
-    if t.dtype.is_floating_point:
-        out.copy_(torch.randn(t.shape, device=t.device))
+    n = _extent(t)
+    if t.dtype.is_floating_point or t.dtype.is_complex:
+        flat = torch.randn(n, device=t.device).to(t.dtype) if t.dtype.is_floating_point else \
+            torch.randn(n, dtype=t.dtype, device=t.device)
     elif t.dtype == torch.bool:
-        out.copy_(torch.rand(t.shape, device=t.device) > 0.5)
-    elif t.dtype.is_complex:
-        out.copy_(torch.randn(t.shape, dtype=t.dtype, device=t.device))
+        flat = torch.rand(n, device=t.device) > 0.5
     else:
-        out.copy_(t)
-    return out
+        return same_layout(t)
+    # random values for the memory, not the elements: an expanded input's repeats stay equal
+    return flat.as_strided(t.shape, t.stride(), t.storage_offset())
 
 
-def _copy(t):
-    """``t``'s values in a fresh tensor of its strides (the compiled code is specialized on them)."""
+def same_layout(t):
+    """``t``'s values in fresh memory with ``t``'s shape, strides and storage offset: the compiled code
+    is specialized on the strides (and on the GPU on the address's alignment), and ``clone`` makes a
+    slice or an expanded tensor contiguous. The memory from the storage's start to ``t``'s last
+    element is copied, so repeated elements (stride 0) stay repeats."""
     if not isinstance(t, torch.Tensor):
         return t
-    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+    t = t.detach()
+    flat = t.as_strided((_extent(t),), (1,), 0).clone()
+    return flat.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def _extent(t: torch.Tensor) -> int:
+    """The elements of ``t``'s storage up to its last element (its storage offset when it has none)."""
+    if t.numel() == 0:
+        return t.storage_offset()
+    return t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1
 
 
 def _close(actual, expected) -> bool:
@@ -68,21 +80,21 @@ class Validator:
         except (IndexError, RuntimeError, ZeroDivisionError):
             # random floats broke the graph itself (an index computed from them, say): check on the
             # real inputs instead
-            self.inputs = [_copy(a) for a in args]
+            self.inputs = [same_layout(a) for a in args]
             self.expected = self._run(gm)
 
     def _run(self, gm: fx.GraphModule) -> list:
         with torch.no_grad():
-            return list(gm(*[a.clone() if isinstance(a, torch.Tensor) else a for a in self.inputs]))
+            return list(gm(*[same_layout(a) for a in self.inputs]))
 
     def check_graph(self, stage: str, graph: Graph) -> None:
         spec = graph.output.attrs["spec"]
-        values = interpreter.run(graph, [a.clone() if isinstance(a, torch.Tensor) else a for a in self.inputs])
+        values = interpreter.run(graph, [same_layout(a) for a in self.inputs])
         actual = [values[v] if kind == "node" else v for kind, v in spec]
         self._compare(stage, actual)
 
     def check_outputs(self, stage: str, fn) -> None:
-        self._compare(stage, list(fn([a.clone() if isinstance(a, torch.Tensor) else a for a in self.inputs])))
+        self._compare(stage, list(fn([same_layout(a) for a in self.inputs])))
 
     def _compare(self, stage: str, actual: list) -> None:
         for k, (a, e) in enumerate(zip(actual, self.expected)):

@@ -26,7 +26,7 @@ from minicomp.ir.types import TensorType
 from minicomp.passes.manager import run_pipeline
 from minicomp.passes.program import launch_options
 from minicomp.runtime import triton_shims
-from minicomp.runtime.index_errors import IndexOutOfRange
+from minicomp.runtime.eager_errors import IndexOutOfRange
 from tests.utils import compile_and_compare
 
 REPO = Path(__file__).resolve().parents[1]

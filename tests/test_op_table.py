@@ -78,10 +78,11 @@ def test_every_op_has_a_spelling():
 
 
 def test_helper_uses_are_declared():
-    """A helper's ``uses`` are exactly the helpers its source calls (so each kernel prints them)."""
+    """A helper's ``uses`` are exactly the helpers its source names: calls, and combine functions it
+    hands to ``tl.reduce`` (so each kernel prints them)."""
     for name, helper in HELPERS.items():
         assert re.search(rf"\ndef {name}\(", helper.source), f"{name}'s source defines another function"
-        called = {h for h in HELPERS if h != name and re.search(rf"\b{h}\(", helper.source)}
+        called = {h for h in HELPERS if h != name and re.search(rf"\b{h}\b", helper.source)}
         assert set(helper.uses) == called, f"{name} calls {sorted(called)}, declares {sorted(helper.uses)}"
 
 

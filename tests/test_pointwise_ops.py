@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import minicomp
 from tests.utils import compile_and_compare, float64_reference
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16]
@@ -103,6 +104,49 @@ def test_remainder_fmod(dtype):
     else:
         a, b = rand(5, 6, dtype=dtype, low=-50, high=50), rand(5, 6, dtype=dtype, nonzero=True, high=8)
     compile_and_compare(fn, a, b)
+
+
+INTEGER_DIVISIONS = {
+    "floor_divide": lambda a, b: a // b, "remainder": lambda a, b: a % b, "fmod": torch.fmod,
+    "div_floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "by_a_zero_scalar": lambda a, b: a // 0 + b,
+    "summed": lambda a, b: (a % b).sum(-1),                        # in a reduction kernel
+    "in_a_cat": lambda a, b: torch.cat([a // b, b]) + 1,
+}
+
+
+@dtypes(torch.int32, torch.uint8)
+@pytest.mark.parametrize("op", INTEGER_DIVISIONS)
+def test_integer_division_by_zero_raises_like_eager_on_the_cpu(op, dtype):
+    # CPU eager raises RuntimeError("ZeroDivisionError"); an interpreted kernel checks the divisor
+    # (in the lanes that hold the division's elements) and raises it, without the graph falling
+    # back to PyTorch: the next call, with no zero divisor, runs the kernels
+    fn = INTEGER_DIVISIONS[op]
+    a, b = rand(3, 5, dtype=dtype, low=0, high=50), rand(3, 5, dtype=dtype, low=1, high=8)
+    zero = b.clone()
+    zero[1, 2] = 0
+    compiled = minicomp.compile(fn)
+    for args in ((a, zero), (a, b)):
+        try:
+            expected = fn(*args)
+        except RuntimeError as eager:
+            with pytest.raises(RuntimeError) as error:
+                compiled(*args)
+            assert (type(error.value), str(error.value)) == (type(eager), str(eager)) == (RuntimeError, "ZeroDivisionError")
+        else:
+            torch.testing.assert_close(compiled(*args), expected)
+    assert minicomp.report().whole_graph_fallback is None
+
+
+def test_integer_division_checks_only_the_elements_eager_divides():
+    # zeros where the kernel computes a division that eager does not: a cat's other piece, a pad,
+    # the masked tail of a block, the padding of a reduction's row; a float division by zero is inf
+    def fn(a, b, c):
+        return (torch.cat([a[:2] // b[:2], c]), F.pad(a[2:] % b[2:], (3, 0)), (a // b).sum(-1),
+                torch.where(b > 3, a // b, 0), a.float() / (b - b).float())
+    compile_and_compare(fn, rand(4, 7, dtype=torch.int32), rand(4, 7, dtype=torch.int32, nonzero=True),
+                        torch.zeros(3, 7, dtype=torch.int32))
 
 
 # --- unary math ------------------------------------------------------------------------------

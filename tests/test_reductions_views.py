@@ -4,10 +4,14 @@ Every compiled function runs on fresh random inputs; ``compile_and_compare`` che
 and values (NaN where eager has NaN) and that nothing fell back to PyTorch.
 """
 
+import re
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+import minicomp
 from tests.utils import compile_and_compare
 
 LOW = (torch.float16, torch.bfloat16)
@@ -293,6 +297,19 @@ def test_zero_size_reduced_dim():
         return (x.sum(1), x.prod(1), x.any(1), x.all(1), x.sum(), x.prod(), x.sum(0), x.mean(1),
                 x.sum(1, keepdim=True))
     compile_and_compare(fn, torch.randn(3, 0))
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.max(), lambda x: x.min(), lambda x: x.max(-1)[0] + 1,
+                                lambda x: x.min(-1)[1]])
+def test_max_min_over_no_elements_raise_like_eager(fn):
+    # no identity: eager raises (Dynamo's meta kernels do not); the op runs in PyTorch to raise it
+    x = torch.randn(3, 0)
+    with pytest.raises(Exception) as eager:
+        fn(x)
+    with pytest.raises(type(eager.value), match=re.escape(str(eager.value))), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the graph's first run fails, so it runs in PyTorch
+        minicomp.compile(fn)(x)
+    compile_and_compare(lambda y: (y.max(-1), y.min(-1)[0]), torch.randn(0, 3))  # no empty reduced dim
 
 
 def test_zero_size_reduced_dim_int():

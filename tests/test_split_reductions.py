@@ -69,6 +69,25 @@ def test_cast_of_a_split_result_joins_the_second_kernel():
     compile_and_compare(lambda x: x.sum(0), torch.randn(1000, 5, dtype=torch.bfloat16), kernels=1)  # not a third
 
 
+ZERO_SIZE = {
+    "softmax then column sum": lambda x: x.softmax(-1).sum(0) + x.sum(0),
+    "row logsumexp then total": lambda x: x.sum(0) + x.logsumexp(-1).sum(),
+    "split column and row reductions": lambda x: (x.sum(0), x.mean(-1), x.prod(0), x.var(0), x.sum(), x.any(0)),
+    "row sums then their sum": lambda x: x.sum(-1).sum() + x.exp().sum(),
+    "long-row softmax": lambda x: (x.softmax(-1), x.log_softmax(-1).sum(0)),
+    "cumsum then sums": lambda x: (x.cumsum(0).sum(0), x.cumsum(-1).sum(-1)),
+}
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (0, 1000), (1000, 0), (0, 0), (2, 0, 300)])
+@pytest.mark.parametrize("name", ZERO_SIZE)
+def test_zero_size_dims_reduce_like_eager(name, shape):
+    # a reduction over no rows writes its identity (x.sum(0) of a 0x5 is zeros) also where it is the
+    # combining half of a split-combine launch, whose partial half then has no programs: it must
+    # not wait for "the last of 0 partial programs" (before: left unwritten, NaN under poison)
+    compile_and_compare(ZERO_SIZE[name], torch.randn(shape))
+
+
 @pytest.fixture
 def gpu_tiles(monkeypatch):
     """The GPU's column tiles (64 outputs per program) in the interpreter: several combine groups."""

@@ -67,6 +67,33 @@ def test_jit_reads_triton_interpret_while_it_runs():
     assert x.tolist() == [1.0] * 4
 
 
+with triton_shims.interpreting(True):  # interpreted, whatever TRITON_INTERPRET says
+    @triton.jit
+    def _max_int8(a, b):
+        return tl.maximum(a, b)
+
+    @triton.jit
+    def _raise_where_zero(x):
+        if tl.reduce((x == 0).to(tl.int8), None, _max_int8) != 0:
+            raise RuntimeError("ZeroDivisionError")
+
+    @triton.jit
+    def _checking_kernel(x_ptr, XBLOCK: tl.constexpr):
+        _raise_where_zero(tl.load(x_ptr + tl.arange(0, XBLOCK)))
+
+
+def test_an_interpreted_kernel_may_raise_and_the_interpreter_wraps_it():
+    from minicomp.runtime.eager_errors import surfaced
+    # codegen's _check_divisor: a helper of interpreted kernels branches on a scalar and raises
+    _checking_kernel[(1,)](torch.ones(4), XBLOCK=4)  # no zero: nothing raised
+    with pytest.raises(Exception) as wrapped:
+        _checking_kernel[(1,)](torch.tensor([1.0, 0.0, 2.0, 3.0]), XBLOCK=4)
+    assert type(wrapped.value).__name__ == "InterpreterError"
+    raised = surfaced(wrapped.value, ())  # found as the cause of the interpreter's error
+    assert (type(raised), str(raised)) == (RuntimeError, "ZeroDivisionError")
+    assert surfaced(ValueError("other"), ()) is None
+
+
 # --- compiling ahead: JITFunction.warmup, device_caches, compile ----------------------------------
 
 def test_warmup_takes_dtypes_for_tensors_and_launch_keywords():

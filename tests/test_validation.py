@@ -7,7 +7,7 @@ import minicomp
 from minicomp.compiler import PIPELINE
 from minicomp.passes.manager import Pass
 from minicomp.validation import ValidationError
-from tests.utils import compile_and_compare
+from tests.utils import compare_gradients, compile_and_compare
 
 
 @pytest.fixture
@@ -47,3 +47,31 @@ def test_validation_is_off_by_default(monkeypatch):
     out = torch.compile(lambda x: x * 3 + 1, backend=Backend(pipeline=broken))(torch.ones(2))
     assert torch.equal(out, torch.full((2,), 5.0))  # wrong (1 + 3 + 1), and nothing checked it
     assert minicomp.report().whole_graph_fallback is None
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(64, 32)[:, :4],            # a slice: strides (32, 1)
+    lambda: torch.randn(64, 32)[3:, 1:5],          # and a storage offset
+    lambda: torch.randn(5, 7).t(),                 # transposed
+    lambda: torch.randn(1, 7).expand(5, 7),        # expanded: stride 0, repeated elements
+    lambda: torch.randn(40)[3:33].view(5, 6),      # an offset view of a 1-D buffer
+    lambda: torch.randn(10)[3:3].view(0, 4),       # no elements
+], ids=["slice", "offset", "transposed", "expanded", "offset_view", "empty"])
+def test_strided_views_pass_validation(verify, make):
+    # the validator hands the compiled code copies with the input's strides and offset (a clone
+    # is contiguous, so the code specialized on the view's strides read it wrongly: ValidationError)
+    x = make()
+    compile_and_compare(lambda x, y: ((x * 2).sum(0), x.exp() + y), x, torch.randn(x.shape[-1]))
+
+
+def test_attention_block_backward_passes_validation(verify):
+    # training an attention block: the backward's inputs include transposed views of saved tensors
+    B, T, C = 2, 8, 16
+    qkv, proj = torch.nn.Linear(C, 3 * C), torch.nn.Linear(C, C)
+
+    def block(x, w_qkv, w_proj):
+        q, k, v = F.linear(x, w_qkv, qkv.bias).split(C, -1)
+        att = (q @ k.transpose(-2, -1) * C ** -0.5).softmax(-1)
+        return F.linear(att @ v, w_proj, proj.bias)
+
+    compare_gradients(block, torch.randn(B, T, C), qkv.weight.detach(), proj.weight.detach())

@@ -163,6 +163,14 @@ def _remainder_int(a, b):
     r = a % b
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 '''),
+    "_check_divisor": Helper('''
+@triton.jit
+def _check_divisor(b, lanes):
+    # interpreted kernels only: the interpreter runs this as Python, and raises what eager raises on
+    # the CPU where one of ``lanes`` divides by zero (runtime/eager_errors.py lets it through)
+    if tl.reduce(((b == 0) & lanes).to(tl.int8), None, _max_int) != 0:
+        raise RuntimeError("ZeroDivisionError")
+''', uses=("_max_int",)),
     "_remainder_float": Helper('''
 @triton.jit
 def _remainder_float(a, b):

@@ -140,6 +140,20 @@ def _identity(o: Operands) -> str:
     return o.a[0]
 
 
+def _divides(spell: Spelling) -> Spelling:
+    """An integer division (``OpDef.divides``). In an interpreted kernel a check comes first, which
+    raises eager's CPU error where a lane that holds one of the node's elements (``Compute.at``,
+    ``Compute.mask``) divides by zero. Compiled kernels divide as CUDA eager does, without a check: a
+    zero divisor gives the GPU's integer division's value (``x // 0 == -1``, ``x % 0 == x``)."""
+    def spelled(o: Operands):
+        text, divisor = spell(o), o.stmt.args[1]
+        if o.floating or not o.printer.k.schedule.interpreted or (isinstance(divisor, Scalar) and divisor.value):
+            return text
+        lanes = o.printer.mask(o.stmt.at, o.stmt.mask) or "True"
+        return [o.helper("_check_divisor", [o.blocks[1], lanes]), f"{o.stmt.var} = ({text}).to({TL_DTYPE[o.dtype]})"]
+    return spelled
+
+
 def _cat(o: Operands) -> list[str]:
     # one statement per piece, not one nested tl.where: a cat of many inputs would otherwise exceed
     # Python's 200 levels of nested parentheses. The last arg is the coordinate along the cat's dim.
@@ -153,11 +167,11 @@ def _cat(o: Operands) -> list[str]:
 SPELLINGS: dict[str, Spelling] = {
     # arithmetic
     "add": _infix("+"), "sub": _infix("-"), "mul": _infix("*"), "truediv": _infix("/"),
-    "floordiv": _float_or_int(lambda o: f"tl.math.floor({o.a[0]} / {o.a[1]})",
-                              lambda o: o.helper("_floordiv_int", o.blocks)),
-    "truncdiv": _float_or_int(lambda o: o.helper("_trunc", [f"{o.a[0]} / {o.a[1]}"]), _infix("//")),
-    "remainder": lambda o: o.helper("_remainder_float" if o.floating else "_remainder_int", o.blocks),
-    "fmod": _float_or_int(lambda o: o.helper("_fmod_float", o.blocks), _infix("%")),
+    "floordiv": _divides(_float_or_int(lambda o: f"tl.math.floor({o.a[0]} / {o.a[1]})",
+                                       lambda o: o.helper("_floordiv_int", o.blocks))),
+    "truncdiv": _divides(_float_or_int(lambda o: o.helper("_trunc", [f"{o.a[0]} / {o.a[1]}"]), _infix("//"))),
+    "remainder": _divides(lambda o: o.helper("_remainder_float" if o.floating else "_remainder_int", o.blocks)),
+    "fmod": _divides(_float_or_int(lambda o: o.helper("_fmod_float", o.blocks), _infix("%"))),
     "pow": _pow,
     "maximum": _float_or_int(lambda o: o.helper("_max_nan", o.blocks), lambda o: f"tl.maximum({o.a[0]}, {o.a[1]})"),
     "minimum": _float_or_int(lambda o: o.helper("_min_nan", o.blocks), lambda o: f"tl.minimum({o.a[0]}, {o.a[1]})"),

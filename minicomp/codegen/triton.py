@@ -157,7 +157,7 @@ class TritonPrinter:
             assertion = f"index out of range in self: {message}"
             out(f"{indent}tl.device_assert(~({bad}){f' | ~({m})' if m else ''}, {assertion!r})")
             return
-        self.imports.add("from minicomp.runtime.index_errors import IndexOutOfRange")
+        self.imports.add("from minicomp.runtime.eager_errors import IndexOutOfRange")
         out(f"{indent}{s.var} = ({bad}){f' & ({m})' if m else ''}")
         # the smallest offending value, if one is below lo, else the largest (the fills are in range)
         inside_low = s.lo if s.lo is not None else s.hi - 1

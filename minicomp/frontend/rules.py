@@ -292,13 +292,22 @@ def _amax(L, x, dim=(), keepdim=False):
     return L.reduction(fn, x, list(dim), keepdim, x.dtype)
 
 
+def _no_identity_over_nothing(x: Node, dims) -> None:
+    """max and min have no identity: over no elements eager raises, and so does the op in PyTorch
+    (whose meta kernel, which Dynamo ran, does not check)."""
+    if any(x.shape[d] == 0 for d in (range(x.type.ndim) if dims is None else dims)):
+        raise Unsupported("max/min over an empty dimension (eager raises)")
+
+
 @rule(aten.max.default, aten.min.default)
 def _max_all(L, x):
+    _no_identity_over_nothing(x, None)
     return L.reduction("max" if L.node.target == aten.max.default else "min", x, None, False, x.dtype)
 
 
 @rule(aten.max.dim, aten.min.dim)
 def _max_dim(L, x, dim, keepdim=False):
+    _no_identity_over_nothing(x, [dim] if x.type.ndim else [])
     fn = "max" if L.node.target == aten.max.dim else "min"
     return (L.reduction(fn, x, [dim], keepdim, x.dtype),
             L.reduction("arg" + fn, x, [dim], keepdim, torch.int64))

@@ -28,11 +28,17 @@ class Load:
 
 @dataclass
 class Compute:
+    """``fn(args)``. For an op that checks its operands (``OpDef.divides``), ``at`` and ``mask`` say
+    which lanes hold values eager computes: the node's coordinates (within its shape) and the ranges of
+    the padded views it is read through; other lanes hold padding (a cat's other pieces, a masked load's
+    zeros), which must not raise."""
     var: str
     fn: str
     args: tuple[Union[str, Scalar], ...]
     params: dict
     dtype: torch.dtype
+    at: tuple[Affine, ...] = ()
+    mask: tuple[Range, ...] = ()
 
 
 @dataclass

@@ -37,6 +37,8 @@ class OpDef:
     positional: bool = False                # its value depends on the element's coordinate (cat, iota)
     internal: bool = False                  # made by lowering helpers for many aten ops, none its own
     statement: bool = False                 # a kernel statement of its own (IndexCheck), not a spelled Compute
+    divides: bool = False                   # an integer division: eager raises on a zero divisor on the
+                                            # CPU, and interpreted kernels check for one (codegen)
 
 
 def _gelu(x, approximate="none"):
@@ -80,9 +82,9 @@ OPS: dict[str, OpDef] = _ops(
     # arithmetic
     _binary("add", torch.add, cheap=True), _binary("sub", torch.sub, cheap=True),
     _binary("mul", torch.mul, cheap=True), _binary("truediv", torch.div, FLOAT, cheap=True),
-    _binary("floordiv", lambda a, b: torch.div(a, b, rounding_mode="floor")),
-    _binary("truncdiv", lambda a, b: torch.div(a, b, rounding_mode="trunc")),
-    _binary("remainder", torch.remainder), _binary("fmod", torch.fmod),
+    _binary("floordiv", lambda a, b: torch.div(a, b, rounding_mode="floor"), divides=True),
+    _binary("truncdiv", lambda a, b: torch.div(a, b, rounding_mode="trunc"), divides=True),
+    _binary("remainder", torch.remainder, divides=True), _binary("fmod", torch.fmod, divides=True),
     _binary("pow", torch.pow, FLOAT, transcendental=True),
     _binary("maximum", torch.maximum), _binary("minimum", torch.minimum),
     _unary("neg", torch.neg, NUMBER, cheap=True), _unary("abs", torch.abs, NUMBER),

@@ -165,6 +165,8 @@ def _split_combine(a: Kernel, b: Kernel, number: int) -> SplitCombine | None:
     xa, xb, rb = a.vars["x"], b.vars["x"], b.vars.get("r")
     block_a, block_b = a.schedule.blocks["XBLOCK"], b.schedule.blocks["XBLOCK"]
     tiles_a, tiles_b = -(-xa.size // block_a), -(-xb.size // block_b)
+    if 0 in (tiles_a, tiles_b):  # no partial programs, so no last one to combine: ``b`` runs on its own
+        return None
     if tiles_b == 1:
         span = width = 1
     else:

@@ -7,7 +7,7 @@ from typing import Callable
 
 import torch
 
-from .index_errors import surfaced
+from .eager_errors import surfaced
 from .support import INTERPRETER_LOCK
 
 
@@ -25,7 +25,7 @@ class Executable:
     not, when it could not be bound).
 
     An index out of range that a kernel's check caught is raised as ``IndexOutOfRange``
-    (``index_errors.py``), whichever way the kernels run (the wrapper's ``INDEX_CHECKS`` names the
+    (``eager_errors.py``), whichever way the kernels run (the wrapper's ``INDEX_CHECKS`` names the
     kernels that check)."""
 
     __slots__ = ("module", "kernels", "externs", "interpreted", "lean", "lean_failed", "_lock")

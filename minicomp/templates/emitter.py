@@ -14,6 +14,7 @@ from ..ir.expr import Affine, Range, Var, index_vars, linear_index, unravel
 from ..ir.graph import Node, Scalar, compose_gather, compose_view, indirect_vars, terminal
 from ..ir.kernel import (Compute, IndexCheck, IndexValue, Indirect, Kernel, KernelArg, Load, Masked, Phase, Reduce,
                          Schedule, Store)
+from ..ir.ops import OPS
 from ..ir.target import Target
 from ..ir.layout import buffer_strides
 from ..ir.types import short_dtype
@@ -139,7 +140,11 @@ class Emitter:
             name, dep = self._put(("index", pos), stmt, self._inner(pos))
             args.append(name)
             inner |= dep
-        return self._put(key, Compute(self._var(), node.attrs["fn"], tuple(args), params, node.dtype), inner)
+        stmt = Compute(self._var(), node.attrs["fn"], tuple(args), params, node.dtype)
+        if OPS[node.attrs["fn"]].divides:  # its check looks only at the lanes that are the node's elements
+            stmt.at = tuple(Affine.of(e) for e in idx)
+            stmt.mask = mask + tuple(Range(e, 0, n) for e, n in zip(stmt.at, node.shape))
+        return self._put(key, stmt, inner)
 
     def _at(self, idx, inner: bool) -> tuple:
         """Where a value read at ``idx`` lives, for its bounds masks: ``idx`` where the value is per
@@ -293,9 +298,12 @@ def dim_mapping(group: Group, dims, flat, tiled) -> dict[Var, Affine]:
 def substitute(stmt, mapping) -> None:
     if isinstance(stmt, (Load, Store)):
         stmt.index = stmt.index.subs(mapping)
-    if isinstance(stmt, (Load, Masked)):
+    if isinstance(stmt, (Load, Masked, Compute)):
         stmt.mask = tuple(r for r in (Range(r.expr.subs(mapping), r.lo, r.hi).simplified() for r in stmt.mask)
                           if r is not True)
+    if isinstance(stmt, Compute):
+        stmt.at = tuple(e.subs(mapping) for e in stmt.at)
+        stmt.mask = tuple(dict.fromkeys(stmt.mask))  # a view's range is often the coordinate's own
     if isinstance(stmt, IndexValue):
         stmt.expr = stmt.expr.subs(mapping)
     if isinstance(stmt, (Indirect, IndexCheck)):
