@@ -110,15 +110,19 @@ def _innermost_stride(load: Load, r) -> int | None:
     return strides(load.index, r, points)[0]
 
 
-@pytest.mark.parametrize("batch, hw", [(64, 16), (2, 64)], ids=["one-kernel", "split"])
-def test_group_norm_statistics_load_channels_last_in_order_for_the_h200(batch, hw):
+@pytest.mark.parametrize("batch, hw, scaled", [(64, 16, False), (2, 64, False), (2, 64, True)],
+                         ids=["one-kernel", "split", "split-scaled"])
+def test_group_norm_statistics_load_channels_last_in_order_for_the_h200(batch, hw, scaled):
     """The kernels that reduce a group of the channels-last convolution output read it with unit
     stride in the innermost reduction lane (before: the pixels innermost, 16 channels apart), for
-    one kernel per group (B=64: 256 groups) and for split statistics (B=2: chunks of 8192)."""
+    one kernel per group (B=64: 256 groups) and for split statistics (B=2: chunks of 8192), also
+    through issue 41's ``sigmoid((conv + b) * s)`` (per-channel parameters read along the axis too)."""
     conv = torch.nn.Conv2d(3, 16, 3, padding=1)
     gn = torch.nn.GroupNorm(4, 16)
+    b, s = torch.randn(16, 1, 1), torch.randn(16, 1, 1)
     with torch.no_grad():
-        graph, kernels = _scheduled(lambda x: gn(conv(x)), [torch.randn(batch, 3, hw, hw)], H200)
+        graph, kernels = _scheduled(lambda x: gn(torch.sigmoid((conv(x) + b) * s) if scaled else conv(x)),
+                                    [torch.randn(batch, 3, hw, hw)], H200)
     image = (batch, 16, hw, hw)
     loads = [(k, s) for k in kernels if k.schedule.template == "reduction" and "r" in k.vars
              for p in k.phases for s in p.inner

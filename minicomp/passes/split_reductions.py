@@ -205,10 +205,10 @@ def _chunk_digit(r: Node, d: int, chunks: int, nhwc: bool) -> tuple[int, int | N
     points = cuts(dims[d], [offset for _, offset in reads])
     if not reads or points is None or len(points) < 3:
         return chunks, None
-    weight: dict[tuple, int] = {}
+    weight: dict[tuple, int] = {}  # by the bytes of the buffers read (not a per-channel parameter)
     for node, offset in reads:
         key = tuple(strides(offset, dims[d], points))
-        weight[key] = weight.get(key, 0) + node.dtype.itemsize
+        weight[key] = weight.get(key, 0) + math.prod(node.shape) * node.dtype.itemsize
     heaviest = max(weight, key=weight.get)
     slowest = max(range(len(heaviest)), key=lambda k: abs(heaviest[k] or 0))
     size = points[slowest + 1] // points[slowest]
