@@ -16,7 +16,7 @@ that may fall inside the row: they are reordered only when every block is full. 
 from __future__ import annotations
 
 from ..ir.digits import cuts, merged, rewalked, strides
-from ..ir.expr import evaluate
+from ..ir.expr import Affine, evaluate
 from ..ir.kernel import IndexValue, Indirect, Kernel, Load, Masked, Reduce, Scan, Store
 from .emitter import substitute
 
@@ -62,12 +62,12 @@ def walk_in_memory_order(kernel: Kernel) -> str | None:
     args = {a.name: a.node for a in kernel.args}
     sized = [(s.index, s.dtype.itemsize if isinstance(s, Load) else args[s.buffer].dtype.itemsize) for s in accesses]
     # candidates: the walk as built, and each access's memory order (slowest first: digits it does not
-    # walk -- stride 0, or read through a div/mod -- then by stride), the heaviest accesses' first
+    # walk -- stride 0, or read through a div/mod -- then by stride), those costing most as built first
     before = list(range(len(points) - 2, -1, -1))
     vectors: dict[tuple, int] = {}
     for index, size in sized:
         key = tuple(strides(index, r, points))
-        vectors[key] = vectors.get(key, 0) + size
+        vectors[key] = vectors.get(key, 0) + _cost([(index, size)], r, Affine.of(r))[0]
     candidates = [(before, None)] + [
         (sorted(before, key=lambda d, v=v: -abs(v[d]) if v[d] else -float("inf")), v)
         for v in sorted(vectors, key=vectors.get, reverse=True)]
