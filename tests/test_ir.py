@@ -245,6 +245,8 @@ def test_floordiv_and_mod_rules():
     big = Var("big", 24)
     assert (Affine.of(big) // 4) * 4 + Affine.of(big) % 4 == Affine.of(big)
     assert (Affine.of(big) // 4 % 3) * 4 + Affine.of(big) % 4 == Affine.of(big) % 12
+    # ... and on a quotient, whose own quotient is kept as big // (2*3)
+    assert (Affine.of(big) // 2 % 3) * 5 + (Affine.of(big) // 6) * 15 == (Affine.of(big) // 2) * 5
     # what cannot be simplified stays a FloorDiv / Mod atom (and is still exact)
     q, r = Affine.of(y) // 3, Affine.of(y) % 3
     assert q.terms == ((FloorDiv(Affine.of(y), 3), 1),) and r.terms == ((Mod(Affine.of(y), 3), 1),)

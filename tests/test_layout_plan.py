@@ -212,7 +212,7 @@ def test_kernels_walk_nhwc_buffers_in_memory_order(tmp_path):
     first = next(dump.glob("*k0_*.py")).read_text()  # a launch of its own or a combo's first stage
     assert "tl.load(in_ptr0 + (xindex)" in first and "tl.store(out_ptr0 + (xindex)" in first, first
     last = next(dump.glob("k1_*.py")).read_text()
-    assert "yindex % 5) + 210*(yindex // 30) + 5*xindex" in last, last  # read: C = yindex % 5 at unit stride
+    assert "(yindex % 5) + 35*(yindex // 5) + 5*xindex" in last, last  # read: C = yindex % 5 at unit stride
     assert "+ xindex), " in last.split("tl.store")[1], last                 # write: W = xindex at unit stride
 
 

@@ -238,7 +238,8 @@ def atom_bounds(atom: Atom) -> tuple[int, int]:
 
 def _merge_reshapes(e: Affine) -> Affine:
     """Fold ``(x // a) * a*c + (x % a) * c`` into ``x * c`` and ``(x // a % b) * a*c + (x % a) * c``
-    into ``(x % (a*b)) * c``: the patterns a reshape followed by its inverse leaves behind."""
+    into ``(x % (a*b)) * c``: the patterns a reshape followed by its inverse leaves behind (``x // a``
+    of an ``x = e // k`` being ``e // (k*a)``)."""
     terms, const = dict(e.terms), e.const
     changed = False
     progress = True
@@ -249,6 +250,9 @@ def _merge_reshapes(e: Affine) -> Affine:
                 continue
             x, a = atom.arg, atom.div
             partners = [(FloorDiv(x, a), x)]
+            if len(x.terms) == 1 and x.const == 0 and x.terms[0][1] == 1 and isinstance(x.terms[0][0], FloorDiv):
+                y = x.terms[0][0]  # x == y.arg // k: x // a is kept as y.arg // (k*a)
+                partners.append((FloorDiv(y.arg, y.div * a), x))
             for other in terms:
                 if isinstance(other, Mod) and len(other.arg.terms) == 1 and other.arg.const == 0:
                     inner, k = other.arg.terms[0]

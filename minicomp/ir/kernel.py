@@ -197,6 +197,7 @@ class Kernel:
     origins: tuple[str, ...]
     bytes_moved: int = 0
     operands: tuple[str, ...] = ()  # attention: the statements that hold q, kᵀ, v (and the mask) tiles
+    notes: tuple[str, ...] = ()  # what building it decided beyond its schedule (the schedule pass records them)
 
     @property
     def numels(self) -> dict[str, int]:

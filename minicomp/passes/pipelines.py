@@ -26,6 +26,10 @@ IN_FLIGHT = 512                # tickets between a row's stages (so a stage seld
 POINTWISE_TILE = 16384         # elements per pointwise program: fewer tickets and waits per byte
 MAX_ROW_CANDIDATES = 32
 MAX_STAGE_TILES = 128          # an elementwise stage cut into more tiles per row is not pipelined
+# a stage that moves this share of the bytes must have this share of each row's programs (``_starved_stage``);
+# x/x.sum(-1) over 256 rows of 262144 (1 and 16 programs a row: 1/17) was measured faster pipelined
+HEAVY_STAGE = 0.25
+MIN_STAGE_SHARE = 1 / 32
 
 
 def row_pipelines(graph: Graph) -> Graph:
@@ -81,6 +85,11 @@ def _pipeline(graph: Graph, stages: list[Kernel], number: int, explain: bool) ->
             return None
         stages[i] = k = dataclasses.replace(k, schedule=dataclasses.replace(k.schedule, blocks=blocks))
         tiles.append(per_row // blocks["XBLOCK"])
+    starved = _starved_stage(stages, tiles) if on_gpu else None  # (the interpreter runs programs in order)
+    if starved is not None:
+        decisions.append(f"not pipelined: {names}: {starved.name} would have {tiles[stages.index(starved)]} of "
+                         f"every {sum(tiles)} programs (MIN_STAGE_SHARE) but moves a large part of the bytes")
+        return None
     lag = min(rows, -(-IN_FLIGHT // sum(tiles))) if on_gpu else 1
     reblocked = {k.name: k for k in stages}
     graph.kernels = [reblocked.get(k.name, k) for k in graph.kernels]
@@ -88,6 +97,17 @@ def _pipeline(graph: Graph, stages: list[Kernel], number: int, explain: bool) ->
                  rows=rows, tiles=tiles, lag=lag)
     decisions.append(f"pipelined: {names} as one launch over {rows} rows (re-reads {reread[0].name} from L2)")
     return p
+
+
+def _starved_stage(stages: list[Kernel], tiles: list[int]) -> Kernel | None:
+    """A stage that moves a large share of the bytes (``HEAVY_STAGE``) on a small share of the
+    programs (``MIN_STAGE_SHARE``): the programs in flight, in ticket order, are mostly the other
+    stages', so it runs on a few multiprocessors while they wait for it (a GroupNorm's statistics,
+    8 programs a row, before a column logsumexp of 512 programs a row: issue 41's chain at batch 128,
+    pipelined so and with strided statistics loads, ran 40 ms on the H200, Inductor 1.2)."""
+    total = sum(k.bytes_moved for k in stages)
+    return next((k for k, t in zip(stages, tiles)
+                 if k.bytes_moved >= HEAVY_STAGE * total and t < MIN_STAGE_SHARE * sum(tiles)), None)
 
 
 def _launch_name(number: int, stages: list[Kernel]) -> str:

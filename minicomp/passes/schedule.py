@@ -44,6 +44,7 @@ def schedule(graph: Graph) -> Graph:
     graph.layouts = {**graph.layouts, **plan_layouts(graph)}  # layout_plan's buffers, then the results
     ctx = Context(graph.target, graph.layouts, graph.gemm_choices)
     graph.kernels = [build_kernel(g, ctx) for g in graph.groups]
+    graph.decisions += [note for k in graph.kernels for note in k.notes]
     return graph
 
 

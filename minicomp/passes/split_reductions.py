@@ -18,8 +18,10 @@ import math
 import torch
 
 from ..ir import views
-from ..ir.expr import Affine, Range, index_vars
-from ..ir.graph import Graph, Node, Scalar
+from ..ir.digits import cuts, strides
+from ..ir.expr import Affine, Range, index_vars, linear_index
+from ..ir.graph import Graph, Node, Scalar, through_views
+from ..ir.layout import buffer_strides, channels_last_strides
 from ..ir.ops import reduce_identity
 from ..ir.patterns import Match, Pat, Rule, rewrite
 from ..ir.types import is_float
@@ -48,7 +50,11 @@ def split_reductions(graph: Graph) -> Graph:
             pooled = nhwc and _pools_an_image(node)
             chunks = _split_factor(node, pooled)
             if chunks > 1:
-                _split(graph, node, chunks, *_split_place(node, pooled))
+                d, at = _split_place(node, pooled)
+                low = None
+                if not pooled:
+                    chunks, low = _chunk_digit(node, d, chunks, nhwc)
+                _split(graph, node, chunks, d, at, low)
     return view_folding(graph)
 
 
@@ -159,11 +165,65 @@ def _split_place(r: Node, pooled: bool) -> tuple[int, int]:
     return d, d
 
 
-def _split(graph: Graph, r: Node, chunks: int, d: int, at: int) -> None:
+# A chunk is a slice of the axis in memory, not in logical order: a reduction over a reshaped
+# channels-last image (GroupNorm's (C/G)*H*W per group) has the channels as the fast part of memory
+# but the slow part of the axis; chunked logically, each partial program would read one channel of
+# its pixels, 64 floats apart. ``_chunk_digit`` finds the digit of the axis (``ir.digits``) with the
+# largest stride in the main read, as the buffers will be laid out, and the chunks cut that one.
+READS_TRACED = 32  # pointwise producers looked through to find the reads of a reduction's input
+
+
+def _reads(x: Node, index) -> list[tuple[Node, tuple]]:
+    """The buffers a kernel computing ``x`` at ``index`` would read, through views and pointwise
+    producers (fused into the reduction's kernel, or recomputed there), with their indices."""
+    out, todo, seen = [], [(x, index)], 0
+    while todo and seen < READS_TRACED:
+        node, idx = through_views(*todo.pop())
+        seen += 1
+        if node.op == "pointwise" and node.inputs:
+            todo += [(i, idx) for i in node.inputs]
+        else:
+            out.append((node, idx))
+    return out
+
+
+def _planned_strides(node: Node, nhwc: bool) -> tuple[int, ...]:
+    """``node``'s strides as ``layout_plan`` will likely leave them: a convolution's result is
+    channels-last where the graph goes NHWC (``nhwc``); the rest as ``buffer_strides`` says."""
+    return channels_last_strides(node.shape) if nhwc and is_conv2d(node) else buffer_strides(node, {})
+
+
+def _chunk_digit(r: Node, d: int, chunks: int, nhwc: bool) -> tuple[int, int | None]:
+    """How many chunks, and the place value under the chunk digit of axis ``d`` (``_chunked``'s
+    ``low``; None: the top of the axis, as in logical order), so that the chunks cut the digit of the
+    axis that is slowest in memory. Fewer chunks where that digit is shorter: a partial program that
+    reads memory in order is worth more than more programs that each read one float of every sector."""
+    x = r.inputs[0]
+    dims = index_vars(x.shape)
+    reads = [(node, linear_index(idx, _planned_strides(node, nhwc))) for node, idx in _reads(x, dims)]
+    reads = [(node, offset) for node, offset in reads if dims[d] in offset.vars()]
+    points = cuts(dims[d], [offset for _, offset in reads])
+    if not reads or points is None or len(points) < 3:
+        return chunks, None
+    weight: dict[tuple, int] = {}  # by the bytes of the buffers read (not a per-channel parameter)
+    for node, offset in reads:
+        key = tuple(strides(offset, dims[d], points))
+        weight[key] = weight.get(key, 0) + math.prod(node.shape) * node.dtype.itemsize
+    heaviest = max(weight, key=weight.get)
+    slowest = max(range(len(heaviest)), key=lambda k: abs(heaviest[k] or 0))
+    size = points[slowest + 1] // points[slowest]
+    fewer = math.gcd(chunks, size)
+    if slowest == len(heaviest) - 1 or fewer < 2 or x.shape[d] % fewer:
+        return chunks, None
+    return fewer, points[slowest] * (size // fewer)
+
+
+def _split(graph: Graph, r: Node, chunks: int, d: int, at: int, low: int | None = None) -> None:
     """Reduce ``r`` in ``chunks`` partial reductions over chunks of axis ``d`` (the chunk axis placed
-    at ``at``: ``_split_place``), then over their results."""
+    at ``at``: ``_split_place``; the digit the chunks cut: ``low``, see ``_chunked``), then over
+    their results."""
     x, fn, axes = r.inputs[0], r.attrs["fn"], r.attrs["axes"]
-    xc = _chunked(graph, x, d, chunks, reduce_identity(fn, x.dtype), before=r, at=at)
+    xc = _chunked(graph, x, d, chunks, reduce_identity(fn, x.dtype), before=r, at=at, low=low)
     inner_axes = tuple(sorted(a + 1 if a >= at else a for a in axes))  # (d's elements: the length axis)
     partial = graph.add("reduce", [xc], r.type.with_(shape=_reduced_shape(xc.shape, inner_axes)), r.origin,
                         before=r, fn=fn, axes=inner_axes)
@@ -172,9 +232,10 @@ def _split(graph: Graph, r: Node, chunks: int, d: int, at: int) -> None:
     outer_axes = tuple(sorted(inner_axes + (at,)))
     total = graph.add("reduce", [partial], r.type.with_(shape=_reduced_shape(xc.shape, outer_axes)),
                       r.origin, before=r, fn=fn, axes=outer_axes)
+    where = f" (each chunk a slice of memory: elements {low}-strided in the axis)" if low else ""
     graph.decisions.append(
         f"split: {r.name} {fn} over {math.prod(x.shape[a] for a in axes)} elements with few outputs -> "
-        f"{chunks} partial reductions, then one over them")
+        f"{chunks} partial reductions{where}, then one over them")
     graph.replace_all_uses(r, _unchunked(graph, total, r, before=r))
 
 
@@ -184,18 +245,22 @@ def _reduced_shape(shape, axes) -> tuple[int, ...]:
     return tuple(1 if k in axes else s for k, s in enumerate(shape))
 
 
-def _chunked(graph: Graph, x: Node, d: int, chunks: int, fill, before: Node, at: int | None = None) -> Node:
+def _chunked(graph: Graph, x: Node, d: int, chunks: int, fill, before: Node, at: int | None = None,
+             low: int | None = None) -> Node:
     """``x`` with axis ``d`` cut into ``chunks`` x ``length`` (padded with ``fill`` at the end); the
-    ``chunks`` axis at position ``at`` (<= ``d``; default ``d``, right before ``length``)."""
+    ``chunks`` axis at position ``at`` (<= ``d``; default ``d``, right before ``length``). ``low``
+    (dividing ``length``, and ``chunks`` the axis): the chunk is a digit of the axis of that place
+    value, not its top: position ``(i // low) * chunks*low + chunk*low + i % low`` for element ``i``."""
     at = d if at is None else at
     size = x.shape[d]
     length = -(-size // chunks)
+    low = length if low is None else low
     shape = list(x.shape)
     shape[d] = length
     shape.insert(at, chunks)
     out = index_vars(shape)
     moved = [Affine.of(out[k + 1 if k >= at else k]) for k in range(len(x.shape))]  # x's dims in the view
-    pos = Affine.of(out[at]) * length + moved[d]
+    pos = (moved[d] // low) * (chunks * low) + Affine.of(out[at]) * low + moved[d] % low
     index = tuple(pos if k == d else e for k, e in enumerate(moved))
     mask = () if chunks * length == size else (Range(pos, None, size),)
     return graph.add("view", [x], x.type.with_(shape=tuple(shape)), x.origin, before=before, index=index,

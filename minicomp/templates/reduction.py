@@ -27,6 +27,7 @@ from ..passes.fusion import Group, NotFusable, check_group
 from .base import Context, Template, fill_sms
 from .emitter import build_rows, pow2, walk_order
 from .pointwise import MIN_BLOCK
+from .reduction_order import walk_in_memory_order
 
 # Triton's own sum combine: the interpreter sums with numpy when a tl.reduce names it (see ``finish``)
 FLOAT_SUM = "tl.standard._sum_combine"
@@ -206,7 +207,11 @@ class ReductionTemplate(Template):
         return reduction_schedule(group, ctx.target, ctx.layouts)
 
     def build(self, group: Group, ctx: Context, sched: Schedule) -> Kernel:
-        return build_rows(group, ctx.layouts, sched, tiled=False, target=ctx.target)
+        kernel = build_rows(group, ctx.layouts, sched, tiled=False, target=ctx.target)
+        walk = walk_in_memory_order(kernel)
+        if walk:
+            kernel.notes += (f"reduction order: {kernel.name} {walk}",)
+        return kernel
 
     def store_vars(self, inner: bool) -> list[str]:
         return ["xindex", "rindex"] if inner else ["xindex"]
