@@ -43,7 +43,7 @@ POOLED_SPLIT_BELOW = 128
 def split_reductions(graph: Graph) -> Graph:
     """Rewrite long-row softmax statistics as online softmax (looped, or split for few rows), and split
     few-output reductions."""
-    rewrite(graph, [ONLINE_SOFTMAX])
+    rewrite(graph, [ONLINE_SOFTMAX, ONLINE_LOGSUMEXP])
     graph = dce(graph)
     nhwc = any(is_conv2d(n) for n in graph.nodes) and channels_last_pays(graph)[0]
     # a looped softmax's max shares its loop with the softmax_sum of the same row: not split apart
@@ -89,6 +89,46 @@ def _softmax_statistics(b: Match, graph: Graph) -> dict[Node, Node] | None:
 
 
 ONLINE_SOFTMAX = Rule("online-softmax", SOFTMAX_STATISTICS, _softmax_statistics)
+
+# logsumexp's statistics: sum(exp(x - m')), m' = max(x) where finite, else 0 (torch's decomposition)
+def _scalar_arg(node: Node, value) -> bool:
+    return any(isinstance(a, Scalar) and a.value == value for a in node.attrs["args"])
+
+
+def _zero(node: Node) -> bool:
+    while node.op == "view":
+        node = node.inputs[0]
+    return node.op == "pointwise" and node.attrs["fn"] == "identity" and _scalar_arg(node, 0)
+
+
+_INFINITE = Pat("pointwise", fn="eq", name="inf", where=lambda n: _scalar_arg(n, float("inf")),
+                inputs=(Pat("pointwise", fn="abs", inputs=(_ROW_MAX,)),))
+_FINITE_MAX = Pat("pointwise", fn="where", inputs=(_INFINITE, Pat(where=_zero), _ROW_MAX))
+LOGSUMEXP_STATISTICS = Pat(
+    "reduce", fn="sum", name="s", dtype=is_float, where=lambda s: len(s.attrs["axes"]) == 1,
+    inputs=(Pat("pointwise", fn="exp", inputs=(Pat("pointwise", fn="sub", inputs=(Pat(name="x"), Pat(
+        "view", where=lambda v: v.attrs["kind"] == "expand" and not v.attrs["mask"], inputs=(_FINITE_MAX,)))),)),))
+
+
+def _logsumexp_statistics(b: Match, graph: Graph) -> Node | None:
+    """The looped online softmax for logsumexp's sum, where its rows take that path (few rows: left to
+    the ordinary split): ``softmax_sum(x)`` where the max is finite; where it is -inf (a row of -inf)
+    or inf, the sum is ``exp(max)``: 0 or inf, as ``sum(exp(x - 0))`` gives."""
+    m, s, x, infinite = b["m"], b["s"], b["x"], b["inf"]
+    if m.attrs["axes"] != s.attrs["axes"] or m.dtype != s.dtype:
+        return None
+    (axis,) = s.attrs["axes"]
+    rows = math.prod(x.shape) // x.shape[axis]
+    if x.shape[axis] <= persistent_limit(graph.target) or softmax_rows_split(rows, graph.target):
+        return None
+    online = _looped_softmax(graph, m, s, rows)
+    origin = s.origin
+    bound = graph.add("pointwise", [m], m.type, origin, before=s, fn="exp", args=(m,), params={})
+    return graph.add("pointwise", [infinite, bound, online], s.type, origin, before=s, fn="where",
+                     args=(infinite, bound, online), params={})
+
+
+ONLINE_LOGSUMEXP = Rule("online-logsumexp", LOGSUMEXP_STATISTICS, _logsumexp_statistics)
 
 # A prediction, to be measured on the H200 (benchmarks/softmax_rows.py): long softmax rows are split
 # in chunks (and pipelined) only where there are fewer than this many rows per SM. One looped program
