@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import minicomp
+from minicomp.passes.split_reductions import SOFTMAX_ROWS_PER_SM
 from tests.test_target import _scheduled
 from tests.utils import H200, compare_gradients, compile_and_compare, small_split_thresholds
 
@@ -27,19 +28,20 @@ def test_online_softmax_of_long_rows(dtype):
 
 
 @pytest.fixture
-def split_rows(monkeypatch):
-    """Softmax rows split in chunks however many there are (the interpreter counts one SM)."""
+def looped_rows(monkeypatch):
+    """The real rule for how many softmax rows loop per row (the interpreter counts one SM), not the
+    split that ``small_split_thresholds`` pins."""
     from minicomp.passes import split_reductions as split
-    monkeypatch.setattr(split, "SOFTMAX_ROWS_PER_SM", 1000)
+    monkeypatch.setattr(split, "SOFTMAX_ROWS_PER_SM", SOFTMAX_ROWS_PER_SM)
 
 
-def test_online_log_softmax_and_softmax_over_a_middle_axis(split_rows):
+def test_online_log_softmax_and_softmax_over_a_middle_axis():
     x = torch.randn(2, 300, 3)
     compile_and_compare(lambda x: (torch.log_softmax(x, 1), torch.softmax(x, 1)), x)
     assert any("online softmax in 5 chunks" in d for d in minicomp.report().decisions)
 
 
-def test_online_softmax_inf_nan_and_all_masked_chunks(split_rows):
+def test_online_softmax_inf_nan_and_all_masked_chunks():
     x = torch.randn(4, 300)
     x[0, :130] = float("-inf")        # whole chunks of -inf: their max must not poison the sum
     x[1] = float("-inf")              # a row of -inf is nan, as in eager
@@ -72,7 +74,7 @@ def _special_rows(x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("form", SOFTMAX_FORMS)
-def test_looped_online_softmax_of_many_long_rows(form, dtype):
+def test_looped_online_softmax_of_many_long_rows(form, dtype, looped_rows):
     # rows of 20000 > the interpreter's persistent block (2**14): a loop of several steps; 6 rows >= 4
     # per SM of the interpreter's one
     x = _special_rows((torch.randn(6, 20000) * 4).to(dtype))
@@ -82,13 +84,13 @@ def test_looped_online_softmax_of_many_long_rows(form, dtype):
     assert "reduction looped" in str(report.kernels[0])
 
 
-def test_looped_online_softmax_trains():
+def test_looped_online_softmax_trains(looped_rows):
     x = torch.randn(4, 20000) * 3
     x[1, :5000] += 1e4
     compare_gradients(lambda x: torch.softmax(x, -1) * 2, x)
 
 
-def test_persistent_softmax_sum_of_a_middle_axis():
+def test_persistent_softmax_sum_of_a_middle_axis(looped_rows):
     # the rewrite for split's (patched) 256-element limit; 300 elements still fit the template's block
     x = torch.randn(2, 300, 3)
     x[0, :, 1] = float("-inf")
