@@ -8,7 +8,9 @@ import pytest
 import torch
 
 import minicomp
-from tests.utils import H200, compile_and_compare, small_split_thresholds
+from minicomp.passes.split_reductions import SOFTMAX_ROWS_PER_SM
+from tests.test_target import _scheduled
+from tests.utils import H200, compare_gradients, compile_and_compare, small_split_thresholds
 
 
 @pytest.fixture(autouse=True)
@@ -25,9 +27,18 @@ def test_online_softmax_of_long_rows(dtype):
     assert any(d.startswith("pipelined:") and "over 3 rows" in d for d in decisions), decisions
 
 
+@pytest.fixture
+def looped_rows(monkeypatch):
+    """The real rule for how many softmax rows loop per row (the interpreter counts one SM), not the
+    split that ``small_split_thresholds`` pins."""
+    from minicomp.passes import split_reductions as split
+    monkeypatch.setattr(split, "SOFTMAX_ROWS_PER_SM", SOFTMAX_ROWS_PER_SM)
+
+
 def test_online_log_softmax_and_softmax_over_a_middle_axis():
     x = torch.randn(2, 300, 3)
     compile_and_compare(lambda x: (torch.log_softmax(x, 1), torch.softmax(x, 1)), x)
+    assert any("online softmax in 5 chunks" in d for d in minicomp.report().decisions)
 
 
 def test_online_softmax_inf_nan_and_all_masked_chunks():
@@ -37,6 +48,74 @@ def test_online_softmax_inf_nan_and_all_masked_chunks():
     x[2, 17] = float("nan")
     x[3, 250] = float("inf")
     compile_and_compare(lambda x: torch.softmax(x, -1), x)
+
+
+# --- long rows, enough of them: one looped program per row (softmax_rows_split) ---------------------
+
+SOFTMAX_FORMS = {
+    "softmax": lambda x: torch.softmax(x, -1),
+    "log_softmax": lambda x: torch.log_softmax(x, -1),
+    "logsumexp": lambda x: torch.logsumexp(x, -1),
+    "x - logsumexp": lambda x: x - torch.logsumexp(x, -1, keepdim=True),
+}
+
+
+def _special_rows(x: torch.Tensor) -> torch.Tensor:
+    """Rows of -inf runs longer than a loop step, all -inf (nan in eager's softmax), +1e4 offsets,
+    a nan and a +inf: each lane's running max changes between steps."""
+    x[0, :9000] = float("-inf")
+    x[1] = float("-inf")
+    x[2] += 1e4
+    x[3, 4000:] -= 1e4
+    x[4, 17] = float("nan")
+    x[5, 12345] = float("inf")
+    return x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("form", SOFTMAX_FORMS)
+def test_looped_online_softmax_of_many_long_rows(form, dtype, looped_rows):
+    # rows of 20000 > the interpreter's persistent block (2**14): a loop of several steps; 6 rows >= 4
+    # per SM of the interpreter's one
+    x = _special_rows((torch.randn(6, 20000) * 4).to(dtype))
+    compile_and_compare(SOFTMAX_FORMS[form], x, kernels=1)
+    report = minicomp.report()
+    assert any(d.startswith("online softmax:") and "one looped program per row" in d for d in report.decisions)
+    assert "reduction looped" in str(report.kernels[0])
+
+
+def test_looped_online_softmax_trains(looped_rows):
+    x = torch.randn(4, 20000) * 3
+    x[1, :5000] += 1e4
+    compare_gradients(lambda x: torch.softmax(x, -1) * 2, x)
+
+
+def test_persistent_softmax_sum_of_a_middle_axis(looped_rows):
+    # the rewrite for split's (patched) 256-element limit; 300 elements still fit the template's block
+    x = torch.randn(2, 300, 3)
+    x[0, :, 1] = float("-inf")
+    compile_and_compare(lambda x: (torch.log_softmax(x, 1), torch.softmax(x, 1)), x)
+    assert any(d.startswith("online softmax:") for d in minicomp.report().decisions)
+
+
+def test_long_softmax_rows_on_the_h200_loop_per_row_unless_few(monkeypatch):
+    """Kernel IR for the H200 (nothing runs): many long rows take one looped program per row whose
+    first loop reads x once for both statistics, the second normalizes (3 passes); 64 rows keep the
+    split and its pipeline."""
+    monkeypatch.undo()  # the real thresholds, not the fixture's
+    for shape in ((32768, 32768), (4096, 393216)):
+        for form in ("softmax", "x - logsumexp"):
+            graph, kernels = _scheduled(SOFTMAX_FORMS[form], [torch.empty(shape)], H200)
+            (k,) = kernels
+            assert k.schedule.kind == "reduction looped" and k.numels == {"x": shape[0], "r": shape[1]}, str(k)
+            first, second = k.phases
+            assert sorted(r.fn for r in first.reductions) == ["max", "softmax_sum"]
+            assert [s.buffer for s in first.inner if type(s).__name__ == "Load"] == ["in_ptr0"]
+            assert k.bytes_moved == 2 * shape[0] * shape[1] * 4  # x and y once each: x is read twice
+            assert any(d.startswith("online softmax:") for d in graph.decisions)
+    graph, kernels = _scheduled(SOFTMAX_FORMS["softmax"], [torch.empty(64, 1048576)], H200)
+    assert any(d.startswith("split:") and "online softmax in 128 chunks" in d for d in graph.decisions)
+    assert any(d.startswith("pipelined:") for d in graph.decisions)
 
 
 def test_short_rows_are_not_split():

@@ -193,6 +193,15 @@ def _logaddexp(a, b):
     usual = (lo != hi) | (tl.abs(lo) < float("inf"))
     return tl.where(usual, hi + _log1p(tl.exp(lo - hi)), a)
 ''', uses=("_max_nan", "_min_nan", "_log1p")),
+    "_softmax_step": Helper('''
+@triton.jit
+def _softmax_step(m, s, x):
+    # x joins a lane's running max m and its sum s of exp(. - m) (an online softmax), shifted by 0
+    # while the max is -inf (exp(-inf - -inf) would be nan; the sum stays 0)
+    m_new = _max_nan(m, x)
+    shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+    return m_new, s * tl.exp(m - shift) + tl.exp(x - shift)
+''', uses=("_max_nan",)),
     "_argmax_scan": Helper('''
 @triton.jit
 def _argmax_scan(v1, i1, v2, i2):

@@ -161,12 +161,16 @@ def reduce_ref(fn: str, x: torch.Tensor, axes: tuple[int, ...]) -> torch.Tensor:
             out = getattr(torch, fn)(out, a, keepdim=True)
     elif fn == "sum":
         out = torch.sum(x, axes, keepdim=True)
+    elif fn == "softmax_sum":  # a row of only -inf: exp(-inf - -inf) is nan, as eager's expression gives
+        out = torch.sum(torch.exp(x - torch.amax(x, axes, keepdim=True)), axes, keepdim=True)
     else:
         raise KeyError(fn)
     return out.reshape(()) if squeeze else out
 
 
-REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all")
+# "softmax_sum": sum(exp(x - max(x))), a softmax's denominator in one read of x (an online softmax:
+# passes/split_reductions.py makes it; masked lanes and the identity are -inf, as max's)
+REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "softmax_sum")
 
 
 def reduce_identity(fn: str, dtype: torch.dtype):

@@ -2,10 +2,12 @@
 
 Two rewrites, both before fusion so the ordinary templates run the pieces:
 
-* **online softmax** — ``sum(exp(x - max(x)))`` over a row too long for one block is computed per
-  chunk as ``(m_c, s_c)`` (chunk max, and sum of ``exp(x - m_c)``) in one read of ``x``, then
-  combined as ``M = max(m_c)``, ``S = sum(s_c * exp(m_c - M))`` (Milakov & Gimelshein, 2018). The
-  row is read once for its statistics instead of twice (max pass, then sum pass), by many programs.
+* **online softmax** — ``sum(exp(x - max(x)))`` over a row too long for one block. With many rows
+  (``softmax_rows_split``): one ``softmax_sum`` reduction (a running max and a sum rescaled to it per
+  lane) that joins the max's loop, one program per row. With few rows: per chunk, ``(m_c, s_c)``
+  (chunk max, and sum of ``exp(x - m_c)``) in one read of ``x``, combined as ``M = max(m_c)``,
+  ``S = sum(s_c * exp(m_c - M))`` (Milakov & Gimelshein, 2018). Either way the row is read once for
+  its statistics instead of twice (max pass, then sum pass).
 * **split reduction** — a reduction with few outputs (column sums, whole-tensor sums, a few long
   rows) would give each program a huge share of the input and leave SMs idle; reducing chunks of the
   reduced axis first gives every SM work. Only for associative reductions (sum, prod, max, min,
@@ -41,12 +43,15 @@ POOLED_SPLIT_BELOW = 128
 
 
 def split_reductions(graph: Graph) -> Graph:
-    """Rewrite long-row softmax statistics as online softmax, and split few-output reductions."""
-    rewrite(graph, [ONLINE_SOFTMAX])
+    """Rewrite long-row softmax statistics as online softmax (looped, or split for few rows), and split
+    few-output reductions."""
+    rewrite(graph, [ONLINE_SOFTMAX, ONLINE_LOGSUMEXP])
     graph = dce(graph)
     nhwc = any(is_conv2d(n) for n in graph.nodes) and channels_last_pays(graph)[0]
+    # a looped softmax's max shares its loop with the softmax_sum of the same row: not split apart
+    online = {(n.inputs[0], n.attrs["axes"]) for n in graph.nodes if n.op == "reduce" and n.attrs["fn"] == "softmax_sum"}
     for node in list(graph.nodes):
-        if node.op == "reduce":
+        if node.op == "reduce" and (node.inputs[0], node.attrs["axes"]) not in online:
             pooled = nhwc and _pools_an_image(node)
             chunks = _split_factor(node, pooled)
             if chunks > 1:
@@ -83,10 +88,83 @@ def _softmax_statistics(b: Match, graph: Graph) -> dict[Node, Node] | None:
     (axis,) = s.attrs["axes"]
     if x.shape[axis] <= persistent_limit(graph.target):
         return None
-    return _online_softmax(graph, m, s)
+    rows = math.prod(x.shape) // x.shape[axis]
+    if softmax_rows_split(rows, graph.target):
+        return _online_softmax(graph, m, s)
+    return _looped_softmax(graph, m, s, rows)
 
 
 ONLINE_SOFTMAX = Rule("online-softmax", SOFTMAX_STATISTICS, _softmax_statistics)
+
+# logsumexp's statistics: sum(exp(x - m')), m' = max(x) where finite, else 0 (torch's decomposition)
+def _scalar_arg(node: Node, value) -> bool:
+    return any(isinstance(a, Scalar) and a.value == value for a in node.attrs["args"])
+
+
+def _zero(node: Node) -> bool:
+    while node.op == "view":
+        node = node.inputs[0]
+    return node.op == "pointwise" and node.attrs["fn"] == "identity" and _scalar_arg(node, 0)
+
+
+_INFINITE = Pat("pointwise", fn="eq", name="inf", where=lambda n: _scalar_arg(n, float("inf")),
+                inputs=(Pat("pointwise", fn="abs", inputs=(_ROW_MAX,)),))
+_FINITE_MAX = Pat("pointwise", fn="where", inputs=(_INFINITE, Pat(where=_zero), _ROW_MAX))
+LOGSUMEXP_STATISTICS = Pat(
+    "reduce", fn="sum", name="s", dtype=is_float, where=lambda s: len(s.attrs["axes"]) == 1,
+    inputs=(Pat("pointwise", fn="exp", inputs=(Pat("pointwise", fn="sub", inputs=(Pat(name="x"), Pat(
+        "view", where=lambda v: v.attrs["kind"] == "expand" and not v.attrs["mask"], inputs=(_FINITE_MAX,)))),)),))
+
+
+def _logsumexp_statistics(b: Match, graph: Graph) -> Node | None:
+    """The looped online softmax for logsumexp's sum, where its rows take that path (few rows: left to
+    the ordinary split): ``softmax_sum(x)`` where the max is finite; where it is -inf (a row of -inf)
+    or inf, the sum is ``exp(max)``: 0 or inf, as ``sum(exp(x - 0))`` gives."""
+    m, s, x, infinite = b["m"], b["s"], b["x"], b["inf"]
+    if m.attrs["axes"] != s.attrs["axes"] or m.dtype != s.dtype:
+        return None
+    (axis,) = s.attrs["axes"]
+    rows = math.prod(x.shape) // x.shape[axis]
+    if x.shape[axis] <= persistent_limit(graph.target) or softmax_rows_split(rows, graph.target):
+        return None
+    online = _looped_softmax(graph, m, s, rows)
+    origin = s.origin
+    bound = graph.add("pointwise", [m], m.type, origin, before=s, fn="exp", args=(m,), params={})
+    return graph.add("pointwise", [infinite, bound, online], s.type, origin, before=s, fn="where",
+                     args=(infinite, bound, online), params={})
+
+
+ONLINE_LOGSUMEXP = Rule("online-logsumexp", LOGSUMEXP_STATISTICS, _logsumexp_statistics)
+
+# A prediction, to be measured on the H200 (benchmarks/softmax_rows.py): long softmax rows are split
+# in chunks (and pipelined) only where there are fewer than this many rows per SM. One looped program
+# per row streams one row at a time (8 warps, a block of 2048 elements a step), so a few resident
+# programs per SM are needed to keep enough loads in flight for DRAM; with fewer rows the split's
+# chunk programs are the only way to fill the GPU (64 x 1M: 64 rows for 132 SMs). From about 4 rows
+# per SM on, a row per program moves the floor's 3 passes (statistics, then read and write), where
+# the split moves its partials and re-reads each row through L2 under a row-by-row pipeline
+# (32768 x 32768 fp32 on the H200: 12.5 ms split, Inductor's per-row loop 2.8 ms). 256 x 262144
+# (2 rows per SM), where the pipeline was tuned, keeps it.
+SOFTMAX_ROWS_PER_SM = 4
+
+
+def softmax_rows_split(rows: int, target) -> bool:
+    """Whether a softmax's long rows (longer than one persistent block) are split in chunks: only
+    few rows (``SOFTMAX_ROWS_PER_SM``); else each row is one program's looped online softmax."""
+    return rows < SOFTMAX_ROWS_PER_SM * target.sm_count
+
+
+def _looped_softmax(graph: Graph, m: Node, s: Node, rows: int) -> Node:
+    """``s`` as one ``softmax_sum`` reduction of ``x``: each lane keeps a running max and a sum of
+    ``exp`` rescaled to it, so ``m`` and ``s`` are both reductions of ``x`` and share one loop over
+    the row (the group's first phase), and the normalizing phase reads it a second time."""
+    x = m.inputs[0]
+    (d,) = s.attrs["axes"]
+    graph.decisions.append(
+        f"online softmax: {m.name}/{s.name} over {x.shape[d]} elements, {rows} rows (>= "
+        f"{SOFTMAX_ROWS_PER_SM} per SM of {graph.target.sm_count}) -> one looped program per row, max and "
+        f"rescaled sum in one loop")
+    return graph.add("reduce", [x], s.type, m.origin + s.origin, before=s, fn="softmax_sum", axes=s.attrs["axes"])
 
 
 def _online_softmax(graph: Graph, m: Node, s: Node) -> dict[Node, Node]:

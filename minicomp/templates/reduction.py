@@ -133,7 +133,10 @@ def contiguous_outputs(group: Group, layouts: dict) -> int | None:
 # --- spelling reductions ----------------------------------------------------------------------
 
 def input_dtype(r: Reduce) -> torch.dtype:
-    """bf16 is reduced in fp32 (exact for max/min; Triton's interpreter compares bf16 bits)."""
+    """bf16 is reduced in fp32 (exact for max/min; Triton's interpreter compares bf16 bits); so is a
+    ``softmax_sum`` of any 16-bit float (its sum of exp)."""
+    if r.fn == "softmax_sum" and r.value_dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
     return {torch.bool: torch.int8, torch.bfloat16: torch.float32}.get(
         torch.bool if r.fn in ("any", "all") else r.value_dtype, r.value_dtype)
 
@@ -167,7 +170,13 @@ def finish(p, r: Reduce, acc: str, index: str | None, indent: str) -> None:
     pairwise sum. Compiled, both are the same tree. (``tl.sum`` itself cannot be called from a kernel
     that minicomp runs interpreted: Triton built it compiled, before the interpreter was asked for.)"""
     out = p.lines.append
-    if r.fn in ("argmax", "argmin"):
+    if r.fn == "softmax_sum":
+        if p.k.schedule.persistent:  # the block of elements, named once: both sums of the finish read it
+            out(f"{indent}{r.var}_x = {acc}")
+            finish_softmax_sum(p, r, f"{r.var}_x", None, indent)
+        else:
+            finish_softmax_sum(p, r, acc, f"{acc}_s", indent)
+    elif r.fn in ("argmax", "argmin"):
         helper = "_" + r.fn
         p.use_helper(helper)
         out(f"{indent}_, {r.var} = tl.reduce(({acc}, {index}), 1, {helper})")
@@ -186,9 +195,26 @@ def finish(p, r: Reduce, acc: str, index: str | None, indent: str) -> None:
     p.dtypes[r.var] = r.dtype
 
 
+def finish_softmax_sum(p, r: Reduce, m: str, s: str | None, indent: str) -> None:
+    """``sum(exp(x - max(x)))`` of the row from each lane's running max ``m`` and its sum ``s`` of exp
+    rescaled to it (None: ``m`` is a block of the elements themselves): the lanes' sums rescaled to
+    the row's max. Shifted by 0 where the max is -inf (a row of only -inf would give nan here), then
+    nan for such a row after all, as eager's ``exp(x - max)`` gives."""
+    out, big, shift = p.lines.append, f"{r.var}_m", f"{r.var}_c"
+    p.use_helper("_max_nan")
+    out(f"{indent}{big} = tl.reduce({m}, 1, _max_nan)[:, None]")
+    out(f"{indent}{shift} = tl.where({big} == float(\"-inf\"), 0.0, {big})")
+    terms = f"tl.exp({m} - {shift})" if s is None else f"{s} * tl.exp({m} - {shift})"
+    out(f"{indent}{r.var} = tl.reduce({terms}, 1, {FLOAT_SUM})[:, None]")
+    out(f"{indent}{r.var} = tl.where({big} == float(\"-inf\"), float(\"nan\"), {r.var}).to({p.tl_type(r.dtype)})")
+
+
 def accumulate(p, r: Reduce, value: str, indent: str) -> None:
     acc = f"acc_{r.var}"
-    if r.fn in ("argmax", "argmin"):
+    if r.fn == "softmax_sum":  # a lane's running max, and its sum of exp rescaled to that max
+        p.use_helper("_softmax_step")
+        p.lines.append(f"{indent}{acc}, {acc}_s = _softmax_step({acc}, {acc}_s, {value})")
+    elif r.fn in ("argmax", "argmin"):
         p.use_helper("_" + r.fn)
         p.lines.append(f"{indent}{acc}, {acc}_i = _{r.fn}({acc}, {acc}_i, {value}, "
                        f"tl.broadcast_to({r.index}, [XBLOCK, RBLOCK]))")
@@ -241,11 +267,19 @@ class ReductionTemplate(Template):
             # not (a window's taps overlap their neighbours': no hint)
             again = set().union(*loaded[i + 1:])
             p.evict = {} if window else {b: "evict_last" if b in again else "evict_first" for b in loaded[i]}
-            for r in phase.reductions:
+            # the row's max, where a softmax_sum of the same values keeps it already (a softmax's
+            # statistics in one loop): read from that one's finish, not accumulated twice
+            kept = {q.value: q for q in phase.reductions if q.fn == "softmax_sum"}
+            shared = {r.var: kept[r.value] for r in phase.reductions
+                      if r.fn == "max" and r.value in kept and input_dtype(r) == input_dtype(kept[r.value])}
+            own = [r for r in phase.reductions if r.var not in shared]
+            for r in own:
                 dt = input_dtype(r)
                 body.append(f"{ind}acc_{r.var} = {p.full('[XBLOCK, RBLOCK]', reduce_identity(r.fn, dt), dt)}")
                 if r.index:
                     body.append(f"{ind}acc_{r.var}_i = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
+                if r.fn == "softmax_sum":
+                    body.append(f"{ind}acc_{r.var}_s = {p.full('[XBLOCK, RBLOCK]', 0, dt)}")
             inner = ind * 2
             # range over a literal count: triton 3.6's interpreter cannot range over constexprs (numpy >= 2.3);
             # a window's few single-element steps unrolled, so its tap offsets fold to constants
@@ -254,10 +288,14 @@ class ReductionTemplate(Template):
                      f"{inner}rindex = roffset + tl.arange(0, RBLOCK)[None, :]", f"{inner}rmask = rindex < rnumel"]
             for s in phase.inner:
                 p.emit(s, inner)
-            for r in phase.reductions:
+            for r in own:
                 accumulate(p, r, reduction_input(p, r), inner)
-            for r in phase.reductions:
+            for r in own:
                 finish(p, r, f"acc_{r.var}", f"acc_{r.var}_i" if r.index else None, ind)
+            for r in phase.reductions:
+                if r.var in shared:
+                    body.append(f"{ind}{r.var} = {shared[r.var].var}_m.to({p.tl_type(r.dtype)})")
+                    p.dtypes[r.var] = r.dtype
 
 
 TEMPLATE = ReductionTemplate()
