@@ -3,13 +3,13 @@ and the wrapper's source to the cache (``generate`` -> ``Artifacts``), and impor
 ``Executable``). The graph cache stores the ``Artifacts`` and loads them again in another process."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
+from . import config
 from . import report as reporting
 from .codegen.naming import content_named_source
 from .codegen.wrapper import wrapper_source
@@ -18,7 +18,7 @@ from .ir.graph import map_tree
 from .ir.kernel import Kernel, StagedLaunch
 from .ir.program import ExternCall, Operand, Program
 from .passes.program import build_program, launch_options
-from .runtime import cache
+from .runtime import cache, triton_shims
 from .runtime.executable import Executable
 from .runtime.support import InputRef, extern_call
 
@@ -49,7 +49,8 @@ def generate(graph, kernels: list[Kernel], graph_name: str, dump: Path | None = 
     """Build and verify the graph's Program (``kernels``: the graph's, or the autotuner's variant),
     write the kernels' and the wrapper's source to the cache (and the dump folder). Kernels are named
     by content (``codegen/naming.py``): launches of the same code share one file."""
-    program = build_program(graph, graph_name, kernels)
+    asserts = triton_shims.device_assert_options()  # for the launches of kernels that check indices
+    program = build_program(graph, graph_name, kernels, asserts=asserts)
     if dump:
         (dump / "program.txt").write_text(str(program))
     program.verify()
@@ -67,7 +68,7 @@ def generate(graph, kernels: list[Kernel], graph_name: str, dump: Path | None = 
         if source not in files:  # the same code (an unrolled loop's steps): one file, one import
             files[source] = cache.store("kernels", function, source)
         path = files[source]
-        stored.append(StoredKernel(k.name, function, _relative(path), _arg_dtypes(k), launch_options(k)))
+        stored.append(StoredKernel(k.name, function, _relative(path), _arg_dtypes(k), launch_options(k, asserts)))
         if rep is not None:
             rep.kernels.append(_kernel_info(k, str(path), function))
         if dump:
@@ -90,8 +91,7 @@ def load(art: Artifacts, stored: bool = False) -> Executable | None:
     if not all(paths.values()):
         return None
     loaded = {k.name: getattr(cache.load(paths[k.path], art.interpret), k.function) for k in art.kernels}
-    if not art.interpret and not stored and art.kernels and \
-            os.environ.get("MINICOMP_PARALLEL_COMPILE", "1") != "0":
+    if not art.interpret and not stored and art.kernels and config.parallel_compile:
         jobs = {(k.path, tuple(k.dtypes), tuple(k.options.items())): (loaded[k.name], k.dtypes, k.options)
                 for k in art.kernels}  # identical kernels compile once
         cache.precompile(list(jobs.values()))

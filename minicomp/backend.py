@@ -15,7 +15,7 @@ import torch.fx as fx
 from torch._decomp import core_aten_decompositions
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from . import graph_cache
+from . import config, graph_cache
 from .compiler import Options
 from .dynamic import compiled_graph
 from .frontend.freeze import freezable_inputs
@@ -77,6 +77,8 @@ class Backend:
             static = cuda_graphs.static_input_indices(gm) if self.options.cudagraphs else ()
             hit = key and graph_cache.lookup(key, rebuild=lambda args: self._trace(gm, args, None),
                                              options=self.options, static_inputs=static)
+        except config.ConfigError:  # a setting with a value it does not take: not the cache's failure
+            raise
         except Exception as e:  # noqa: BLE001 - the cache never fails a model: compile as usual
             warnings.warn(f"minicomp: graph cache skipped ({type(e).__name__}: {e})")
         return hit or self._trace(gm, example_inputs, key)

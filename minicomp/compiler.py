@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
-import os
 import sys
 import time
 import traceback
@@ -22,7 +21,7 @@ import torch
 import torch.fx as fx
 import triton
 
-from . import assemble
+from . import assemble, config
 from . import report as reporting
 from . import validation
 from .errors import MinicompError
@@ -34,7 +33,8 @@ from .passes.combos import combos
 from .passes.conv_lowering import conv_lowering, tunable as conv_tunable
 from .passes.concat_chains import concat_chains
 from .passes.fusion import fusion
-from .passes.gemm_choice import gemm_backend, plain_gemms
+from .passes.gemm_choice import ATEN, gemm_backend, plain_gemms
+from .passes.index_checks import index_checks
 from .passes.layout_plan import layout_plan
 from .passes.manager import Pass, run_pipeline
 from .passes.schedule import schedule
@@ -44,6 +44,7 @@ from .passes.simplify import algebraic_simplification, constant_folding, cse, dc
 from .runtime import cache, cuda_graphs
 from .runtime.eager_errors import is_eager_error
 from .signatures import LastCall, signature
+from .templates import gemm as gemm_template
 from .tuning import Tuner, tune
 
 PIPELINE: list[Pass] = [
@@ -53,6 +54,8 @@ PIPELINE: list[Pass] = [
     Pass("algebraic_simplification", algebraic_simplification, "drop copies and round-trip casts"),
     Pass("concat_chains", concat_chains, "a cat that extends an earlier cat's inputs reads that cat"),
     Pass("view_folding", view_folding, "compose view chains into one index map"),
+    Pass("index_checks", index_checks, "drop index checks proved to hold (arange, clamp, ...), and wraps of "
+                                       "indices never negative"),
     Pass("attention", attention, "softmax(q @ kᵀ * scale + mask) @ v written out -> one attention node"),
     Pass("split_reductions", split_reductions, "online softmax for long rows; chunked reductions with few outputs"),
     Pass("conv_lowering", conv_lowering, "rewrite chosen convolutions into matmuls over im2col views / window sums"),
@@ -105,7 +108,7 @@ class Options:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"minicomp: unknown mode {self.mode!r}; the modes are {', '.join(MODES)}")
-        self.dump_dir = self.dump_dir or os.environ.get("MINICOMP_DUMP") or None
+        self.dump_dir = self.dump_dir or (str(config.dump) if config.dump else None)
 
     @property
     def autotune(self) -> bool:
@@ -119,7 +122,7 @@ class Options:
 
     @property
     def strict(self) -> bool:
-        return os.environ.get("MINICOMP_STRICT", "0") not in ("", "0")
+        return config.strict
 
 
 def graph_name(kind: str) -> str:
@@ -149,6 +152,7 @@ class CompiledGraph:
         self.static_inputs = frozenset(static_inputs)
         self.name = graph_name(kind)
         self._specializations: dict[tuple, Callable] = {}
+        self._unproven: dict[tuple, tuple] = {}  # compiled, first run stopped by eager's error (a bad index)
         self._last: LastCall | None = None
         self.notes: list[str] = []  # decisions made before lowering (freeze), for the report
 
@@ -165,16 +169,26 @@ class CompiledGraph:
         if fn is not None:
             self._remember(fn, args)
             return fn(args)
-        with _gc_paused():
-            fn, art, rep = self._compile(list(args))
+        if key in self._unproven:  # compiled, but its first run raised eager's error
+            fn, art, rep = self._unproven.pop(key)
+        else:
+            with _gc_paused():
+                fn, art, rep = self._compile(list(args))
         self._specializations[key] = fn
         if rep.whole_graph_fallback is not None:
             self._remember(fn, args)
             return fn(args)
         try:  # the first run compiles and launches the kernels: its errors are compile errors too
             out = fn(args)
+        except config.ConfigError:  # a setting with a value it does not take: the user must fix it
+            raise
         except Exception as e:  # noqa: BLE001 - never fail the user's model
-            if is_eager_error(e):  # but eager raises this one on these values: the caller's error
+            if is_eager_error(e):
+                # the caller's error, as eager would raise it on these values (an index out of range, a
+                # division by zero), not minicomp's: the graph stays compiled, and the next call of this
+                # signature is a first run again
+                self._specializations.pop(key, None)
+                self._unproven[key] = (fn, art, rep)
                 raise
             self._specializations[key] = fallback = self._fall_back(rep, "first run", e)
             self._remember(fallback, args)
@@ -232,7 +246,7 @@ class CompiledGraph:
             if unsupported:
                 raise MinicompError(unsupported)
             fn, art = self._build(args, dump, rep, self._gemm_choices(args))
-        except validation.ValidationError:
+        except (validation.ValidationError, config.ConfigError):
             raise
         except Exception as e:  # noqa: BLE001 - never fail the user's model: run this graph in PyTorch
             fn = self._fall_back(rep, "compile", e)
@@ -244,12 +258,20 @@ class CompiledGraph:
         return fn, art, rep
 
     def _gemm_choices(self, args) -> dict:
-        """Tuned GEMM choices from the on-disk cache; in max-autotune mode, measured now and stored."""
+        """Tuned GEMM choices from the on-disk cache; in max-autotune mode, measured now and stored.
+        Keyed by the graph and ``config.fingerprint()`` (settings that change lowering change node
+        ids); a stored entry is used only if it is node ids and choices the GEMM pass knows."""
         target = Target.for_inputs(args)
         if not target.is_cuda:
             return {}
-        key = cache.digest(f"{self.gm.code}|{signature(args)}|{target.name}|{triton.__version__}")
+        key = cache.digest(f"{self.gm.code}|{signature(args)}|{target.name}|{triton.__version__}|"
+                           f"{config.fingerprint()}")
         choices = cache.load_tuned(key)
+        allowed = (ATEN, "triton", *gemm_template.GEMM_CONFIGS)
+        if choices is not None and not all(k.isascii() and k.isdigit() and v in allowed for k, v in choices.items()):
+            warnings.warn(f"minicomp: tuned GEMM choices tuned/{key}.json ignored (not node ids and one of "
+                          f"{', '.join(allowed)})")
+            choices = None
         if choices is None and self.options.autotune:
             choices = self._tune(args)
             cache.store_tuned(key, choices)
@@ -279,7 +301,7 @@ class CompiledGraph:
                 if ms < best_ms:
                     choice, best_ms = candidate, ms
             best[node.id] = choice
-            if os.environ.get("MINICOMP_TUNE_VERBOSE", "1") != "0":
+            if config.tune_verbose:
                 print(f"minicomp: tuned {self.name} matmul {node.name} {list(node.shape)}: "
                       f"{', '.join(timings)} ms -> {best[node.id]}", file=sys.stderr)
         return best

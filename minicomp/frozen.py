@@ -2,7 +2,8 @@
 
 It freezes at the first call (the parameters' values are known only then), compiles the frozen graph,
 and checks per call that the parameters baked into constants are unchanged (``Frozen.still_valid``:
-one pass over those tensors' identities, versions and data pointers). A change freezes and compiles
+one pass over those tensors' identities, versions and data pointers, and a count of optimizer steps,
+which fused optimizers need: they leave versions alone). A change freezes and compiles
 again from the current values; after ``MAX_REFREEZES`` such changes the graph runs unfrozen. A graph
 with symbolic sizes is compiled as the backend compiles one unfrozen (``dynamic.py``).
 """

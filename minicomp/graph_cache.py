@@ -3,9 +3,11 @@ lowering, the passes and codegen, and loads the stored kernels and wrapper direc
 
 Key: the Dynamo graph's code, its inputs' metadata (shape, strides, dtype, device, requires_grad,
 alignment), grad and inference mode, the options, a hash of minicomp's own source, the torch and
-Triton versions, the GPU and the state of the tuned-schedule folder. Value: the ``Artifacts`` derived
+Triton versions, the GPU, the state of the tuned-schedule folder and ``config.fingerprint()`` (every
+setting that changes generated code). Value: the ``Artifacts`` derived
 from the graph's Program (kernel and wrapper files, each launch's argument dtypes and options, fallback
-ops by name, constants; ``assemble.py``), the input signature and the report.
+ops by name, constants; ``assemble.py``), the input signature and the report, stored as JSON that is
+checked field by field when read (``graph_entry.py``); nothing read back is unpickled.
 
 Only plain inference graphs are stored: no input is mutated, no output aliases an input, no effect
 tokens or subclasses, so AOTAutograd adds nothing around the compiled graph and calling the stored
@@ -13,15 +15,14 @@ wrapper is what the traced path would do (outputs that are views of each other s
 wrapper returns them as such). Graphs with symbolic sizes, module
 attributes, autocast, dumps, validation or strict mode are not cached. A call with another input
 signature (an input that is not 16-byte aligned, say) compiles the normal way; an entry that cannot
-be read or whose files changed costs a recompile.
+be read, does not validate, whose files changed or whose first run fails costs a recompile and a
+warning.
 """
 from __future__ import annotations
 
 import functools
-import os
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -29,26 +30,19 @@ import torch
 import torch.fx as fx
 import triton
 
-from . import validation
+from . import config, validation
 from .assemble import Artifacts, load
 from .compiler import Options, graph_name
-from .report import Fallback, KernelInfo, Report, record
+from .graph_entry import Entry, decode, encode
+from .report import Report, record
 from .runtime import cache, cuda_graphs
 from .runtime.executable import Executable
+from .runtime.eager_errors import is_eager_error
 from .signatures import LastCall, signature
 
 
-@dataclass
-class Entry:
-    signature: tuple
-    artifacts: Artifacts
-    kernels: list[KernelInfo]
-    fallbacks: list[Fallback]
-    decisions: list[str]
-
-
 def enabled(options: Options) -> bool:
-    return (os.environ.get("MINICOMP_GRAPH_CACHE", "1") not in ("", "0") and not options.dump_dir
+    return (config.graph_cache and not options.dump_dir
             and not options.strict and not validation.enabled())
 
 
@@ -71,9 +65,7 @@ def key(gm: fx.GraphModule, example_inputs, options: Options) -> str | None:
     passes = [f"{p.name}:{p.run.__module__}.{p.run.__qualname__}" for p in options.pipeline]
     state = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.get_default_dtype(), options.autotune,
              passes, _source_digest(), torch.__version__, triton.__version__, _tuned_state(),
-             os.environ.get("MINICOMP_MEMORY_PLAN", "1"),  # the wrapper's memory plan
-             os.environ.get("MINICOMP_CONV", "auto"),  # which convolutions run in the IR (conv_lowering)
-             os.environ.get("MINICOMP_ATTENTION", "auto"))  # which attention runs in minicomp's kernels
+             config.fingerprint())  # every setting that changes generated code, torch's TF32 flags too
     return cache.digest(f"{gm.code}|{inputs}|{state}")
 
 
@@ -95,9 +87,15 @@ def plain_inference(dynamo_gm: fx.GraphModule, aten_gm: fx.GraphModule) -> bool:
 
 
 def remember(key: str, sig: tuple, art: Artifacts, rep: Report) -> None:
-    """``CompiledGraph.on_compiled``: store the graph's first specialization under ``key``."""
+    """``CompiledGraph.on_compiled``: store the graph's first specialization under ``key`` (not where
+    some part of it has no JSON form: a fallback op that is not a ``torch.ops`` overload, say)."""
+    data = encode(Entry(sig, art, rep.kernels, rep.fallbacks, rep.decisions))
+    if data is None:
+        return
     try:
-        cache.store_graph(key, Entry(sig, art, rep.kernels, rep.fallbacks, rep.decisions))
+        cache.store_graph(key, data)
+    except (TypeError, ValueError):  # a value JSON cannot hold (a NaN option, say): not stored
+        pass
     except OSError as e:  # a full disk costs the next process a compile, not this graph
         warnings.warn(f"minicomp: could not store graph-cache entry {key}: {e}")
 
@@ -108,12 +106,17 @@ def lookup(key: str, rebuild: Callable, options: Options | None = None,
     ``options.cudagraphs`` it is captured in a CUDA graph from its second call on (``static_inputs``:
     the Dynamo graph's parameters and buffers, not copied)."""
     start, before = time.perf_counter(), dict(cache.stats)
-    entry = cache.load_graph(key)
-    if not isinstance(entry, Entry):
+    data = cache.load_graph(key)
+    if data is None:
+        return None
+    try:
+        entry = decode(data)
+    except Exception as e:  # noqa: BLE001 - anything unexpected in an entry costs a recompile
+        cache.corrupt(cache.cache_dir() / "graphs" / f"{key}.json", f"{type(e).__name__}: {e}")
         return None
     try:
         fn = load(entry.artifacts, stored=True)
-    except Exception:  # noqa: BLE001 - e.g. a fallback op that no longer resolves: recompile
+    except Exception:  # noqa: BLE001 - e.g. a kernel module that fails to import: recompile
         fn = None
     if fn is None:
         return None
@@ -130,7 +133,9 @@ def lookup(key: str, rebuild: Callable, options: Options | None = None,
 
 class CachedGraph:
     """What the backend hands Dynamo on a hit: the stored wrapper for the stored input signature;
-    any other signature goes through AOTAutograd and the compiler (``rebuild(args)``) once."""
+    any other signature goes through AOTAutograd and the compiler (``rebuild(args)``) once. If the
+    stored wrapper fails at its first run (as a fresh compile's failure runs the graph in PyTorch),
+    every call is rebuilt instead, with a warning."""
 
     def __init__(self, sig: tuple, fn: Executable, rebuild: Callable, report: Report | None = None,
                  capture: cuda_graphs.GraphFacts | None = None, static_outputs: bool = False):
@@ -140,24 +145,42 @@ class CachedGraph:
         self.report, self._capture, self._static_outputs = report, capture, static_outputs
         self._traced: Callable | None = None
         self._last: LastCall | None = None  # the stored signature's last call (Dynamo checked its tensors)
+        self._ran = False  # the stored wrapper has run once without an error
 
     @torch._dynamo.disable  # called inside a compiled frame (a backward): Dynamo must not trace minicomp
     def __call__(self, *args):
         last = self._last
         if last is not None and last.matches(args):
             return self.fn(list(args))
-        if signature(args) == self.signature:
+        if self.signature is not None and signature(args) == self.signature:
+            if not self._ran:
+                return self._first_run(args)
             self._last = LastCall(self.fn, args, last)
-            facts, fn = self._capture, self.fn
-            if facts is None:
-                return fn(list(args))
-            self._capture = None  # the first call runs plainly; wrap decides with its arguments
-            out = fn(list(args))
-            self.fn = cuda_graphs.wrap(fn, args, facts, self.report, self._static_outputs)
-            return out
+            return self.fn(list(args))
         if self._traced is None:
             self._traced = self.rebuild(list(args))
         return self._traced(*args)
+
+
+    def _first_run(self, args):
+        fn = self.fn
+        try:
+            out = fn(list(args))
+        except config.ConfigError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a stored graph never fails the model: compile it
+            if is_eager_error(e):  # the caller's error (a bad index): the next call runs it again
+                raise
+            warnings.warn(f"minicomp: a graph from the graph cache failed at its first run "
+                          f"({type(e).__name__}: {e}); compiling it instead")
+            self.signature = None
+            return self(*args)
+        self._ran = True
+        self._last = LastCall(fn, args)
+        if self._capture is not None:  # the first call runs plainly; wrap decides with its arguments
+            self.fn = cuda_graphs.wrap(fn, args, self._capture, self.report, self._static_outputs)
+            self._capture = None
+        return out
 
 
 @functools.cache

@@ -3,7 +3,15 @@ launches), so its decisions show in the dumps and in the report.
 
 For every kernel whose template tunes per kernel, a stored winner (``<cache>/tuned/<key>.json``,
 keyed by ``structural_key``: the kernel IR with names canonicalized, the GPU, Triton's version)
-replaces the heuristic's schedule, in any mode. In ``max-autotune`` a kernel without an entry is
+replaces the heuristic's schedule, in any mode. A stored entry is data that reaches generated source
+(block names become parameters, values literals), so it is used only if it is exactly a schedule the
+template could have chosen (``checked_schedule``: the heuristic's block names, powers of two, a
+small warp and stage count, and one of the template's config space); otherwise it is ignored with a
+warning (in max-autotune, measured again). The key leaves out ``config.fingerprint()``: settings that
+change what a kernel computes (convolution and attention lowering, TF32) change its IR and so its
+structural hash, and any schedule of the template's space is correct whatever the others
+(``index_checks`` only adds checks), so a winner stays valid; a graph's GEMM choices, keyed by the
+graph, do take it (``compiler.py``). In ``max-autotune`` a kernel without an entry is
 timed under each config of its template's space, the whole graph running with the other kernels
 fixed, and the winner is stored. Without a ``Tuner`` (``graph.tuner``: no inputs to time with) the
 pass does nothing.
@@ -18,15 +26,16 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 import triton
 
+from . import config
 from .ir.expr import Affine, Range, Var
 from .ir.graph import Graph
 from .ir.kernel import Indirect, Kernel, Schedule
@@ -61,20 +70,59 @@ def tune(graph: Graph) -> Graph:
             continue
         key = structural_key(kernel, graph.target)
         tuned = cache.load_tuned(key)
-        if tuned is None and tuner.autotune:
-            tuned = _measure(graph, i, ctx, tuner)
-            cache.store_tuned(key, tuned)
-        try:
-            sched = Schedule(kernel.schedule.template, dict(tuned["blocks"]), int(tuned["num_warps"]),
-                             int(tuned["num_stages"]), bool(tuned["persistent"]))
-        except (TypeError, KeyError, ValueError):  # no entry, or a damaged one: keep the heuristic
+        sched = None
+        if tuned is not None:
+            sched, why = checked_schedule(tuned, kernel.schedule, template.config_space(group, kernel.schedule))
+            if sched is None:
+                warnings.warn(f"minicomp: tuned schedule tuned/{key}.json for {kernel.name} ignored ({why}); "
+                              f"{'measuring again' if tuner.autotune else 'keeping the heuristic'}")
+        if sched is None and tuner.autotune:
+            sched = _measure(graph, i, ctx, tuner)
+            cache.store_tuned(key, {"blocks": sched.blocks, "num_warps": sched.num_warps,
+                                    "num_stages": sched.num_stages, "persistent": sched.persistent})
+        if sched is None:
             continue
         kernels[i] = template.kernel(group, ctx, sched)
         graph.decisions.append(f"tuned: {kernel.name} {kernels[i].schedule}")
     return graph
 
 
-def _measure(graph: Graph, i: int, ctx: Context, tuner: Tuner) -> dict:
+MAX_BLOCK = 2**20
+WARPS = (1, 2, 4, 8, 16, 32)
+MAX_STAGES = 8
+
+
+def checked_schedule(data: dict, heuristic: Schedule, space: list[Schedule]) -> tuple[Schedule | None, str]:
+    """The schedule a stored tuned entry (JSON) describes if it is one the template allows: its
+    block names exactly the heuristic's, each a power of two up to ``MAX_BLOCK``, warps from
+    ``WARPS``, 1 to ``MAX_STAGES`` stages, ``persistent`` a bool, and the whole the heuristic's or one
+    of ``space`` (so a block the template fixes, like a persistent row's, is not changed); else None
+    and why."""
+    if set(data) != {"blocks", "num_warps", "num_stages", "persistent"}:
+        return None, f"fields {sorted(data)}"
+    blocks, warps, stages, persistent = data["blocks"], data["num_warps"], data["num_stages"], data["persistent"]
+    if not isinstance(blocks, dict) or set(blocks) != set(heuristic.blocks):
+        names = sorted(blocks) if isinstance(blocks, dict) else blocks
+        return None, f"blocks {names!r} are not the template's {sorted(heuristic.blocks)}"
+    for name, size in blocks.items():
+        if type(size) is not int or not 1 <= size <= MAX_BLOCK or size & (size - 1):
+            return None, f"{name}={size!r} is not a power of two up to {MAX_BLOCK}"
+    if type(warps) is not int or warps not in WARPS:
+        return None, f"num_warps={warps!r} is not one of {WARPS}"
+    if type(stages) is not int or not 1 <= stages <= MAX_STAGES:
+        return None, f"num_stages={stages!r} is not 1 to {MAX_STAGES}"
+    if not isinstance(persistent, bool):
+        return None, f"persistent={persistent!r} is not a bool"
+    sched = Schedule(heuristic.template, {name: blocks[name] for name in heuristic.blocks}, warps, stages, persistent)
+
+    def shape(s: Schedule) -> tuple:
+        return sorted(s.blocks.items()), s.num_warps, s.num_stages, s.persistent
+    if shape(sched) not in [shape(c) for c in [heuristic, *space]]:
+        return None, f"{sched} is not in the template's config space"
+    return sched, ""
+
+
+def _measure(graph: Graph, i: int, ctx: Context, tuner: Tuner) -> Schedule:
     """Time kernel ``i`` of the graph under each config of its template's space (the whole graph
     runs, the other kernels fixed; inputs rotate through three random sets so no candidate finds
     its data in L2); return the fastest config."""
@@ -97,11 +145,10 @@ def _measure(graph: Graph, i: int, ctx: Context, tuner: Tuner) -> dict:
         timings.append(f"{'/'.join(str(v) for v in candidate.blocks.values())}x{candidate.num_warps}w {ms:.4f}")
         if ms < best_ms:
             best, best_ms = candidate, ms
-    if os.environ.get("MINICOMP_TUNE_VERBOSE", "1") != "0":
+    if config.tune_verbose:
         print(f"minicomp: tuned {kernels[i].name} ({'/'.join(heuristic.blocks)} x warps): "
               f"{', '.join(timings)} ms -> {best}", file=sys.stderr)
-    return {"blocks": best.blocks, "num_warps": best.num_warps, "num_stages": best.num_stages,
-            "persistent": best.persistent}
+    return best
 
 
 def _time_ms(fn, target: Target) -> float:

@@ -5,11 +5,10 @@ Turned on by ``MINICOMP_VERIFY=1``. Slow (every pass re-runs the whole graph): a
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.fx as fx
 
+from . import config
 from .ir import interpreter
 from .ir.graph import Graph
 
@@ -19,7 +18,7 @@ class ValidationError(AssertionError):
 
 
 def enabled() -> bool:
-    return os.environ.get("MINICOMP_VERIFY", "0") not in ("", "0")
+    return config.verify
 
 
 def random_like(t):

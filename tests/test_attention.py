@@ -440,6 +440,24 @@ def test_gpu_default_fuses_written_out_attention_and_keeps_sdpa(monkeypatch):
     assert interpreter.fused_attention and interpreter.lowers_sdpa  # the CPU tests run every kernel
 
 
+def test_gpu_fp32_attention_goes_to_cublas_products():
+    """On a GPU, fp32 written-out attention stays two products (cuBLAS) around a fused softmax: the
+    flash kernel's IEEE fp32 products run off the tensor cores (issue 41: 5-8x slower than Inductor);
+    fp16/bf16 are fused; the interpreter fuses every dtype (the CPU tests run the kernel)."""
+    from tests.test_target import _scheduled
+    from tests.utils import H200
+
+    def fn(q, k, v):
+        return torch.softmax(q @ k.transpose(-1, -2) * 0.125, -1) @ v
+    for dtype, fused in ((torch.float32, False), (torch.bfloat16, True), (torch.float16, True)):
+        q, k, v = (torch.randn(1, 2, 64, 64, dtype=dtype) for _ in range(3))
+        graph, _ = _scheduled(fn, [q, k, v], H200)
+        assert any(n.op == "attention" for n in graph.nodes) == fused, dtype
+        assert fused or any("attention not fused" in d and "fp32" in d for d in graph.decisions)
+    report = compile_and_compare(fn, *(torch.randn(1, 2, 16, 8) for _ in range(3)))
+    assert any(k.template == "attention" for k in report.kernels), report.summary()
+
+
 # --- producers of q, k, v and the mask in the kernel's loads (attention-prologue) -------------------
 
 def rotate_half(x):

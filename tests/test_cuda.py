@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 import minicomp
-from tests.utils import compile_and_compare
+from tests.utils import assigned, compile_and_compare
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -116,12 +116,12 @@ GEMMS = [  # each with an epilogue: a product alone runs in cuBLAS (below)
 @pytest.mark.parametrize("name,fn,shapes,dtype", GEMMS, ids=[g[0] for g in GEMMS])
 def test_gemm_on_cuda(name, fn, shapes, dtype, monkeypatch):
     from minicomp.passes import gemm_choice
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)  # fp32 on tensor cores (IEEE: cuBLAS)
     # the template, whatever the heuristic says (these products have fewer tiles than the H200 has SMs:
     # by default they run in cuBLAS)
     monkeypatch.setattr(gemm_choice, "heuristic", lambda node, target: ("triton", "the template under test"))
     args = [torch.randn(s, device="cuda", dtype=dtype) / 8 for s in shapes]
-    compile_and_compare(fn, *args, kernels=1, atol=3e-2, rtol=3e-2)
+    with assigned(torch.backends.cuda.matmul, "allow_tf32", True):  # fp32 on tensor cores (IEEE: cuBLAS)
+        compile_and_compare(fn, *args, kernels=1, atol=3e-2, rtol=3e-2)
     assert minicomp.report().kernels[0].name.startswith("k0_mm")
 
 
@@ -322,9 +322,9 @@ def test_model_forward_on_cuda(spec, dtype, monkeypatch):
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 @pytest.mark.parametrize("make", [lambda: torch.nn.LSTM(16, 24, 2, batch_first=True),
                                   lambda: torch.nn.GRU(16, 24, 1, bidirectional=True)], ids=["lstm", "gru"])
+@torch._dynamo.config.patch(allow_rnn=True)  # (monkeypatch.setattr would delete it: tests/test_recurrent.py)
 def test_recurrent_modules_run_cudnn_forward_and_backward_on_cuda(make, mode, monkeypatch):
     # minicomp::recurrent: cuDNN's kernels (flattened weights), the backward by recomputation
-    monkeypatch.setattr(torch._dynamo.config, "allow_rnn", True)
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     torch._dynamo.reset()
     torch.manual_seed(0)

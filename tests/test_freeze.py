@@ -113,7 +113,7 @@ def test_half_precision_batch_norm_becomes_an_fp32_scale_and_shift_after_the_tra
     assert not any("batch_norm" in k.name for k in rep.kernels), [k.name for k in rep.kernels]
 
 
-@pytest.mark.parametrize("change", ["copy_", "mul_", "data=", "new-parameter"])
+@pytest.mark.parametrize("change", ["copy_", "mul_", "_foreach_add_", "data=", "new-parameter"])
 def test_parameter_changed_after_compiling_is_seen(change):
     model = ConvBN().eval()
     x = torch.randn(2, 6, 5, 7)
@@ -123,6 +123,8 @@ def test_parameter_changed_after_compiling_is_seen(change):
             model.bn.running_var.copy_(torch.rand(9) + 0.5)
         elif change == "mul_":
             model.conv.weight.mul_(2)
+        elif change == "_foreach_add_":  # what foreach optimizers and EMA updates call
+            torch._foreach_add_([model.conv.weight, model.bn.bias], 0.5)
         elif change == "data=":
             model.conv.weight.data = torch.randn_like(model.conv.weight)
         else:
@@ -176,6 +178,108 @@ def test_write_through_data_alias_is_not_seen():
     with torch.no_grad():
         model.conv.weight.data.mul_(2)
         torch.testing.assert_close(compiled(x), model(x), **TOL[torch.float32])
+
+
+def test_write_through_data_alias_is_seen_after_increment_version():
+    # the README's way out for writes freeze cannot see
+    model = ConvBN().eval()
+    x = torch.randn(2, 6, 5, 7)
+    compiled, _ = _compare(model, x)
+    with torch.no_grad():
+        model.conv.weight.data.mul_(2)
+        torch.autograd.graph.increment_version(model.conv.weight)
+        torch.testing.assert_close(compiled(x), model(x), **TOL[torch.float32])
+
+
+OPTIMIZERS = {  # (what the step writes through: fused kernels leave _version as it was, torch 2.13)
+    "adam-fused": lambda ps: torch.optim.Adam(ps, lr=0.05, fused=True),
+    "adamw-fused": lambda ps: torch.optim.AdamW(ps, lr=0.05, fused=True),
+    "sgd-fused": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, fused=True),
+    "adam-foreach": lambda ps: torch.optim.Adam(ps, lr=0.05, foreach=True),
+    "sgd-for-loop": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, foreach=False),
+}
+
+
+def _train_step(model, optimizer, x):
+    optimizer.zero_grad()
+    model(x)[0].square().mean().backward()
+    optimizer.step()
+
+
+def _frozen_follows_optimizer_steps(make_optimizer, device):
+    """A frozen model run between steps of an optimizer over its parameters gives eager's results
+    after every step (fresh inputs each time): the steps are seen, however they write."""
+    model = Net().to(device).eval()  # eval: the batch norm's statistics stay; only the optimizer writes
+    optimizer = make_optimizer(list(model.parameters()))
+    compiled = minicomp.compile(model, freeze=True)
+    for step in range(3):
+        x = torch.randn(2, 3, 9, 8, device=device)
+        with torch.no_grad():
+            for a, e in zip(compiled(x), model(x)):
+                torch.testing.assert_close(a, e, **TOL[torch.float32])
+        _train_step(model, optimizer, torch.randn(2, 3, 9, 8, device=device))
+    assert any("frozen again" in d for d in minicomp.report().decisions)
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_frozen_model_follows_optimizer_steps(name):
+    _frozen_follows_optimizer_steps(OPTIMIZERS[name], "cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (fused Adam's CUDA kernel)")
+def test_frozen_model_follows_fused_adam_steps_on_cuda():
+    _frozen_follows_optimizer_steps(OPTIMIZERS["adam-fused"], "cuda")
+
+
+def test_a_write_that_leaves_version_alone_is_seen_through_the_optimizer_step():
+    """An optimizer whose step writes where ``_version`` cannot see (as fused kernels do): the step
+    itself is what the frozen graph notices."""
+    class DataWriter(torch.optim.Optimizer):
+        def __init__(self, params):
+            super().__init__(params, {})
+
+        def step(self, closure=None):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    p.data.mul_(0.5)  # through a detached alias: the parameter's version stays
+
+    _frozen_follows_optimizer_steps(DataWriter, "cpu")
+
+
+def test_fused_step_of_a_flat_parameter_the_modules_view_is_seen():
+    """An optimizer over one flat parameter whose views the module's parameters are (as FSDP's flat
+    parameters): the step is matched to the frozen parameters by storage, not identity."""
+    model = ConvBN().eval()
+    params = list(model.parameters())
+    flat = torch.nn.Parameter(torch.cat([p.detach().flatten() for p in params]))
+    offset = 0
+    for p in params:
+        p.data = flat.data[offset:offset + p.numel()].view_as(p)
+        offset += p.numel()
+    optimizer = torch.optim.Adam([flat], lr=0.05, fused=True)
+    x = torch.randn(2, 6, 5, 7)
+    compiled, _ = _compare(model, x)
+    flat.grad = torch.randn_like(flat)
+    optimizer.step()
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), **TOL[torch.float32])
+
+
+def test_other_models_optimizer_steps_do_not_refreeze():
+    """A frozen model beside another one in training (a teacher beside its student): the student's
+    steps touch none of the frozen parameters, so the frozen graph is neither rebuilt nor given up."""
+    teacher, student = ConvBN().eval(), ConvBN()
+    optimizer = torch.optim.Adam(student.parameters(), lr=0.05, fused=True)
+    x = torch.randn(2, 6, 5, 7)
+    compiled, _ = _compare(teacher, x)
+    before = len(minicomp.reports())
+    for _ in range(3):
+        optimizer.zero_grad()
+        student(x).square().mean().backward()
+        optimizer.step()
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), teacher(x), **TOL[torch.float32])
+    assert len(minicomp.reports()) == before
 
 
 class PreActivation(torch.nn.Module):

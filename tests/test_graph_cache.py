@@ -34,7 +34,7 @@ def cold_then_warm(fn, make_inputs):
 
 
 def entries(cache_dir):
-    return sorted((cache_dir / "graphs").glob("*.pkl")) if (cache_dir / "graphs").exists() else []
+    return sorted((cache_dir / "graphs").glob("*.json")) if (cache_dir / "graphs").exists() else []
 
 
 def with_fallback(x, w):

@@ -200,7 +200,7 @@ def test_a_reduction_read_at_gathered_rows_is_not_fused():
 
 # --- the IR ---------------------------------------------------------------------------------------
 
-def _hand_built(index_shape=(2, 3), index_dtype=torch.int64, col=None):
+def _hand_built(index_shape=(2, 3), index_dtype=torch.int64, col=None, wrap=True):
     g = Graph()
     w = g.input(0, TensorType((10, 4), torch.float32, CPU), (4, 1))
     i = g.input(1, TensorType(index_shape, index_dtype, CPU), (3, 1))
@@ -208,7 +208,7 @@ def _hand_built(index_shape=(2, 3), index_dtype=torch.int64, col=None):
     out = index_vars(shape)
     placed = g.view(i, shape, (Affine.of(out[0]), Affine.of(out[1])), kind="expand")
     j = Var("j0", 10)
-    y = g.gather(w, [placed], (Affine.of(j), Affine.of(out[2]) if col is None else col), [j])
+    y = g.gather(w, [placed], (Affine.of(j), Affine.of(out[2]) if col is None else col), [j], wrap=[wrap])
     g.add("output", [y], None, spec=[("node", 0)])
     return g
 
@@ -222,6 +222,10 @@ def test_the_gather_node_prints_runs_and_verifies():
     torch.testing.assert_close(out, F.embedding(idx % 10, w))
     with pytest.raises(IndexError):
         interpreter.run(g, [w, torch.tensor([[1, 10, 9], [0, 0, 3]])])
+    unwrapped = _hand_built(wrap=False)  # embedding's gather: a negative index is out of range
+    assert "where j0 = %2\n" in str(unwrapped)
+    with pytest.raises(IndexError):
+        interpreter.run(unwrapped, [w, idx])
 
 
 @pytest.mark.parametrize("make,reason", [
@@ -256,10 +260,9 @@ def test_scatter_of_a_value_with_one_index_per_position(dim):
     shape[dim] = 1
     idx = torch.randint(0, x.shape[dim], shape)
     compile_and_compare(lambda x, i: torch.scatter(x, dim, i, 2.5) * 3, x, idx, kernels=1)
-    # a negative index counts from the end (eager raises; gather reads it so too)
-    size = x.shape[dim]
-    compile_and_compare(lambda x, i: torch.scatter(x, dim, i, -1.0), x, idx - size,
-                        reference=lambda x, i: torch.scatter(x, dim, i + size, -1.0), kernels=1)
+    # a negative index raises, as in eager (tests/test_index_bounds.py: every op's bounds)
+    with pytest.raises(IndexError):
+        minicomp.compile(lambda x, i: torch.scatter(x, dim, i, -1.0))(x, idx - x.shape[dim])
 
 
 @pytest.mark.parametrize("dtype, value", [(torch.int64, 7), (torch.bool, True), (torch.float16, -0.5)])

@@ -20,6 +20,7 @@ import minicomp
 from minicomp.passes.concat_chains import concat_chains
 from minicomp.passes.conv_lowering import conv_lowering
 from minicomp.passes.gemm_choice import gemm_backend, plain_gemms
+from minicomp.passes.index_checks import index_checks
 from minicomp.backend import Backend
 from minicomp.compiler import PIPELINE, Options
 from minicomp.frontend.lowering import Lowering
@@ -1022,7 +1023,8 @@ def test_schedule_load_offsets_match_eager_views(name, fn):
 # =============================================================================================
 
 def test_pipeline_is_a_list_of_named_documented_passes():
-    names = ["dce", "cse", "constant_folding", "algebraic_simplification", "concat_chains", "view_folding", "attention",
+    names = ["dce", "cse", "constant_folding", "algebraic_simplification", "concat_chains", "view_folding", "index_checks",
+             "attention",
              "split_reductions", "conv_lowering", "gemm_backend", "fusion", "plain_gemms", "layout_plan", "schedule", "pipelines",
              "split_combines", "tune", "combos"]
     assert minicomp.PIPELINE is PIPELINE
@@ -1031,7 +1033,7 @@ def test_pipeline_is_a_list_of_named_documented_passes():
     assert len({p.name for p in PIPELINE}) == len(PIPELINE)
     assert all(p.doc.strip() and callable(p.run) for p in PIPELINE)
     assert [p.run for p in PIPELINE] == [dce, cse, constant_folding, algebraic_simplification, concat_chains, view_folding,
-                                         attention, split_reductions, conv_lowering, gemm_backend, fusion,
+                                         index_checks, attention, split_reductions, conv_lowering, gemm_backend, fusion,
                                          plain_gemms, layout_plan, schedule, row_pipelines, split_combines, tune,
                                          combos]
     opts = Options()

@@ -1,9 +1,14 @@
 """The package's shape: no import circle, the dependency direction docs/architecture.md states, and no
 module over ~600 lines. The import graph is read from the source (``ast``), module-level and
-function-level imports alike: an import inside a function is still a dependency, only a later one."""
+function-level imports alike: an import inside a function is still a dependency, only a later one.
+And of the tests themselves: no ``monkeypatch.setattr`` that newer pytest undoes by deleting, and the
+test extras' version ranges those of requirements.txt."""
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -14,7 +19,9 @@ PACKAGE = "minicomp"
 # docs/architecture.md, "Dependencies": `ir` imports nothing of ours; `frontend` imports `ir`;
 # `templates` imports `ir` and `passes.fusion`; `passes` import `ir` and `templates`; `codegen` imports
 # `ir` and `templates`; `runtime` imports nothing of ours; the top-level modules (compiler.py,
-# assemble.py, tuning.py, backend.py, ...) wire them and may import anything.
+# assemble.py, tuning.py, backend.py, ...) wire them and may import anything. `config` (every setting,
+# declared once) imports nothing of ours, and every layer may read it.
+EVERYWHERE = ("config",)
 ALLOWED = {
     "ir": ("ir",),
     "frontend": ("frontend", "ir"),
@@ -116,7 +123,7 @@ def _allowed(module: str, target: str) -> bool:
     if layer is None:
         return True
     inside = target[len(PACKAGE) + 1:]
-    return any(inside == a or inside.startswith(a + ".") for a in ALLOWED[layer])
+    return any(inside == a or inside.startswith(a + ".") for a in ALLOWED[layer] + EVERYWHERE)
 
 
 def test_the_import_graph_sees_imports_anywhere():
@@ -146,6 +153,10 @@ def test_dependency_direction():
     assert not wrong, "imports against docs/architecture.md's direction: " + ", ".join(f"{m} -> {t}" for m, t in wrong)
 
 
+def test_config_imports_nothing_of_ours():
+    assert not import_graph()[f"{PACKAGE}.config"]
+
+
 def test_known_exceptions_still_exist():
     graph = import_graph()
     stale = [e for e in KNOWN_EXCEPTIONS if e[1] not in graph.get(e[0], ())]
@@ -158,3 +169,76 @@ def test_module_size(rel):
     if rel in KNOWN_LARGE:
         pytest.skip(f"{rel}: {lines} lines, known to be split by another change")
     assert lines <= MAX_LINES, f"{rel} has {lines} lines (at most {MAX_LINES}): split it by what it holds"
+
+
+def _torch_object(dotted: str):
+    """The object a dotted name rooted at ``torch`` or ``triton`` stands for (None: not one)."""
+    parts = dotted.split(".")
+    if parts[0] not in ("torch", "triton"):
+        return None
+    obj = importlib.import_module(parts[0])
+    for part in parts[1:]:
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            try:
+                obj = importlib.import_module(f"{obj.__name__}.{part}")
+            except (ImportError, AttributeError):
+                return None
+    return obj
+
+
+def _undone_by_delattr(obj, name: str) -> bool:
+    """pytest >= 9.2's ``monkeypatch.setattr`` records the attribute as absent, so that its undo is
+    ``delattr``, unless ``obj`` is a class, ``name`` a data descriptor of its type or in its
+    ``__dict__``. A torch config module keeps its values elsewhere: the undo deletes the setting."""
+    if inspect.isclass(obj):
+        return False
+    for klass in type(obj).__mro__:
+        if name in vars(klass):
+            attr = vars(klass)[name]
+            if hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__"):
+                return False
+            break
+    return name not in getattr(obj, "__dict__", {})
+
+
+def test_no_monkeypatch_setattr_that_newer_pytest_undoes_by_deleting():
+    """(torch._dynamo.config.patch or tests/utils.py's ``assigned`` instead.) Targets are read from
+    dotted names rooted at torch or triton; a local variable is not resolved."""
+    wrong = []
+    for path in sorted(Path(__file__).resolve().parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "setattr" and ast.unparse(node.func.value) in ("monkeypatch", "mp")):
+                continue
+            args = node.args
+            if args and isinstance(args[0], ast.Constant) and isinstance(args[0].value, str):
+                target, _, name = args[0].value.rpartition(".")  # setattr("torch.x.y", value)
+            elif len(args) >= 2 and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str):
+                target, name = ast.unparse(args[0]), args[1].value
+            else:
+                continue
+            obj = _torch_object(target)
+            if obj is not None and _undone_by_delattr(obj, name):
+                wrong.append(f"{path.name}:{node.lineno}: {target}.{name}")
+    assert not wrong, "monkeypatch.setattr that pytest >= 9.2 undoes with delattr: " + ", ".join(wrong)
+
+
+def _requirements(lines) -> dict[str, str]:
+    """name -> version range, from requirement strings (comments and blank lines skipped)."""
+    reqs = {}
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, spec = re.match(r"([A-Za-z0-9_.\-]+)(.*)", line).groups()
+            reqs[name.lower()] = spec.replace(" ", "")
+    return reqs
+
+
+def test_test_extras_have_the_ranges_of_requirements_txt():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    root = ROOT.parent
+    pinned = _requirements((root / "requirements.txt").read_text().splitlines())
+    extras = _requirements(tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"])
+    assert {name: pinned.get(name) for name in extras} == extras

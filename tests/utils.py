@@ -1,6 +1,9 @@
 """Shared checks: compile with minicomp, compare with eager on the same inputs."""
 from __future__ import annotations
 
+import contextlib
+
+import pytest
 import torch
 import torch.utils._pytree as pytree
 
@@ -132,3 +135,25 @@ def compare_gradients(fn, *args, requires_grad: list[bool] | None = None, seed: 
             torch.testing.assert_close(a, e, equal_nan=True, msg=lambda m, i=i: f"grad of input {i}: {m}",
                                        **(tol or grad_tolerances(e.dtype)))
     return reports
+
+
+@contextlib.contextmanager
+def assigned(obj, name: str, value):
+    """``obj.name = value`` for the block, the old value assigned back after it. For settings kept
+    outside ``obj.__dict__`` (``torch.backends.cuda.matmul``; torch's config modules have ``patch``):
+    pytest >= 9.2's ``monkeypatch.setattr`` undoes those by ``delattr``, which fails or deletes them."""
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+def eager_or_skip(fn, *args):
+    """``fn(*args)`` run eagerly; the test skips, with eager's error as the reason, where this host
+    cannot run it (oneDNN has no bf16 LSTM on CPUs without AVX-512, for one)."""
+    try:
+        return fn(*args)
+    except RuntimeError as e:
+        pytest.skip(f"eager PyTorch cannot run this on this host: {str(e).splitlines()[0]}")

@@ -10,8 +10,8 @@ import torch
 
 from ..ir.expr import Affine, Range
 from ..ir.graph import Scalar
-from ..ir.kernel import (Combo, Compute, IndexValue, Indirect, Kernel, Load, Masked, Pipeline, SplitCombine,
-                         StagedLaunch, Store)
+from ..ir.kernel import (Combo, Compute, IndexCheck, IndexValue, Indirect, Kernel, Load, Masked, Pipeline,
+                         SplitCombine, StagedLaunch, Store)
 from ..templates import template_of
 from .helpers import HELPERS
 from .literals import TL_DTYPE, literal, plain_literal
@@ -29,6 +29,7 @@ class TritonPrinter:
         self.template = template_of(kernel)  # spells the kernel's body and its own statements
         self.dtypes: dict[str, torch.dtype] = {}
         self.helpers: set[str] = set()
+        self.imports: set[str] = set()  # module-level imports the kernel's statements need
         self.lines: list[str] = []
         self.descriptors: dict[str, str] = {}  # TMA descriptors, made once at the top of the kernel
         self.evict: dict[str, str] = {}  # buffer -> L2 eviction policy of its loads in a reduction loop
@@ -125,8 +126,10 @@ class TritonPrinter:
         elif isinstance(s, IndexValue):
             out(f"{indent}{s.var} = {self.index(s.expr)}")
             self.dtypes[s.var] = torch.int64
+        elif isinstance(s, IndexCheck):
+            self.index_check(s, indent)
         elif isinstance(s, Indirect):
-            value = f"tl.where({s.value} < 0, {s.value} + {s.size}, {s.value})"
+            value = f"tl.where({s.value} < 0, {s.value} + {s.size}, {s.value})" if s.wrap else s.value
             m = self.mask(s.at)
             if m:  # lanes past the bounds address element 0, whatever their index value
                 value = f"tl.where({m}, {value}, 0)"
@@ -146,6 +149,38 @@ class TritonPrinter:
         else:  # a statement of the template's own (a scan, a TMA tile load)
             self.template.statement(self, s, indent)
 
+    def index_check(self, s: IndexCheck, indent: str) -> None:
+        """Stop where the index leaves its range, before any load reads at it: on a GPU a device-side
+        assert (compiled in: such kernels launch with ``debug``, ``passes/program.launch_options``);
+        Triton's interpreter drops device asserts, so there a Python ``raise`` of ``IndexOutOfRange``
+        naming an offending value (the interpreter runs the kernel as Python)."""
+        v, out = s.value, self.lines.append
+        bad = " | ".join([f"({v} < {s.lo})"] * (s.lo is not None) + [f"({v} >= {s.hi})"] * (s.hi is not None))
+        m = self.mask(s.at, s.mask)
+        message = f"{s.what} (kernel {self.k.name})"
+        if not self.k.schedule.interpreted:
+            assertion = f"index out of range in self: {message}"
+            out(f"{indent}tl.device_assert(~({bad}){f' | ~({m})' if m else ''}, {assertion!r})")
+            return
+        self.imports.add("from minicomp.runtime.eager_errors import IndexOutOfRange")
+        out(f"{indent}{s.var} = ({bad}){f' & ({m})' if m else ''}")
+        # the smallest offending value, if one is below lo, else the largest (the fills are in range)
+        inside_low = s.lo if s.lo is not None else s.hi - 1
+        inside_high = s.hi - 1 if s.hi is not None else s.lo
+        out(f"{indent}if {self._whole(f'{s.var}.to(tl.int32)', '_sum_combine')} != 0:")
+        out(f"{indent}    raise IndexOutOfRange({message!r}, {s.lo}, "
+            f"{self._whole(f'tl.where({s.var}, {v}, {inside_high})', '_elementwise_min')}, "
+            f"{self._whole(f'tl.where({s.var}, {v}, {inside_low})', '_elementwise_max')})")
+
+    def _whole(self, block: str, combine: str) -> str:
+        """A block reduced to one value by Triton's own ``combine`` (the interpreter reduces those with
+        numpy; ``tl.sum`` and the like are compiled functions where minicomp runs interpreted,
+        ``templates/reduction.finish``), one axis at a time: over all axes at once, Triton 3.6's
+        interpreter returns a block of one element, not a scalar."""
+        for axis in reversed(range(self.template.rank)):
+            block = f"tl.reduce({block}, {axis}, tl.standard.{combine})"
+        return block
+
     # --- the kernel ---------------------------------------------------------------------
     def function(self, stage: bool = False) -> str:
         """The kernel's ``@triton.jit`` function; a pipeline ``stage`` takes its program id as ``pid``."""
@@ -163,7 +198,7 @@ class TritonPrinter:
     def source(self) -> str:
         function = self.function()
         header = f"# {self.k.name}: {', '.join(self.k.origins)}\n# schedule: {self.k.schedule}\n"
-        return module_source(header, self.helpers, [function])
+        return module_source(header, self.helpers, [function], self.imports)
 
     def emit_phases(self, indent: str = "    ") -> None:
         """Every phase's statements in order (the body of a kernel without reductions)."""
@@ -172,9 +207,9 @@ class TritonPrinter:
                 self.emit(s, indent)
 
 
-def module_source(header: str, helpers: set[str], functions: list[str]) -> str:
-    return (header + "import triton\nimport triton.language as tl\n" + "".join(HELPERS[h].source for h in sorted(helpers))
-            + "".join("\n\n" + f for f in functions))
+def module_source(header: str, helpers: set[str], functions: list[str], imports=()) -> str:
+    return (header + "import triton\nimport triton.language as tl\n" + "".join(f"{i}\n" for i in sorted(imports))
+            + "".join(HELPERS[h].source for h in sorted(helpers)) + "".join("\n\n" + f for f in functions))
 
 
 def kernel_source(kernel: Kernel | StagedLaunch) -> str:
@@ -182,7 +217,7 @@ def kernel_source(kernel: Kernel | StagedLaunch) -> str:
     that runs them (a ``Pipeline`` hands out tickets; a ``SplitCombine`` counts partials done)."""
     if isinstance(kernel, Kernel):
         return TritonPrinter(kernel).source()
-    p, helpers, functions = kernel, set(), []
+    p, helpers, functions, imports = kernel, set(), [], set()
     loads = [k.inputs for k in p.stages]
     for i, k in enumerate(p.stages):
         printer = TritonPrinter(k)
@@ -192,11 +227,12 @@ def kernel_source(kernel: Kernel | StagedLaunch) -> str:
                                for a in k.args if a.node in later | earlier and not a.is_output}
         functions.append(printer.function(stage=True))
         helpers |= printer.helpers
+        imports |= printer.imports
     params = [f"s{i}_{a.name}" for i, k in enumerate(p.stages) for a in k.args] + (["sync"] if p.counters else [])
     head = f"@triton.jit\ndef {p.name}({', '.join(params)}, INTERPRETED: tl.constexpr):"
     body = {SplitCombine: _split_combine_body, Combo: _combo_body}.get(type(p), _pipeline_body)(p)
     functions.append("\n".join([head, *body]) + "\n")
-    return module_source(f"# {p}\n", helpers, functions)
+    return module_source(f"# {p}\n", helpers, functions, imports)
 
 
 def _stage_call(p: StagedLaunch, i: int, pid: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..ir.kernel import checks_indices
 from ..ir.program import (Allocate, EmptyLaunch, ExternCall, Free, KernelLaunch, Literal, Program, TupleItem,
                           Value, View)
 from ..ir.types import contiguous_strides
@@ -127,7 +128,9 @@ def wrapper_source(program: Program, functions: dict[str, str] | None = None) ->
              "                                      ensure_layout, fill_garbage, lean_launcher, poisoning, raw_stream,",
              "                                      tma_allocator)", "",
              "tma_allocator()  # scratch memory for TMA descriptors made inside kernels" if program.uses_tma else "",
-             f"DEVICE_INDEX = {device}  # the CUDA device the kernels run on (None: Triton's interpreter)", "",
+             f"DEVICE_INDEX = {device}  # the CUDA device the kernels run on (None: Triton's interpreter)",
+             f"INDEX_CHECKS = {tuple(s.name for s in launches if checks_indices(s.kernel))!r}  # kernels that "
+             "check indices (a device-side assert there is an index out of range)", "",
              "",
              "def call(args, kernels, externs, compiled):",
              f'{ind}"""Triton\'s own launch path; notes each launch\'s compiled kernel in ``compiled``."""',

@@ -17,13 +17,17 @@ call. Two rewrites, both of a convolution whose weight (and bias) are parameters
 Everything else stays a graph input: parameters that no rewrite touched are read where they live, so
 changing them needs no guard. The graph keeps its inputs (the folded ones are simply no longer read).
 What the rewrites read (``Frozen.sources``) is a guarded assumption: ``Frozen.still_valid(args)``
-compares each source's identity, ``_version`` and data pointer with what they were; the caller
-freezes again when they differ (``minicomp/frozen.py``).
+compares each source's identity, ``_version`` and data pointer with what they were, and whether an
+optimizer over one of them has stepped since; the caller freezes again when they differ
+(``minicomp/frozen.py``). The optimizer steps are counted by a global post-step hook because fused
+optimizers (``Adam(fused=True)``, ``SGD(fused=True)``, ... in torch 2.13) write the parameters without
+bumping ``_version``.
 """
 from __future__ import annotations
 
 import copy
 import operator
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -31,6 +35,26 @@ import torch.fx as fx
 
 aten = torch.ops.aten
 _BN = aten._native_batch_norm_legit_no_training.default
+
+
+class _OptimizerSteps:
+    """Every ``torch.optim.Optimizer`` step since the first freeze: a global count (what a frozen graph
+    compares per call, one integer) and, per optimizer, the count at its latest step (what it reads
+    only when the count moved, to tell its own parameters' optimizer from another model's)."""
+    count = 0
+    latest: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    hook = None
+
+    @classmethod
+    def watch(cls) -> None:
+        if cls.hook is None:  # once per process: the hook is global, for every optimizer
+            from torch.optim.optimizer import register_optimizer_step_post_hook  # not torch.optim's attribute
+            cls.hook = register_optimizer_step_post_hook(cls._stepped)
+
+    @classmethod
+    def _stepped(cls, optimizer, args, kwargs) -> None:
+        cls.count += 1
+        cls.latest[optimizer] = cls.count
 
 
 @dataclass
@@ -42,16 +66,38 @@ class Frozen:
     versions: list = field(default_factory=list)
     pointers: list = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    steps: int = 0  # _OptimizerSteps.count when last seen to leave the sources alone
+    storages: frozenset = frozenset()  # the sources' storages (data pointers)
 
     def still_valid(self, args) -> bool:
         """Whether every source is the tensor it was, unchanged in place (``_version``: ``copy_``,
-        ``mul_`` under no_grad, ``load_state_dict``, an optimizer step) and not re-pointed
-        (``p.data = t``). Not seen: writes through ``p.data`` (a detached alias with a version
-        counter of its own), as with Inductor's freezing."""
+        ``mul_`` under no_grad, ``load_state_dict``, foreach and for-loop optimizers), not re-pointed
+        (``p.data = t``) and not stepped by an optimizer (fused ones leave ``_version`` as it was).
+        Not seen: other writes that leave ``_version`` alone (through ``p.data``, a detached alias
+        with a version counter of its own, as with Inductor's freezing; fused kernels called outside
+        an optimizer's ``step``; writes through the storage or NumPy)."""
         tensors = self.tensors
         return all(map(operator.is_, map(args.__getitem__, self.sources), tensors)) \
             and [t._version for t in tensors] == self.versions \
-            and [t.data_ptr() for t in tensors] == self.pointers
+            and [t.data_ptr() for t in tensors] == self.pointers \
+            and (self.steps == _OptimizerSteps.count or self._no_step_wrote_sources())
+
+    def _no_step_wrote_sources(self) -> bool:
+        """Whether the optimizers stepped since ``steps`` hold none of the sources' storages (by
+        storage, not identity: a flat parameter's optimizer steps the views a module reads)."""
+        count = _OptimizerSteps.count
+        for optimizer, step in list(_OptimizerSteps.latest.items()):
+            if step > self.steps and any(map(self._shares_a_source, (p for group in optimizer.param_groups
+                                                                      for p in group["params"]))):
+                return False
+        self.steps = count  # another model's optimizer: nothing to check until the next step
+        return True
+
+    def _shares_a_source(self, p) -> bool:
+        try:
+            return p.untyped_storage().data_ptr() in self.storages
+        except (RuntimeError, NotImplementedError):  # a tensor subclass without a storage: identity
+            return any(p is t for t in self.tensors)
 
 
 def freezable_inputs() -> list[int]:
@@ -124,8 +170,10 @@ def freeze_graph(gm: fx.GraphModule, args: list, freezable: list[int]) -> Frozen
     notes = [f"freeze: {folded + affine} batch norm(s) folded into the convolution before them ({folded} into "
              f"fp32 weights and bias; {affine} half-precision as an fp32 scale and shift after it, the weights "
              f"unrounded); {constant} other convolution weight(s) made constants; "
-             f"{len(sources)} parameter(s) guarded per call (identity, _version, data pointer)"]
-    return Frozen(gm, sources, tensors, [t._version for t in tensors], [t.data_ptr() for t in tensors], notes)
+             f"{len(sources)} parameter(s) guarded per call (identity, _version, data pointer, optimizer steps)"]
+    _OptimizerSteps.watch()
+    return Frozen(gm, sources, tensors, [t._version for t in tensors], [t.data_ptr() for t in tensors], notes,
+                  _OptimizerSteps.count, frozenset(t.untyped_storage().data_ptr() for t in tensors))
 
 
 def batch_norm_affine(b: torch.Tensor | None, bn_w, bn_b, mean, var, eps: float):

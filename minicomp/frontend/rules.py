@@ -11,6 +11,7 @@ import math
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO
 
+from .. import config
 from ..ir import views
 from ..ir.graph import Node, Scalar
 from ..ir.types import is_float
@@ -525,10 +526,11 @@ def _cat(L, tensors, dim=0):
 # --- matrix products ---------------------------------------------------------------------------
 
 def _matmul_precision(x: Node) -> str:
-    """fp32 uses TF32 only where PyTorch would: on CUDA, when allowed."""
+    """fp32 uses TF32 only where PyTorch would: on CUDA, when allowed (torch's flags, read through
+    ``config``, which keys the graph cache on them)."""
     if x.dtype != torch.float32 or x.type.device.type != "cuda":
         return "ieee"
-    allowed = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+    allowed = config.cuda_matmul_allow_tf32 or config.float32_matmul_precision != "highest"
     return "tf32" if allowed else "ieee"
 
 

@@ -6,19 +6,22 @@ indexed coordinates are the values of the index tensors, ``j0, j1, ...``. The in
 views of the result's shape (broadcast like eager's), so the gather fuses with the producers of its
 indices and with its consumers like a pointwise op (``embedding -> add -> layer_norm`` is one kernel).
 
-Negative indices are read as ``index + size`` by all four. Eager does so for ``index.Tensor`` and
-raises for the others; minicomp does not check (there is no device-side assert), so a negative index
-given to ``embedding``/``index_select``/``gather`` reads the row it would name in ``index.Tensor``.
-Indices outside ``[-size, size)`` are not checked either: like eager's errors, they are bugs of the
-program (the IR interpreter, and so ``MINICOMP_VERIFY``, raises on them).
+Every index is checked where it is read, in eager's range for its op: ``[-size, size)`` for
+``index.Tensor``, whose negative indices count from the end (the gather wraps them), ``[0, size)``
+for the others, which raise on a negative index as eager does. The check is a ``check_index``
+pointwise node between the index and its reader, so it fuses with both and runs before the load;
+out of range it raises an ``IndexError`` on the CPU and stops the kernel with a device-side assert on
+a GPU. The ``index_checks`` pass removes the checks it can prove hold (an arange, a clamp, ...);
+``MINICOMP_INDEX_CHECKS=0`` leaves them all out (an index out of range then reads outside the tensor).
 """
 from __future__ import annotations
 
 import torch
 
+from .. import config
 from ..ir import views
 from ..ir.expr import Affine, Range, Var, index_vars
-from ..ir.graph import Node, Scalar
+from ..ir.graph import Node
 from .registry import Unsupported, aten, rule
 
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -46,9 +49,21 @@ def _placed(L, t: Node, shape, dims) -> Node:
     return L.graph.view(t, shape, index, kind="expand")
 
 
-def _gather(L, x: Node, shape, index, indexed: list[tuple[int, Node]], dims) -> Node:
+def _checked(L, t: Node, dim: int, size: int, wrap: bool = False) -> Node:
+    """``t`` checked to index dim ``dim`` of ``size`` as eager does: in ``[-size, size)`` where
+    negative indices ``wrap``, else in ``[0, size)``."""
+    if not config.index_checks:
+        return t
+    lo = -size if wrap else 0
+    op = str(getattr(getattr(L, "node", None), "target", "index")).replace("aten.", "")
+    what = f"{op}: dim {dim} of size {size} takes indices in [{lo}, {size})"
+    return L.graph.pointwise("check_index", [t], t.dtype, lo=lo, hi=size, what=what)
+
+
+def _gather(L, x: Node, shape, index, indexed: list[tuple[int, Node]], dims, wrap: bool = False) -> Node:
     """``x`` at ``index`` (its coordinate ``d`` for each ``(d, t)`` of ``indexed`` is given by the
-    values of ``t``, broadcast over the result's ``dims``; ``index`` has None there)."""
+    values of ``t``, broadcast over the result's ``dims``; ``index`` has None there). ``wrap``:
+    negative values count from the end (``index.Tensor``); else they are out of range."""
     values = []
     index = list(index)
     for k, (d, t) in enumerate(indexed):
@@ -57,8 +72,8 @@ def _gather(L, x: Node, shape, index, indexed: list[tuple[int, Node]], dims) -> 
             raise Unsupported("index into an empty dimension")  # eager raises
         values.append(Var(f"j{k}", x.shape[d]))
         index[d] = Affine.of(values[-1])
-    placed = [_placed(L, t, shape, dims) for _, t in indexed]
-    return L.graph.gather(x, placed, index, values)
+    placed = [_placed(L, _checked(L, t, d, x.shape[d], wrap), shape, dims) for d, t in indexed]
+    return L.graph.gather(x, placed, index, values, wrap=(wrap,) * len(values))
 
 
 @rule(aten.embedding.default)
@@ -108,7 +123,8 @@ def _scatter_value(L, x, dim, index, value):
     (``index.shape[dim] == 1``: a classification loss's backward, a one-hot): ``value`` where the
     position along ``dim`` equals the index placed over the other dims (past the index's extent there,
     none does), else ``x`` — a pointwise select that fuses with its neighbours. Several indices per
-    position stay in PyTorch. A negative index counts from the end, as ``gather`` reads it."""
+    position stay in PyTorch. An index outside ``[0, size)`` raises, as in eager (the select itself
+    reads nothing at the index: unchecked, such an index would write nowhere)."""
     _check_index(index)
     if x.type.ndim == 0 or index.type.ndim != x.type.ndim:
         raise Unsupported("scatter of a 0-d tensor, or with an index of another rank than the data")
@@ -124,9 +140,8 @@ def _scatter_value(L, x, dim, index, value):
     beyond = [Range(Affine.of(out[d]), 0, index.shape[d]) for d in range(x.type.ndim)
               if d != dim and index.shape[d] < x.shape[d]]
     size, i = x.shape[dim], index.dtype
-    placed = L.graph.view(index, x.shape, at, beyond, fill=size, kind="scatter")  # size: no position
-    negative = L.graph.pointwise("lt", [placed, Scalar(0, i)], torch.bool)
-    placed = L.graph.pointwise("where", [negative, L.graph.pointwise("add", [placed, Scalar(size, i)], i), placed], i)
+    checked = _checked(L, index, dim, size)
+    placed = L.graph.view(checked, x.shape, at, beyond, fill=size, kind="scatter")  # size: no position
     hit = L.graph.pointwise("eq", [L.iota(x.shape, dim, i, x.type.device), placed], torch.bool)
     return L.graph.pointwise("where", [hit, L.full(x.shape, value, x.dtype, x.type.device), x], x.dtype)
 
@@ -154,4 +169,4 @@ def _index(L, x, indices):
         place = {d: len(b) + k for k, d in enumerate(rest)}
     out = index_vars(shape)
     data = [Affine.of(out[place[d]]) if d in place else None for d in range(x.type.ndim)]
-    return _gather(L, x, shape, data, indexed, dims)
+    return _gather(L, x, shape, data, indexed, dims, wrap=True)

@@ -18,8 +18,9 @@ Node kinds (``Node.op``):
                 and the value where the mask is false (attrs: ``index``, ``mask``, ``fill``, ``kind``)
 * ``gather``    an indirect read: ``inputs[0]`` (the data) at an index map written in the node's
                 coordinates and in ``values`` (``j0, j1, ...``): the values of its other inputs (integer
-                tensors of the node's shape) at the same coordinates, a negative one plus its range's size
-                (attrs: ``index``, ``values``)
+                tensors of the node's shape) at the same coordinates; where ``wrap`` says so, a negative
+                one plus its range's size (attrs: ``index``, ``values``, ``wrap``). A value out of range
+                is the program's error: lowering checks it first (a ``check_index`` pointwise node)
 * ``extern``    an aten op run by PyTorch (fallback); ``getitem`` picks one result of a tuple
 * ``output``    the graph results (``inputs``)
 """
@@ -194,12 +195,14 @@ class Graph:
         return self.add("view", [x], x.type.with_(shape=shape), origin, index=tuple(index),
                         mask=tuple(mask), fill=fill, kind=kind)
 
-    def gather(self, x: Node, indices, index, values, origin=()) -> Node:
+    def gather(self, x: Node, indices, index, values, wrap=None, origin=()) -> Node:
         """``x`` read at ``index`` (one expression per dim of ``x``) in the coordinates of the
-        ``indices``' common shape and ``values``, one ``Var("jk", size)`` per index tensor."""
+        ``indices``' common shape and ``values``, one ``Var("jk", size)`` per index tensor; ``wrap``:
+        per index tensor, whether a negative value counts from the end (default: none does)."""
         shape = indices[0].shape
+        wrap = tuple(wrap) if wrap is not None else (False,) * len(values)
         return self.add("gather", [x, *indices], x.type.with_(shape=shape), origin, index=tuple(index),
-                        values=tuple(values))
+                        values=tuple(values), wrap=wrap)
 
     # --- queries ------------------------------------------------------------------------
     @property
@@ -269,7 +272,7 @@ def through_views(node: Node, index) -> tuple[Node, tuple]:
 def indirect_vars(node: Node) -> tuple[Var, ...]:
     """The variables ``j0, j1, ...`` that stand for a gather's index inputs' values in its index map;
     a variable's range is the size of the data dim it indexes (a value outside is the program's error,
-    as in eager)."""
+    raised as eager raises it by the ``check_index`` before the gather)."""
     return node.attrs["values"]
 
 
@@ -319,7 +322,8 @@ def format_node(n: Node) -> str:
             body += f" if {' & '.join(map(str, a['mask']))} else {a['fill']}"
     elif n.op == "gather":
         idx = ", ".join(str(e) for e in a["index"])
-        values = ", ".join(f"{v} = {i.name} (+{v.size} if < 0)" for v, i in zip(indirect_vars(n), n.inputs[1:]))
+        values = ", ".join(f"{v} = {i.name}" + (f" (+{v.size} if < 0)" if w else "")
+                           for v, i, w in zip(indirect_vars(n), n.inputs[1:], a["wrap"]))
         body = f"{n.inputs[0].name}[{idx}]  where {values}"
     elif n.op == "extern":
         body = f"{a['target']}({', '.join(i.name for i in n.inputs)})  # fallback: {a['reason']}"

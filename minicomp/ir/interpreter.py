@@ -79,13 +79,14 @@ def _view(node: Node, x: torch.Tensor) -> torch.Tensor:
 
 def _gather(node: Node, env) -> torch.Tensor:
     """The data at the index map, the ``j`` variables being the index inputs' values (negative ones
-    plus the size; a value still out of range raises, as eager does)."""
+    plus the size where the gather wraps them; a value still out of range raises, as eager does: where
+    lowering checked the index, its ``check_index`` has raised already)."""
     x, shape = env[node.inputs[0]], node.shape
     grids = torch.meshgrid(*[torch.arange(s) for s in shape], indexing="ij") if shape else ()
     values = dict(zip(index_vars(shape), grids))
-    for var, src in zip(indirect_vars(node), node.inputs[1:]):
+    for var, src, wrap in zip(indirect_vars(node), node.inputs[1:], node.attrs["wrap"]):
         v = env[src].expand(shape).long()
-        values[var] = torch.where(v < 0, v + var.size, v)
+        values[var] = torch.where(v < 0, v + var.size, v) if wrap else v
         if v.numel() and not (0 <= values[var].min() and values[var].max() < var.size):
             raise IndexError(f"{node.name}: {var} = {src.name} out of range for a dim of size {var.size}")
     index = [torch.as_tensor(evaluate(e, values)).expand(shape) for e in node.attrs["index"]]

@@ -50,15 +50,34 @@ class IndexValue:
 
 @dataclass
 class Indirect:
-    """An index read from memory (a gather's ``j``): the integer ``value``, plus ``size`` where it is
-    negative, as a ``dtype`` offset that loads' index expressions name by ``var``. Where a variable
-    of ``at`` (the index ``value`` was read at) is out of bounds it is 0, so that a masked-off lane
-    still addresses inside the gathered buffer. Values out of range are not checked (eager raises)."""
+    """An index read from memory (a gather's ``j``): the integer ``value`` (plus ``size`` where it is
+    negative, if ``wrap``), as a ``dtype`` offset that loads' index expressions name by ``var``. Where
+    a variable of ``at`` (the index ``value`` was read at) is out of bounds it is 0, so that a
+    masked-off lane still addresses inside the gathered buffer. The value's range was checked before
+    (an ``IndexCheck``), or proved (``passes/index_checks.py``), or checks are off."""
     var: str
     value: str
     size: int
     at: tuple[Affine, ...]
     dtype: torch.dtype
+    wrap: bool = False
+
+
+@dataclass
+class IndexCheck:
+    """Stops the kernel where ``value`` leaves ``[lo, hi)`` (a bound of None is not checked: it was
+    proved) at any lane inside the kernel's bounds (those of the variables of ``at``, where the value
+    was read) and inside ``mask`` (a padded view's ranges: lanes outside hold no real index). On a GPU
+    a device-side assert; in Triton's interpreter an ``IndexOutOfRange`` raised before any load reads
+    at the index. ``what``: the op, the dim and its bounds, for the message. ``var`` names the
+    statement's temporaries."""
+    var: str
+    value: str
+    lo: int | None
+    hi: int | None
+    at: tuple[Affine, ...]
+    mask: tuple[Range, ...]
+    what: str
 
 
 @dataclass
@@ -129,7 +148,7 @@ class Store:
     span: tuple[str, ...] | None = None  # the block variables the value spans (None: the template's)
 
 
-Stmt = Union[Load, TileLoad, Compute, IndexValue, Indirect, Masked, Reduce, Scan, Dot, Store]
+Stmt = Union[Load, TileLoad, Compute, IndexValue, Indirect, IndexCheck, Masked, Reduce, Scan, Dot, Store]
 
 
 @dataclass
@@ -200,6 +219,12 @@ class Kernel:
                 lines += [f"      {format_stmt(s)}" for s in ph.inner]
             lines += [f"    {format_stmt(s)}" for s in ph.reductions]
         return "\n".join(lines)
+
+
+def checks_indices(kernel: "Kernel | StagedLaunch") -> bool:
+    """Whether a launch checks indices (``IndexCheck``): on a GPU it is compiled with device asserts on."""
+    kernels = kernel.stages if isinstance(kernel, StagedLaunch) else [kernel]
+    return any(isinstance(s, IndexCheck) for k in kernels for p in k.phases for s in p.outer + p.inner)
 
 
 @dataclass
@@ -322,8 +347,13 @@ def format_stmt(s: Stmt) -> str:
     if isinstance(s, IndexValue):
         return f"{s.var} = index {s.expr}"
     if isinstance(s, Indirect):
-        return (f"{s.var} = indirect {s.value} (+{s.size} if < 0) at [{', '.join(map(str, s.at))}]"
-                f"  ({short_dtype(s.dtype)})")
+        wrap = f" (+{s.size} if < 0)" if s.wrap else ""
+        return f"{s.var} = indirect {s.value}{wrap} at [{', '.join(map(str, s.at))}]  ({short_dtype(s.dtype)})"
+    if isinstance(s, IndexCheck):
+        m = f" if {' & '.join(map(str, s.mask))}" if s.mask else ""
+        bounds = (f"{s.value} < {s.hi}" if s.lo is None else f"{s.value} >= {s.lo}" if s.hi is None
+                  else f"{s.lo} <= {s.value} < {s.hi}")
+        return f"check {bounds} at [{', '.join(map(str, s.at))}]{m}  ({s.what})"
     if isinstance(s, Masked):
         return f"{s.var} = {s.value} if {' & '.join(map(str, s.mask))} else {s.fill}"
     if isinstance(s, Reduce):

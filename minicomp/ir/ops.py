@@ -36,6 +36,7 @@ class OpDef:
     cheap: bool = False                     # cheap enough to recompute on every tile of a GEMM operand
     positional: bool = False                # its value depends on the element's coordinate (cat, iota)
     internal: bool = False                  # made by lowering helpers for many aten ops, none its own
+    statement: bool = False                 # a kernel statement of its own (IndexCheck), not a spelled Compute
     divides: bool = False                   # an integer division: eager raises on a zero divisor on the
                                             # CPU, and interpreted kernels check for one (codegen)
 
@@ -47,6 +48,18 @@ def _gelu(x, approximate="none"):
 def _cat(*pieces, dim, bounds):
     """Piece k holds the result's elements at ``bounds[k][0] <= coordinate < bounds[k][1]`` along ``dim``."""
     return torch.cat([p.narrow(dim, lo, hi - lo) for p, (lo, hi) in zip(pieces, bounds)], dim)
+
+
+def _check_index(x, lo=None, hi=None, what=""):
+    """``x`` itself, where every value lies in ``[lo, hi)`` (a bound of None is known to hold); else
+    an IndexError, as eager raises for an index out of range (``what`` names the op and the dim)."""
+    wide = x.long()  # compared as numbers, not in x's dtype (-1 is no uint8)
+    below = wide < lo if lo is not None else torch.zeros_like(wide, dtype=torch.bool)
+    above = wide >= hi if hi is not None else torch.zeros_like(wide, dtype=torch.bool)
+    bad = below | above
+    if bool(bad.any()):
+        raise IndexError(f"index out of range in self: index {int(wide[bad].flatten()[0])}: {what}")
+    return x
 
 
 def _ops(*defs: OpDef) -> dict[str, OpDef]:
@@ -102,6 +115,8 @@ OPS: dict[str, OpDef] = _ops(
     OpDef("where", 3, torch.where, accepts=ANY),
     OpDef("cast", 1, lambda x, to: x.to(to), result="to", accepts=ANY, cheap=True),
     OpDef("identity", 1, lambda x: x, accepts=ANY, cheap=True, internal=True),
+    # an index, checked to lie in range where it is read (templates/emitter.py: an IndexCheck statement)
+    OpDef("check_index", 1, _check_index, accepts=INT, cheap=True, internal=True, statement=True),
     # position-dependent: pieces of a concatenation, selected by the coordinate along ``dim``
     OpDef("cat", None, _cat, accepts=ANY, positional=True, internal=True),
     # position-dependent: the coordinate along ``dim`` (no inputs; arange and index arithmetic)

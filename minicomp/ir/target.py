@@ -8,10 +8,11 @@ the ``Target``. Only fields some decision reads are here.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
+
+from .. import config
 
 INTERPRETER_NAME = "cpu (Triton interpreter)"
 
@@ -35,7 +36,7 @@ class Target:
         yes unless ``MINICOMP_ATTENTION=0``. Measured on the H200 (benchmarks/attention.py): causal
         forms 2-10x faster than Inductor (which does not fuse them), GPT-2 and Llama blocks 1.5x and
         1.06x; non-causal 0.7-0.9x of Inductor (which matches them to PyTorch's SDPA)."""
-        return os.environ.get("MINICOMP_ATTENTION", "auto") != "0"
+        return config.attention != "0"
 
     @property
     def lowers_sdpa(self) -> bool:
@@ -43,8 +44,8 @@ class Target:
         kernels: always in the interpreter; on a GPU only with ``MINICOMP_ATTENTION=1``, since
         PyTorch's flash/cuDNN kernels measured faster there (forward 1.1-1.8x, forward + backward
         1.2-1.4x at T >= 4096 on the H200)."""
-        env = os.environ.get("MINICOMP_ATTENTION", "auto")
-        return env != "0" and (self.interpreted or env == "1")
+        mode = config.attention
+        return mode != "0" and (self.interpreted or mode == "1")
 
     @property
     def interpreted(self) -> bool:

@@ -204,6 +204,12 @@ def _rewrite(graph: Graph, mm: Node, p: Node, p_idx: tuple, b: dict, score_vars)
         scale = scores.scale
         if not (q.dtype == k.dtype == v.dtype):
             raise NotAttention(f"q, k and v are {q.dtype}, {k.dtype}, {v.dtype}")
+    if v.dtype == torch.float32 and graph.target.is_cuda:
+        # The flash kernel's fp32 products run with input_precision="ieee", off the tensor cores; cuBLAS's
+        # products (TF32 where PyTorch allows it) around the fused softmax are 5-8x faster on the H200
+        # (transformers GPT-2/BERT with written-out attention, B8 T512: issue 41's table).
+        raise NotAttention("fp32 operands on a GPU: cuBLAS products around a fused softmax run on tensor cores "
+                           "where allowed and beat the flash kernel's IEEE products")
     if scale <= 0 and scores.mask is not None:  # -inf times the scale would not stay -inf
         raise NotAttention(f"scale {scale} <= 0 with a mask")
     kind, mask, causal, how = scores.mask_attrs(graph)  # the last check passed: nodes may be added now

@@ -41,11 +41,11 @@ convolution kept as extern has its fallback reason replaced by the choice's.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
+from .. import config
 from ..ir.expr import Affine, Range, index_vars, unravel
 from ..ir.graph import Graph, Node, extern_call
 from ..ir.target import Target
@@ -53,7 +53,7 @@ from ..ir.types import short_dtype
 from .gemm_choice import ATEN
 from .layout_plan import channels_last_pays
 
-MODES = ("cudnn", "ir", "auto")
+MODES = config.SETTINGS["conv"].choices
 AUTO_IR_MIN_COUT = 256
 AUTO_IR_MIN_PIXELS = 196
 """Where ``auto`` runs a convolution in the IR on the GPU: in a graph that stays NCHW (``layout_plan``),
@@ -73,11 +73,8 @@ _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def conv_mode() -> str:
-    """``MINICOMP_CONV`` (``cudnn``, ``ir`` or ``auto``, the default)."""
-    mode = os.environ.get("MINICOMP_CONV", "auto") or "auto"
-    if mode not in MODES:
-        raise ValueError(f"MINICOMP_CONV={mode!r}: expected one of {', '.join(MODES)}")
-    return mode
+    """``MINICOMP_CONV`` (``cudnn``, ``ir`` or ``auto``, the default; ``config.conv``)."""
+    return config.conv
 
 
 @dataclass(frozen=True)
@@ -139,10 +136,11 @@ def parse(node: Node) -> tuple[Conv | None, str]:
 
 
 def precision(conv: Conv, target: Target) -> str:
-    """fp32 products use TF32 where cuDNN would (CUDA, ``torch.backends.cudnn.allow_tf32``)."""
+    """fp32 products use TF32 where cuDNN would (CUDA, ``torch.backends.cudnn.allow_tf32``: read
+    through ``config``, which keys the graph cache on it)."""
     if conv.x.dtype != torch.float32 or not target.is_cuda:
         return "ieee"
-    return "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
+    return "tf32" if config.cudnn_allow_tf32 else "ieee"
 
 
 def heuristic(conv: Conv, target: Target, channels_last: bool = False) -> tuple[bool, str]:

@@ -22,20 +22,20 @@ that frees and writes in place only.
 """
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 
+from .. import config
 from ..ir.program import (Allocate, Free, KernelLaunch, Program, Returned, base_of, fresh_storage,
                           in_place_problem, storage_bytes)
 
-MODES = ("1", "free", "0")
+MODES = config.SETTINGS["memory_plan"].choices
 """``MINICOMP_MEMORY_PLAN``: 1 (default) frees, writes in place and reuses, ``free`` frees only, 0 plans nothing (every
 buffer fresh and alive until the wrapper returns: for measuring what the plan saves)."""
 
 
 def memory_plan_mode() -> str:
-    mode = os.environ.get("MINICOMP_MEMORY_PLAN", "1") or "1"
-    return mode if mode in MODES else "1"
+    """``MINICOMP_MEMORY_PLAN`` (``config.memory_plan``)."""
+    return config.memory_plan
 
 
 def plan_memory(program: Program, mode: str | None = None) -> Program:

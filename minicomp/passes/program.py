@@ -7,7 +7,7 @@ from __future__ import annotations
 import networkx as nx
 
 from ..ir.graph import Graph, Node, map_tree, terminal
-from ..ir.kernel import Kernel, StagedLaunch
+from ..ir.kernel import Kernel, StagedLaunch, checks_indices
 from ..ir.layout import buffer_strides, view_as_strided
 from ..ir.program import (Allocate, Buffer, Constant, EmptyLaunch, ExternArg, ExternCall, Input, KernelLaunch,
                           Literal, Operand, Program, Returned, TupleItem, Value, View)
@@ -55,15 +55,22 @@ def grid(kernel: Kernel | StagedLaunch) -> tuple[int, ...]:
     return template_of(kernel).grid(kernel)
 
 
-def launch_options(kernel: Kernel | StagedLaunch) -> dict:
+def launch_options(kernel: Kernel | StagedLaunch, asserts: dict | None = None) -> dict:
     """The keyword arguments of a kernel's launch (its constexprs and Triton options); precompiling
-    must pass the very same values, or Triton's cache key differs."""
+    must pass the very same values, or Triton's cache key differs. ``asserts``: the Triton options
+    that compile device-side asserts in (``runtime/triton_shims.device_assert_options``), added for
+    a compiled kernel that checks indices, and only for it: the others keep Triton's defaults."""
     if isinstance(kernel, StagedLaunch):
         interpreted = kernel.stages[0].schedule.interpreted
-        return {"INTERPRETED": int(interpreted), "num_warps": kernel.num_warps, "num_stages": 1}
-    sch = kernel.schedule
-    return {**sch.blocks, "INTERPRETED": int(sch.interpreted), "num_warps": sch.num_warps,
-            "num_stages": sch.num_stages}
+        options = {"INTERPRETED": int(interpreted), "num_warps": kernel.num_warps, "num_stages": 1}
+    else:
+        sch = kernel.schedule
+        interpreted = sch.interpreted
+        options = {**sch.blocks, "INTERPRETED": int(sch.interpreted), "num_warps": sch.num_warps,
+                   "num_stages": sch.num_stages}
+    if asserts and not interpreted and checks_indices(kernel):
+        options.update(asserts)
+    return options
 
 
 def buffer_name(node: Node) -> str:
@@ -74,16 +81,18 @@ def buffer_name(node: Node) -> str:
     return f"buf{node.id}"
 
 
-def build_program(graph: Graph, name: str, kernels: list[Kernel] | None = None, memory: str | None = None) -> Program:
+def build_program(graph: Graph, name: str, kernels: list[Kernel] | None = None, memory: str | None = None,
+                  asserts: dict | None = None) -> Program:
     """The Program of a scheduled graph. ``kernels``: the graph's kernels (``graph.kernels``) or a
     variant of them (the autotuner tries one schedule at a time). ``memory``: the memory plan's mode
-    (``memory_plan.MODES``; None: ``MINICOMP_MEMORY_PLAN``, by default free and reuse)."""
-    return plan_memory(_Builder(graph, name).build(graph.kernels if kernels is None else kernels), memory)
+    (``memory_plan.MODES``; None: ``MINICOMP_MEMORY_PLAN``, by default free and reuse). ``asserts``:
+    see ``launch_options``."""
+    return plan_memory(_Builder(graph, name, asserts).build(graph.kernels if kernels is None else kernels), memory)
 
 
 class _Builder:
-    def __init__(self, graph: Graph, name: str):
-        self.graph, self.name, self.layouts = graph, name, graph.layouts
+    def __init__(self, graph: Graph, name: str, asserts: dict | None = None):
+        self.graph, self.name, self.layouts, self.asserts = graph, name, graph.layouts, asserts
         self.buffers: dict[str, Buffer] = {}
         self.steps: list = []
 
@@ -130,7 +139,8 @@ class _Builder:
             return
         args = tuple(self.buffer(a.node) for k in stages for a in k.args)
         counters = kernel.counters if isinstance(kernel, StagedLaunch) else 0
-        self.steps.append(KernelLaunch(kernel, launch_grid, args, tuple(writes), launch_options(kernel), counters))
+        self.steps.append(KernelLaunch(kernel, launch_grid, args, tuple(writes), launch_options(kernel, self.asserts),
+                                       counters))
 
     def extern(self, node: Node) -> None:
         eager = node.attrs.get("input_strides") or [None] * len(node.inputs)

@@ -79,9 +79,11 @@ def _fold_view(m: Match, graph: Graph) -> Node | None:
 
 
 CONSTANT_FOLDING_RULES = [
-    # fn(fills...) -> fill (a cat of fills selects by position: not one value)
+    # fn(fills...) -> fill (a cat of fills selects by position: not one value; a check of a fill stays
+    # to the index_checks pass, which drops it if it holds: folded here, one out of range would raise)
     Rule("fold-pointwise", Pat("pointwise", name="node", each=FILL,
-                               where=lambda n: bool(n.inputs) and n.attrs["fn"] != "cat"), _fold_pointwise),
+                               where=lambda n: bool(n.inputs) and n.attrs["fn"] not in ("cat", "check_index")),
+         _fold_pointwise),
     # a view of a fill (expand, reshape, a pad with the same value) -> fill
     Rule("fold-view", Pat("view", name="view", inputs=(FILL.named("fill"),)), _fold_view),
 ]

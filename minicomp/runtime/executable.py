@@ -7,7 +7,7 @@ from typing import Callable
 
 import torch
 
-from .eager_errors import unwrapped
+from .eager_errors import surfaced
 from .support import INTERPRETER_LOCK
 
 
@@ -22,7 +22,11 @@ class Executable:
     On a GPU the first call launches through Triton's own path (which compiles what is not compiled
     yet) and notes each launch's compiled kernel; its launches are then bound once (``wrapper.bind``)
     and later calls on the same current device take that lean path (``lean``; ``lean_failed`` says why
-    not, when it could not be bound)."""
+    not, when it could not be bound).
+
+    An index out of range that a kernel's check caught is raised as ``IndexOutOfRange``
+    (``eager_errors.py``), whichever way the kernels run (the wrapper's ``INDEX_CHECKS`` names the
+    kernels that check)."""
 
     __slots__ = ("module", "kernels", "externs", "interpreted", "lean", "lean_failed", "_lock")
 
@@ -34,20 +38,21 @@ class Executable:
         self._lock = threading.Lock()
 
     def __call__(self, args):
-        lean = self.lean
-        if lean is not None and torch._C._cuda_getDevice() == self.module.DEVICE_INDEX:
-            return lean(args)
-        if self.interpreted:
-            with INTERPRETER_LOCK:
-                try:
+        try:
+            lean = self.lean
+            if lean is not None and torch._C._cuda_getDevice() == self.module.DEVICE_INDEX:
+                return lean(args)
+            if self.interpreted:
+                with INTERPRETER_LOCK:
                     return self.module.call(args, self.kernels, self.externs, {})
-                except Exception as e:
-                    raised = unwrapped(e)
-                    if raised is e:
-                        raise
-                    raise raised from None  # eager's error, as a kernel's check raised it
-        compiled: dict = {}
-        out = self.module.call(args, self.kernels, self.externs, compiled)
+            compiled: dict = {}
+            out = self.module.call(args, self.kernels, self.externs, compiled)
+        except Exception as e:
+            found = surfaced(e, getattr(self.module, "INDEX_CHECKS", ()))
+            if found is None:
+                raise
+            # the kernel's own error keeps its traceback; one made from a CUDA error names that
+            raise found from (None if found.__traceback__ is not None else e)
         if self.lean is None and self.lean_failed is None and self.module.DEVICE_INDEX is not None:
             self._bind(compiled)
         return out

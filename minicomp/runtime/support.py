@@ -3,18 +3,22 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import threading
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
+from .. import config
 from .triton_shims import lean_launcher  # noqa: F401 - the generated wrappers bind launches with it
 
 
+_POISON = config.SETTINGS["poison"]
+
+
 def poisoning() -> bool:
-    return os.environ.get("MINICOMP_POISON", "0") not in ("", "0")
+    """``MINICOMP_POISON`` (``config.poison``; a wrapper asks once per call)."""
+    return _POISON.value()
 
 
 def empty(shape, strides, dtype, device, poison: bool | None = None) -> torch.Tensor:

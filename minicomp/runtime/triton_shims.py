@@ -16,10 +16,14 @@ use); the runtime also relies on a few things Triton does not document:
   numpy's (pairwise) sum and runs any other combine function element after element in Python: the
   reduction template's floating sums and the attention template's row sums name it
   (``test_a_long_float_sum_is_as_exact_as_eagers``);
-* the interpreter runs a kernel and the helpers it calls as Python, so a helper only interpreted
-  kernels call may branch on a scalar and ``raise`` (``codegen/helpers.py``'s ``_check_divisor``); it
-  re-raises any exception as an ``InterpreterError`` caused by it (once more by each launch level
-  it passes): ``raised_in_kernel``;
+* ``tl.device_assert`` is compiled out unless the kernel is compiled with the option ``debug=True``,
+  which also turns on integer-overflow checks of every ``+ - *`` on 32-bit integers (each one more
+  assert) unless ``sanitize_overflow=False``; Inductor passes both for its indirect-indexing asserts:
+  ``device_assert_options``. The interpreter drops ``tl.device_assert`` whatever the options (its
+  builder's options are fixed defaults, ``debug`` off; launch keywords that are not the kernel's
+  parameters are ignored), so interpreted kernels check indices with a Python ``raise``
+  (``codegen/triton.py``); a block reduced to one value there is 0-d in Triton 3.9's interpreter and
+  a block of one element in 3.6's, which ``int()`` refuses under numpy 2: ``interpreted_int``;
 * ``JITFunction.run`` returns the ``CompiledKernel`` it launched, and launches it as
   ``kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, launch_metadata,
   enter_hook, exit_hook, *every_argument)`` (constexprs included, in parameter order): ``lean_launcher``.
@@ -76,20 +80,37 @@ def interpreting(on: bool):
             os.environ["TRITON_INTERPRET"] = old
 
 
+DEVICE_ASSERTS = {"debug": True, "sanitize_overflow": False}
+
+
+@functools.lru_cache(maxsize=None)
+def device_assert_options() -> dict:
+    """The launch options that compile a kernel's ``tl.device_assert`` in, and nothing more: ``debug``
+    on, the overflow sanitizer it would bring off. Only options the installed CUDA backend knows (a
+    Triton without ``sanitize_overflow`` sanitizes nothing); ``{}`` where its options cannot be read
+    (asserts then stay compiled out: indices are not checked on the GPU)."""
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+        known = CUDAOptions.__dataclass_fields__
+    except Exception:  # noqa: BLE001 - no CUDA backend, or its options moved
+        return {}
+    return {k: v for k, v in DEVICE_ASSERTS.items() if k in known} if "debug" in known else {}
+
+
+def interpreted_int(value) -> int:
+    """A value an interpreted kernel reduced to one element, as a Python int."""
+    try:
+        return int(value)
+    except TypeError:  # Triton 3.6: a block of one element (its numpy array is ``handle.data``)
+        return int(value.handle.data.reshape(-1)[0])
+
+
 def compile_ahead(fn, dtypes: list, options: dict) -> None:
     """Compile ``fn`` (a ``JITFunction``) for a launch whose tensor arguments have ``dtypes`` and whose
     keywords (constexprs, ``num_warps``, ...) are ``options``, building its launcher alongside; the
     launch then finds both in Triton's cache. Raises what Triton's compile raises."""
     with launcher_alongside(fn):
         fn.warmup(*dtypes, grid=(1,), **options)
-
-
-def raised_in_kernel(error: BaseException) -> BaseException | None:
-    """The exception an interpreted kernel raised, where ``error`` is the interpreter's wrapper of one."""
-    inner = None
-    while type(error).__name__ == "InterpreterError" and type(error).__module__.startswith("triton"):
-        inner = error = error.__cause__
-    return inner
 
 
 class _LaunchTimeMetadata:

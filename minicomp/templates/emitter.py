@@ -12,8 +12,8 @@ import torch
 
 from ..ir.expr import Affine, Range, Var, index_vars, linear_index, unravel
 from ..ir.graph import Node, Scalar, compose_gather, compose_view, indirect_vars, terminal
-from ..ir.kernel import (Compute, IndexValue, Indirect, Kernel, KernelArg, Load, Masked, Phase, Reduce, Schedule,
-                         Store)
+from ..ir.kernel import (Compute, IndexCheck, IndexValue, Indirect, Kernel, KernelArg, Load, Masked, Phase, Reduce,
+                         Schedule, Store)
 from ..ir.ops import OPS
 from ..ir.target import Target
 from ..ir.layout import buffer_strides
@@ -97,6 +97,8 @@ class Emitter:
             return self.reduced[node], False
         if node in self.members and node.op == "gather":
             return self._gather(node, idx, mask, key)
+        if node in self.members and node.op == "pointwise" and node.attrs["fn"] == "check_index":
+            return self._check(node, idx, mask, key)
         if node in self.members:
             return self._pointwise(node, idx, mask, key)
         index = linear_index(idx, buffer_strides(node, self.layouts))
@@ -144,18 +146,34 @@ class Emitter:
             stmt.mask = mask + tuple(Range(e, 0, n) for e, n in zip(stmt.at, node.shape))
         return self._put(key, stmt, inner)
 
+    def _at(self, idx, inner: bool) -> tuple:
+        """Where a value read at ``idx`` lives, for its bounds masks: ``idx`` where the value is per
+        reduction block, else ``idx`` with the reduction variables at 0 (outside the reduction loop)."""
+        return idx if inner else tuple(Affine.of(e).subs({r: Affine.of(0) for r in self.reduction_vars})
+                                       for e in idx)
+
+    def _check(self, node: Node, idx, mask, key) -> tuple[str, bool]:
+        """An index checked before its readers: the value itself, after an ``IndexCheck`` statement
+        (lanes outside the kernel's bounds or a padded view's ``mask`` are not checked)."""
+        value, inner = self.emit(node.inputs[0], idx, mask)
+        inner = inner or self._inner(*(r.expr for r in mask))
+        p, at = node.attrs["params"], self._at(idx, inner)
+        c_key = ("check", value, p["lo"], p["hi"], at, mask)
+        if self._memo(c_key) is None:
+            self._put(c_key, IndexCheck(self._var("c"), value, p["lo"], p["hi"], at, mask, p["what"]), inner)
+        (self.inner_memo if inner else self.outer_memo)[key] = value
+        return value, inner
+
     def _gather(self, node: Node, idx, mask, key) -> tuple[str, bool]:
         """Load each index input's value (an ``Indirect``), then read the data at the index map with
         those values for ``j0, j1, ...``: an ordinary (re-indexed) read whose index names them."""
         values = []
-        for var, src in zip(indirect_vars(node), node.inputs[1:]):
+        for var, src, wrap in zip(indirect_vars(node), node.inputs[1:], node.attrs["wrap"]):
             value, inner = self.emit(src, idx, mask)
-            # bounds masks: of every variable where the value is per reduction block, else of the others
-            at = idx if inner else tuple(Affine.of(e).subs({r: Affine.of(0) for r in self.reduction_vars})
-                                         for e in idx)
-            j_key = ("indirect", value, var.size, at)
+            at = self._at(idx, inner)
+            j_key = ("indirect", value, var.size, at, wrap)
             name, inner = self._memo(j_key) or self._put(
-                j_key, Indirect(self._var("j"), value, var.size, at, torch.int32), inner)
+                j_key, Indirect(self._var("j"), value, var.size, at, torch.int32, wrap), inner)
             values.append(Var(name, var.size))
             if inner:
                 self.inner_values.add(values[-1])
@@ -288,8 +306,11 @@ def substitute(stmt, mapping) -> None:
         stmt.mask = tuple(dict.fromkeys(stmt.mask))  # a view's range is often the coordinate's own
     if isinstance(stmt, IndexValue):
         stmt.expr = stmt.expr.subs(mapping)
-    if isinstance(stmt, Indirect):
+    if isinstance(stmt, (Indirect, IndexCheck)):
         stmt.at = tuple(e.subs(mapping) for e in stmt.at)
+    if isinstance(stmt, IndexCheck):
+        stmt.mask = tuple(r for r in (Range(r.expr.subs(mapping), r.lo, r.hi).simplified() for r in stmt.mask)
+                          if r is not True)
 
 
 _NAME_ALIASES = {"_softmax": "softmax", "_log_softmax": "log_softmax", "native_layer_norm": "layer_norm",
