@@ -34,8 +34,6 @@ class TritonPrinter:
         self.descriptors: dict[str, str] = {}  # TMA descriptors, made once at the top of the kernel
         self.evict: dict[str, str] = {}  # buffer -> L2 eviction policy of its loads in a reduction loop
         self.stage_evict: dict[str, str] = {}  # the same, from the pipeline the kernel is a stage of
-        # each gather index's coordinates (``Indirect.at``), by its variable
-        self.gathered_at = {s.var: s.at for p in kernel.phases for s in p.outer + p.inner if isinstance(s, Indirect)}
 
     def k_dtype(self, buffer: str) -> torch.dtype:
         return next(a.node.dtype for a in self.k.args if a.name == buffer)
@@ -103,10 +101,7 @@ class TritonPrinter:
     def emit(self, s, indent: str) -> None:
         out = self.lines.append
         if isinstance(s, Load):
-            # a gathered read is also masked where its index was read out of bounds: there the index
-            # is 0, which is no element of an empty buffer
-            at = [e for v in s.index.vars() for e in self.gathered_at.get(v.name, ())]
-            m = self.mask([s.index, *at], s.mask)
+            m = self.mask([s.index], s.mask)
             mask = f", {m}, other=0" if m else ""
             index = self.index(s.index)
             # the pointer block must cover the mask's variables too; one element is a block of one

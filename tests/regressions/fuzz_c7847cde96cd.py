@@ -6,11 +6,11 @@
 #   RuntimeError: Segmentation fault (the process died) in the kernel of gather, mean
 import torch
 
-# Fixed minicomp bug (codegen/triton.py, a gathered Load): the gathered read's mask lacked the bounds of
-# the coordinates its index was read at. Fused into a mean over the empty dim, the gather ran in lanes
-# with rmask off, where its index is 0, and read element 0 of v0, which has none: a segfault on the CPU
-# (an illegal address on a GPU). Found by the fuzzer's zero-size dims and random indices (shrunk by hand:
-# a crash cannot be shrunk by Hypothesis).
+# Fixed minicomp bug (templates/emitter.py: a buffer without elements is never read). Fused into a
+# mean over the empty dim, the gather ran in lanes with rmask off, where its index is 0, and read
+# element 0 of v0, which has none: a segfault in the interpreter (an illegal address on a GPU). Found
+# by the fuzzer's zero-size dims and random indices (shrunk by hand: a crash cannot be shrunk by
+# Hypothesis).
 
 
 def f(v0, i0):
