@@ -5,7 +5,7 @@
 Workloads: 4096^3 bf16 matmul; gelu(linear(x, W, b)) at 8192x4096x4096 bf16; a transformer MLP block
 (LayerNorm -> Linear -> GELU(tanh) -> Linear + residual, d=1024, 8x1024 tokens, bf16). Times are
 medians of 5 interleaved rounds of triton.testing.do_bench; the floor is FLOPs / the bf16 matmul peak measured at the start of
-the run (cuBLAS at 8192^3). Writes benchmarks/results/<date>-gemm.{md,json}.
+the run (cuBLAS at 8192^3). Writes benchmarks/results/gemm.{md,json} (re-running replaces them; git keeps history).
 """
 from __future__ import annotations
 
@@ -89,8 +89,8 @@ def main() -> None:
         lines += [f"  - max-autotune: {c}" for c in r["tuned_choices"]]
     text = "\n".join(lines) + "\n"
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{meta['date']}-gemm.md").write_text(text)
-    (RESULTS / f"{meta['date']}-gemm.json").write_text(json.dumps(dict(meta, rows=rows), indent=1))
+    (RESULTS / "gemm.md").write_text(text)
+    (RESULTS / "gemm.json").write_text(json.dumps(dict(meta, rows=rows), indent=1))
     print(text)
 
 

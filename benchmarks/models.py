@@ -427,7 +427,7 @@ def markdown(meta: dict, rows: list[dict], args: argparse.Namespace) -> str:
 def write_results(meta: dict, rows: list[dict], args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"{meta['date']}-models" + (f"-{args.tag}" if args.tag else "")
+    stem = "models" + (f"-{args.tag}" if args.tag else "")
     (out / f"{stem}.md").write_text(markdown(meta, rows, args))
     (out / f"{stem}.json").write_text(json.dumps(dict(meta, rows=rows), indent=1))
     print(f"\nwrote {out / stem}.md and .json\n")
@@ -453,7 +453,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--grad", action="store_true", help="also a training step of each transformers model")
     p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 3; dry run 1)")
     p.add_argument("--out", default=str(RESULTS), help="folder for the results (default benchmarks/results)")
-    p.add_argument("--tag", default=None, help="appended to the file names: <date>-models-TAG.md")
+    p.add_argument("--tag", default=None, help="appended to the file names: models-TAG.md (a configuration other than the default)")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny configs, perf_counter timing")
     p.add_argument("--compile-runs", type=int, default=1,
                    help="cold compiles per backend and row (fresh caches, Dynamo reset); the median is reported")

@@ -377,7 +377,7 @@ def markdown(meta: dict, rows: list[dict]) -> str:
 
 def write_results(meta: dict, rows: list[dict], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{meta['date']}-overhead{'-smoke' if meta['smoke'] else ''}"
+    stem = out / f"overhead{'-smoke' if meta['smoke'] else ''}"
     stem.with_suffix(".md").write_text(markdown(meta, rows))
     stem.with_suffix(".json").write_text(json.dumps(dict(meta, rows=rows), indent=1))
     print(f"\nwrote {stem}.md and .json\n")

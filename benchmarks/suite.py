@@ -12,7 +12,7 @@ the run: memory floor = bytes (every input read once, every output written once)
 is the larger of the two. Outputs are checked against eager; a mismatch or crash is recorded in the row
 and the run goes on. Compile times come from child processes (``--compile-times BACKEND``) that share
 fresh cache folders: cold (empty caches), then warm (a new process, same caches); each is the first call
-(trace + compile + first run), the median of ``--compile-runs`` such runs (backends taking turns). Writes ``<out>/<date>-suite[-TAG].{md,json}``.
+(trace + compile + first run), the median of ``--compile-runs`` such runs (backends taking turns). Writes ``<out>/suite[-TAG].{md,json}`` (re-running replaces them; git keeps history).
 
 ``--dry-run`` runs on the CPU with every dimension divided by 256 (minicomp in Triton's interpreter),
 times with ``time.perf_counter`` and tags the files ``dry``: it checks the script, not the compilers.
@@ -382,7 +382,7 @@ def write_results(meta: dict, rows: list[dict], args: argparse.Namespace) -> Non
     text, table = markdown(meta, rows, args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"{meta['date']}-suite" + (f"-{args.tag}" if args.tag else "")
+    stem = "suite" + (f"-{args.tag}" if args.tag else "")
     (out / f"{stem}.md").write_text(text)
     (out / f"{stem}.json").write_text(json.dumps(dict(meta, rows=rows), indent=1))
     print(f"\nwrote {out / stem}.md and .json\n")
@@ -400,7 +400,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compile-runs", type=int, default=None,
                    help="fresh-cache compile-time runs per backend, median reported (default 3; dry run 1)")
     p.add_argument("--out", default=str(RESULTS), help="folder for the results (default benchmarks/results)")
-    p.add_argument("--tag", default=None, help="appended to the file names: <date>-suite-TAG.md")
+    p.add_argument("--tag", default=None, help="appended to the file names: suite-TAG.md (a configuration other than the default)")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, perf_counter timing")
     p.add_argument("--compile-times", choices=BACKENDS, help=argparse.SUPPRESS)  # the child processes
     args = p.parse_args(argv)

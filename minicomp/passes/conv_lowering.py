@@ -59,7 +59,7 @@ AUTO_IR_MIN_PIXELS = 196
 """Where ``auto`` runs a convolution in the IR on the GPU: in a graph that stays NCHW (``layout_plan``),
 1x1, stride 1, fp16/bf16, at least 256 output channels over at least 14x14 pixels — what measured
 faster than NCHW cuDNN with the same epilogue (H200, batch 32, ResNet-50/MobileNetV3 shapes,
-``benchmarks/conv_kernels.py``, benchmarks/results/2026-11-23-conv-kernels-*: 0.6-0.7x cuDNN's GPU
+``benchmarks/conv_kernels.py``, benchmarks/results/conv_kernels-*: 0.6-0.7x cuDNN's GPU
 time). Elsewhere NCHW cuDNN won: 1x1 into 64 channels (2.3x), over 7x7 pixels (1.2x) or in fp32 (up
 to 2.6x); im2col 3x3 (2.5-12x: div/mod address math per element, no TMA); depthwise as a window
 reduction (1.2-4.4x). A graph ``layout_plan`` runs channels-last keeps every convolution in cuDNN:

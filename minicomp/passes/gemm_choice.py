@@ -88,7 +88,7 @@ def gemm_backend(graph: Graph) -> Graph:
 def plain_gemms(graph: Graph) -> Graph:
     """A GEMM kernel that fused nothing (the product and its rounding to the operand dtype, no prologue,
     no epilogue) gains nothing from the template: cuBLAS runs it faster (bf16 4096^3 on the H200:
-    0.195 vs 0.219 ms, benchmarks/results/2026-11-23-gemm.md) and needs no compile. Llama's q/k/v and
+    0.195 vs 0.219 ms, benchmarks/results/gemm.md) and needs no compile. Llama's q/k/v and
     head projections are such products."""
     if not graph.target.is_cuda:
         return graph

@@ -34,7 +34,7 @@ GRID_Y_LIMIT = 65535  # CUDA's limit on a grid's second axis
 
 def attention_schedule(batch: int, tq: int, d: int, dv: int, causal: bool, plain: bool, target: Target) -> Schedule:
     """Blocks by head dim, measured on the H200 (B=4, H=16, T=4096, bf16; the sweep is in
-    ``benchmarks/results/2026-11-24-attention-s12.md``): d <= 64, 128 queries x 64 keys, 4 warps, 3
+    ``benchmarks/results/attention.md``): d <= 64, 128 queries x 64 keys, 4 warps, 3
     stages; d <= 128, 256 x 64 with 8 warps (two warp groups of 128 rows) where that leaves 4 programs
     per SM, 128 x 128 with 8 warps when causal (half the diagonal work of 256-row blocks), else
     128 x 64 with 4 warps, 2 stages — also for a kernel with producers fused into its loads

@@ -28,14 +28,14 @@ GEMM_CONFIGS = ("128x256x64/8/3", "128x128x64/8/4", "256x128x64/8/3", "128x128x6
 # Unbatched products of at most this many rows whose usual tiles would leave SMs idle (classifier
 # heads at small batch, decoding, batch-1 MLPs) take narrow tiles and long K steps: more programs,
 # fewer K iterations each. Measured on the H200 (bf16, GPU time; benchmarks/results/
-# 2026-11-24-gemv-sweep-s14.json): 1x1280x1000 9.5 -> 4.3 us (cuBLAS 10.1), 32x2048x1000 12.7 -> 6.3
+# experiments/gemv-tile-sweep.json): 1x1280x1000 9.5 -> 4.3 us (cuBLAS 10.1), 32x2048x1000 12.7 -> 6.3
 # (6.2), 8x4096x4096 18.8 -> 10.8 (9.8) with 16x32x256 tiles; 49x3072x768 11.0 -> 7.5 (7.7),
 # 49x768x3072 5.7 -> 5.0 (5.0) with 64x32x128.
 SHORT_ROWS = 64
 # Big tiles whose last wave leaves many SMs idle lose to 128x128 ones. Measured on the H200 (bf16, a GPT-2
 # block's products with their residual add, 192 big tiles = 1.45 waves): 8192x3072 -> 768 82.8 -> 67.1 us
 # (cuBLAS + add 82.2), 8192x768 -> 768 41.1 -> 36.8; where the big tiles fill their waves (4096^3, 0.97)
-# they stay faster (197 vs 209 us). benchmarks/gemm_tiles.py; results/2026-11-24-gemm-waves-s18.json
+# they stay faster (197 vs 209 us). benchmarks/gemm_tiles.py; results/experiments/gemm-wave-tiles.json
 WAVE_USE_FLOOR = 0.8
 
 
