@@ -1,6 +1,8 @@
-"""Random programs of pointwise, comparison, cast, reduction, view and matmul ops on inputs of random
-dtypes (float32, float16, bfloat16, int32, bool) and layouts (contiguous, transposed, sliced with a
-step, expanded, with a storage offset), compiled and compared with eager; a second property runs the
+"""Random programs of pointwise, comparison, cast, reduction, view, matmul and indexing ops (gather,
+index_select, embedding, advanced indexing, with random in-range int64 indices as inputs) on inputs of
+random dtypes (float32, float16, bfloat16, int32, bool), sizes (some dims of size 0) and layouts
+(contiguous, transposed, sliced with a step, expanded, with a storage offset, a window of a larger
+tensor: an offset and non-contiguous strides), compiled and compared with eager; a second property runs the
 programs with a backward (float inputs require grad, the outputs are weighted by random numbers and
 summed) and compares every input's gradient with eager's.
 
@@ -26,7 +28,7 @@ import os
 import re
 import textwrap
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -42,7 +44,7 @@ REGRESSIONS = Path(__file__).resolve().parent / "regressions"
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "int32": torch.int32, "bool": torch.bool}
-LAYOUTS = ("contiguous", "transposed", "strided", "expanded", "offset")
+LAYOUTS = ("contiguous", "transposed", "strided", "expanded", "offset", "window")
 
 # Ops by kind. ``EXACT_OPS`` give bit-identical results however they are computed (no rounding
 # beyond one final one that eager makes too), so comparisons of their results are stable: a
@@ -56,8 +58,12 @@ COMPARE = {"gt": "{} > {}", "le": "{} <= {}", "eq": "{} == {}", "ne": "{} != {}"
 REDUCE = {"sum": "{}.sum({}, keepdim={})", "amax": "{}.amax({}, keepdim={})", "mean": "{}.mean({}, keepdim={})"}
 VIEW = {"t": "{}.transpose(0, -1)", "flat": "{}.reshape(-1)", "unsq": "{}.unsqueeze(0)", "step": "{}[::2]",
         "flip": "{}.flip(0)", "tail": "{}[..., 1:]", "expand": "{}.expand(2, {})"}
-EXACT_OPS = {"relu", "neg", "abs", "half", "max", "amax", *CAST, *COMPARE, *VIEW, "where"}
-KINDS = ("unary", "cast", "binary", "compare", "where", "reduce", "view", "matmul")
+# Reads at random in-range indices (``Program.indices``, ``i0, i1, ...``): ``{x}`` the data, ``{d}`` a dim of
+# it, ``{i}`` the index tensor, whose shape and value range ``_index_input`` draws for each op
+INDEX = {"index_select": "{x}.index_select({d}, {i})", "gather": "torch.gather({x}, {d}, {i})",
+         "embedding": "torch.nn.functional.embedding({i}, {x})", "getitem": "{x}[{i}]", "getitem1": "{x}[:, {i}]"}
+EXACT_OPS = {"relu", "neg", "abs", "half", "max", "amax", *CAST, *COMPARE, *VIEW, *INDEX, "where"}
+KINDS = ("unary", "cast", "binary", "compare", "where", "reduce", "view", "matmul", "index")
 
 # Known, unfixed minicomp bugs the generator steers around, so that the CI sample stays green and long
 # runs find new bugs; each has a strictly-xfailed case in tests/regressions/. Set
@@ -81,11 +87,14 @@ def _known_bug(op: str, operands: list, out: torch.Tensor) -> str | None:
 class Input:
     """How one input is made: values of ``dtype`` in a base tensor, then a layout transform that
     leaves a view of logical shape ``shape``. ``arg``: the sliced dim (strided), the bit mask of
-    broadcast dims (expanded) or the storage offset (offset)."""
+    broadcast dims (expanded), the storage offset (offset) or the start of the window in every dim
+    (window). An index input (``high`` set) holds int64 values in ``[low, high)``."""
     shape: tuple[int, ...]
     dtype: torch.dtype
     layout: str = "contiguous"
     arg: int = 0
+    low: int = 0
+    high: int | None = None
 
     def base_shape(self) -> tuple[int, ...]:
         s = self.shape
@@ -97,6 +106,8 @@ class Input:
             return tuple(1 if self.arg >> d & 1 else n for d, n in enumerate(s))
         if self.layout == "offset":
             return (math.prod(s) + self.arg,)
+        if self.layout == "window":
+            return tuple(n + self.arg for n in s)
         return s
 
     def transform(self) -> str:
@@ -109,10 +120,15 @@ class Input:
             return f".expand({', '.join(map(str, s))})"
         if self.layout == "offset":
             return f"[{self.arg}:].view({', '.join(map(str, s))}{',' if len(s) == 1 else ''})"
+        if self.layout == "window":
+            return "[" + ", ".join([f"{self.arg}:"] * len(s)) + "]"
         return ""
 
     def text(self) -> str:
         base = ", ".join(map(str, self.base_shape()))
+        if self.high is not None:
+            size = f"({base},)" if len(self.base_shape()) == 1 else f"({base})"
+            return f"torch.randint({self.low}, {self.high}, {size})" + self.transform()
         if self.dtype == torch.bool:
             values = f"(torch.rand({base}) > 0.5)"
         elif self.dtype.is_floating_point:
@@ -124,13 +140,15 @@ class Input:
         return values + self.transform()
 
     def describe(self) -> str:
-        return f"{str(self.dtype).replace('torch.', '')} {list(self.shape)} {self.layout}"
+        values = f" in [{self.low}, {self.high})" if self.high is not None else ""
+        return f"{str(self.dtype).replace('torch.', '')} {list(self.shape)} {self.layout}{values}"
 
 
 @dataclass
 class Program:
     inputs: list[Input]
-    steps: list[str]  # each a Python expression over v0, v1, ... (earlier pool entries)
+    steps: list[str]  # each a Python expression over v0, v1, ... (earlier pool entries) and i0, i1, ...
+    indices: list[Input] = field(default_factory=list)  # the index inputs i0, i1, ..., after the inputs
 
     def outputs(self) -> list[str]:
         """The step results no later step uses (so no step is dead code), the last one included."""
@@ -139,12 +157,13 @@ class Program:
         return [f"v{first + k}" for k in range(len(self.steps)) if first + k not in used]
 
     def function_text(self) -> str:
-        args = ", ".join(f"v{k}" for k in range(len(self.inputs)))
+        args = ", ".join([f"v{k}" for k in range(len(self.inputs))] + [f"i{k}" for k in range(len(self.indices))])
         body = [f"    v{len(self.inputs) + k} = {s}" for k, s in enumerate(self.steps)]
         return f"def f({args}):\n" + "\n".join(body) + f"\n    return {', '.join(self.outputs())}\n"
 
     def inputs_text(self) -> str:
         made = [f"        {i.text()},  # v{k}: {i.describe()}" for k, i in enumerate(self.inputs)]
+        made += [f"        {i.text()},  # i{k}: {i.describe()}" for k, i in enumerate(self.indices)]
         return "def make_inputs():\n    torch.manual_seed(0)\n    return [\n" + "\n".join(made) + "\n    ]\n"
 
     def source(self) -> str:
@@ -168,11 +187,12 @@ class Entry:
     reshaped: bool = False
 
 
-def _try(op: str, expr: str, pool: list[Entry], operands: list[int]):
+def _try(op: str, expr: str, pool: list[Entry], operands: list[int], indices: dict | None = None):
     """The stand-in result of ``expr`` over the pool, or None where eager rejects it (or where it
-    would hit a known bug, see ``KNOWN_BUGS``). ``operands``: the pool entries whose values it uses."""
+    would hit a known bug, see ``KNOWN_BUGS``). ``operands``: the pool entries whose values it uses;
+    ``indices``: stand-ins of the index inputs it names."""
     try:
-        out = eval(expr, {"torch": torch}, {f"v{k}": e.like for k, e in enumerate(pool)})
+        out = eval(expr, {"torch": torch}, {**{f"v{k}": e.like for k, e in enumerate(pool)}, **(indices or {})})
     except (RuntimeError, TypeError, ValueError, IndexError):
         return None
     if not isinstance(out, torch.Tensor) or _known_bug(op, [pool[k] for k in operands], out):
@@ -193,27 +213,65 @@ def _choose(draw, table: dict, fill, pool: list[Entry], operands: list[int]) -> 
 
 @st.composite
 def inputs(draw) -> Input:
-    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=1, max_size=3)))
+    shape = list(draw(st.lists(st.integers(1, 6), min_size=1, max_size=3)))
+    if draw(st.integers(0, 4)) == 4:  # now and then a dim of size 0 (shrinks to none)
+        shape[draw(st.integers(0, len(shape) - 1))] = 0
     # float32 and contiguous come first (what inputs shrink to), and twice as often as the others
     dtype = DTYPES[draw(st.sampled_from(["float32", *DTYPES]))]
+    return Input(tuple(shape), dtype, *draw(layouts(len(shape))))
+
+
+@st.composite
+def layouts(draw, ndim: int) -> tuple[str, int]:
+    """A layout for an input of ``ndim`` dims and its ``arg`` (see ``Input``)."""
     layout = draw(st.sampled_from(["contiguous", *LAYOUTS]))
     arg = 0
-    if layout == "transposed" and len(shape) == 1:
+    if layout == "transposed" and ndim == 1:
         layout = "contiguous"
     elif layout == "strided":
-        arg = draw(st.integers(0, len(shape) - 1))
+        arg = draw(st.integers(0, ndim - 1))
     elif layout == "expanded":
-        arg = draw(st.integers(1, 2 ** len(shape) - 1))
-    elif layout == "offset":
-        arg = draw(st.integers(1, 3))
-    return Input(shape, dtype, layout, arg)
+        arg = draw(st.integers(1, 2 ** ndim - 1))
+    elif layout in ("offset", "window"):
+        arg = draw(st.integers(1, 3 if layout == "offset" else 2))
+    return layout, arg
+
+
+def _index_step(draw, x: str, shape: tuple[int, ...], pool: list[Entry], k: int, indices: list[Input]):
+    """A read of ``x`` (pool entry ``k``) at random in-range indices, and the index input it reads them
+    from (appended to ``indices`` when eager accepts the op)."""
+    op = draw(st.sampled_from(sorted(INDEX)))
+    if op == "getitem1" and len(shape) < 2:
+        return None
+    if op == "embedding" and len(shape) != 2:  # a table of rows: the entry's leading dims flattened
+        shape = (math.prod(shape[:-1]), shape[-1]) if len(shape) > 2 else (shape[0], 1)
+        x = f"{x}.reshape({shape[0]}, {shape[1]})"
+    fixed = {"embedding": 0, "getitem": 0, "getitem1": 1}  # the dim each of these indexes
+    d = fixed[op] if op in fixed else draw(st.integers(0, len(shape) - 1))
+    n = shape[d]
+    m = draw(st.integers(0, 5)) if n else 0  # an index into a dim of size 0 must be empty
+    if op == "gather":
+        ishape = tuple(m if a == d else s for a, s in enumerate(shape))
+    elif op == "embedding":
+        ishape = (m, *draw(st.lists(st.integers(0, 4), max_size=1)))
+    else:
+        ishape = (m,)
+    low = -n if op.startswith("getitem") else 0  # advanced indexing wraps negative indices; the others raise
+    index = Input(ishape, torch.int64, *draw(layouts(len(ishape))), low=low, high=max(n, 1))
+    name = f"i{len(indices)}"
+    expr = INDEX[op].format(x=x, d=d, i=name)
+    out = _try(op, expr, pool, [k], {name: torch.zeros(ishape, dtype=torch.int64)})
+    if out is None:
+        return None
+    indices.append(index)
+    return op, expr, out
 
 
 @st.composite
 def programs(draw) -> Program:
     ins = [draw(inputs()) for _ in range(draw(st.integers(1, 2)))]
     pool = [Entry(torch.zeros(i.shape, dtype=i.dtype), True) for i in ins]
-    steps = []
+    steps, indices = [], []
     for _ in range(draw(st.integers(1, 6))):
         k = len(pool) - 1 - draw(st.integers(0, len(pool) - 1))  # shrinks to the latest entry: chains
         x, shape = f"v{k}", tuple(pool[k].like.shape)
@@ -247,6 +305,8 @@ def programs(draw) -> Program:
             expr = f"{x}.reshape(-1, {shape[-1]}) @ torch.ones({shape[-1]}, {n}).cumsum(0).to({x}.dtype)"
             out = _try("matmul", expr, pool, [k])
             chosen = ("matmul", expr, out) if out is not None else None
+        elif kind == "index":
+            chosen = _index_step(draw, x, shape, pool, k, indices)
         if chosen is None:  # not valid for these operands (e.g. -bool, mean of int32): a view
             chosen = _choose(draw, VIEW, lambda t: t.format(x, ", ".join(map(str, shape))), pool, [k]) or \
                 ("view", f"{x}.clone()", pool[k].like.clone())
@@ -257,7 +317,7 @@ def programs(draw) -> Program:
         pool.append(Entry(torch.zeros_like(out, memory_format=torch.contiguous_format),
                           operands_exact and (name in EXACT_OPS or not out.is_floating_point()),
                           "reshape(" in expr or any(e.reshaped for e in used)))
-    return Program(ins, steps)
+    return Program(ins, steps, indices)
 
 
 def _broadcastable(a, b) -> bool:
@@ -505,31 +565,42 @@ def test_generated_programs_cover_dtypes_layouts_and_ops():
     from hypothesis.errors import NoSuchExample
     seen: set = set()
     texts: list[str] = []
+    sizes: set = set()
+    index_layouts: set = set()
 
     def covers(p: Program) -> bool:
         seen.update((i.dtype, i.layout) for i in p.inputs)
         texts.extend(p.steps)
+        sizes.update(n for i in p.inputs + p.indices for n in i.shape)
+        index_layouts.update(i.layout for i in p.indices)
         return False
 
     with pytest.raises(NoSuchExample):
-        find(programs(), covers, settings=settings(max_examples=60, derandomize=True, database=None,
+        find(programs(), covers, settings=settings(max_examples=150, derandomize=True, database=None,
                                                    suppress_health_check=list(HealthCheck)))
     assert {d for d, _ in seen} == set(DTYPES.values()), seen
     assert {lay for _, lay in seen} == set(LAYOUTS), seen
-    for needle in ["torch.where(", " @ ", ".sum(", ".float()", ".half()", " > ", " + ", "torch.exp(", "[::2]"]:
+    for needle in ["torch.where(", " @ ", ".sum(", ".float()", ".half()", " > ", " + ", "torch.exp(", "[::2]",
+                   ".index_select(", "torch.gather(", "embedding(i", "[i", "[:, i"]:
         assert any(needle in t for t in texts), needle
+    assert 0 in sizes  # zero-size dims, in inputs and indices
+    assert {"contiguous", "window"} <= index_layouts, index_layouts
 
 
 def test_program_source_is_a_reproducer():
     program = Program([Input((3, 4), torch.float16, "transposed"), Input((4,), torch.int32, "offset", 2),
-                       Input((2, 3), torch.bool, "expanded", 1), Input((2, 3), torch.bfloat16, "strided", 1)],
-                      ["v0 + v1", "torch.where(v2, v3, v2.float())"])
+                       Input((2, 3), torch.bool, "expanded", 1), Input((2, 3), torch.bfloat16, "strided", 1),
+                       Input((2, 0, 3), torch.float32, "window", 1)],
+                      ["v0 + v1", "torch.where(v2, v3, v2.float())", "v3[i0].sum(0) + v4.sum((0, 1))"],
+                      [Input((5,), torch.int64, "strided", 0, low=-2, high=2)])
     scope = program.namespace()
-    v0, v1, v2, v3 = scope["make_inputs"]()
+    v0, v1, v2, v3, v4, i0 = scope["make_inputs"]()
     assert (v0.shape, v0.dtype, v0.stride()) == ((3, 4), torch.float16, (1, 3))
     assert (v1.shape, v1.dtype, v1.storage_offset()) == ((4,), torch.int32, 2)
     assert (v2.shape, v2.dtype, v2.stride()) == ((2, 3), torch.bool, (0, 1))
     assert (v3.shape, v3.dtype, v3.stride()) == ((2, 3), torch.bfloat16, (6, 2))
+    assert (v4.shape, v4.stride(), v4.storage_offset()) == ((2, 0, 3), (4, 4, 1), 9)  # a window of 3x1x4
+    assert (i0.shape, i0.dtype, i0.stride()) == ((5,), torch.int64, (2,)) and -2 <= i0.min() <= i0.max() < 2
     assert torch.equal(scope["make_inputs"]()[0], v0)  # seeded: the same values every time
     check_program(program)
 

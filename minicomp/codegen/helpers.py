@@ -167,10 +167,11 @@ def _remainder_int(a, b):
 @triton.jit
 def _check_divisor(b, lanes):
     # interpreted kernels only: the interpreter runs this as Python, and raises what eager raises on
-    # the CPU where one of ``lanes`` divides by zero (runtime/eager_errors.py lets it through)
-    if tl.reduce(((b == 0) & lanes).to(tl.int8), None, _max_int) != 0:
+    # the CPU where one of ``lanes`` divides by zero (runtime/eager_errors.py lets it through). Summed
+    # by Triton's own combine, which the interpreter hands to numpy (any other: element by element)
+    if tl.reduce(((b == 0) & lanes).to(tl.int32), None, tl.standard._sum_combine) != 0:
         raise RuntimeError("ZeroDivisionError")
-''', uses=("_max_int",)),
+'''),
     "_remainder_float": Helper('''
 @triton.jit
 def _remainder_float(a, b):

@@ -143,8 +143,9 @@ def _identity(o: Operands) -> str:
 def _divides(spell: Spelling) -> Spelling:
     """An integer division (``OpDef.divides``). In an interpreted kernel a check comes first, which
     raises eager's CPU error where a lane that holds one of the node's elements (``Compute.at``,
-    ``Compute.mask``) divides by zero. Compiled kernels divide as CUDA eager does, without a check: a
-    zero divisor gives the GPU's integer division's value (``x // 0 == -1``, ``x % 0 == x``)."""
+    ``Compute.mask``) divides by zero. Compiled kernels divide without a check, as CUDA eager does,
+    and give its values (the GPU's integer division: int32 ``7 // 0``, ``7 % 0`` and ``-7 // 0`` are -1,
+    -1 and -2; the same for int8 to int64 and every rounding mode, compared on an H200)."""
     def spelled(o: Operands):
         text, divisor = spell(o), o.stmt.args[1]
         if o.floating or not o.printer.k.schedule.interpreted or (isinstance(divisor, Scalar) and divisor.value):

@@ -102,6 +102,13 @@ class Emitter:
         if node in self.members:
             return self._pointwise(node, idx, mask, key)
         index = linear_index(idx, buffer_strides(node, self.layouts))
+        if math.prod(node.shape) == 0:
+            # a buffer without elements (maybe without memory) is never read: every lane that reads it
+            # is masked off, though not always by the load's own mask (a reduction over an empty dim
+            # of stride 0 drops that dim's variable from the index). Inner where the load would be.
+            fill = Scalar(False if node.dtype == torch.bool else 0, node.dtype)
+            stmt = Compute(self._var(), "identity", (fill,), {}, node.dtype)
+            return self._put(key, stmt, self._inner(index, *(r.expr for r in mask)))
         if mask and self._in_bounds(idx, node.shape):
             mask = ()  # a view's mask guards addresses; a value outside it is replaced by the view's fill
         stmt = Load(self._var("v"), self.arg(node, False), index, mask, node.dtype)
@@ -158,6 +165,12 @@ class Emitter:
         value, inner = self.emit(node.inputs[0], idx, mask)
         inner = inner or self._inner(*(r.expr for r in mask))
         p, at = node.attrs["params"], self._at(idx, inner)
+        # and not where ``at`` is no element of the index: outside the reduction loop a reduced
+        # coordinate reads 0, which an empty reduced dim (an index expanded to size 0) does not hold
+        bounds = [Range(e, 0, n).simplified() for e, n in zip(map(Affine.of, at), node.shape)]
+        if False in bounds:
+            return value, inner
+        mask = mask + tuple(r for r in bounds if r is not True)
         c_key = ("check", value, p["lo"], p["hi"], at, mask)
         if self._memo(c_key) is None:
             self._put(c_key, IndexCheck(self._var("c"), value, p["lo"], p["hi"], at, mask, p["what"]), inner)
