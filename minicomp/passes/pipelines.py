@@ -158,10 +158,10 @@ def _split_combine(a: Kernel, b: Kernel, number: int) -> SplitCombine | None:
     exactly what ``a``'s tiles ``t`` with ``(t % (N/XA)) // (XB/XA) == u`` wrote."""
     if a.schedule.template != "reduction" or b.schedule.template != "reduction":
         return None
-    outputs = [arg for arg in a.args if arg.is_output]
-    if len(outputs) != 1 or outputs[0].node not in b.inputs:
+    # the partials: one buffer per statistic (a variance's chunks store sums and centred squares)
+    partials = [arg.node for arg in a.args if arg.is_output]
+    if not partials or not set(partials) <= b.inputs:
         return None
-    ws = outputs[0].node
     xa, xb, rb = a.vars["x"], b.vars["x"], b.vars.get("r")
     block_a, block_b = a.schedule.blocks["XBLOCK"], b.schedule.blocks["XBLOCK"]
     tiles_a, tiles_b = -(-xa.size // block_a), -(-xb.size // block_b)
@@ -173,7 +173,7 @@ def _split_combine(a: Kernel, b: Kernel, number: int) -> SplitCombine | None:
             return None
         flat = Affine.of(xa)
         by_column = Affine.of(rb) * n + Affine.of(xb)
-        if not (_accesses(a, ws, Store) == {flat} and _accesses(b, ws, Load) == {by_column}):
+        if not all(_accesses(a, ws, Store) == {flat} and _accesses(b, ws, Load) == {by_column} for ws in partials):
             return None
         span, width = n // block_a, block_b // block_a
     return SplitCombine(_launch_name(number, [a, b]), [a, b], a.schedule.num_warps,
