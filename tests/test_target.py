@@ -266,5 +266,9 @@ def test_norm_statistics_read_x_once_on_the_gpu():
     stats = [k for k in reads_x if k.schedule.template == "reduction"]
     assert stats and all(k.schedule.persistent for k in stats), "\n".join(map(str, kernels))
     x, w, b = torch.empty(256, 65536), torch.empty(65536), torch.empty(65536)
-    _, kernels = _scheduled(lambda x, w, b: F.layer_norm(x, (65536,), w, b), [x, w, b], H200)
+    graph, kernels = _scheduled(lambda x, w, b: F.layer_norm(x, (65536,), w, b), [x, w, b], H200)
     assert _full_size_traffic(kernels, x.numel()) == (2, 1), "\n".join(map(str, kernels))
+    # the chunk statistics, their 1-warp combine and the normalization as one row pipeline: with the
+    # chunk stage's 8 warps, not the combine's one
+    (p,) = graph.staged_launches
+    assert len(p.stages) == 3 and p.num_warps == max(k.schedule.num_warps for k in p.stages) == 8, p

@@ -84,7 +84,9 @@ def _pipeline(graph: Graph, stages: list[Kernel], number: int, explain: bool) ->
     lag = min(rows, -(-IN_FLIGHT // sum(tiles))) if on_gpu else 1
     reblocked = {k.name: k for k in stages}
     graph.kernels = [reblocked.get(k.name, k) for k in graph.kernels]
-    p = Pipeline(_launch_name(number, stages), stages, min(k.schedule.num_warps for k in stages),
+    # one launch, one warp count: the most any stage asks for. Fewer starve the big blocks (an 8192-element
+    # chunk stage run with its 1-warp combine's count holds 256 values a thread); more only replicate small ones
+    p = Pipeline(_launch_name(number, stages), stages, max(k.schedule.num_warps for k in stages),
                  rows=rows, tiles=tiles, lag=lag)
     decisions.append(f"pipelined: {names} as one launch over {rows} rows (re-reads {reread[0].name} from L2)")
     return p
