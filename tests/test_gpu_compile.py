@@ -116,6 +116,8 @@ CASES = {  # name: (function, inputs, templates that must be among its kernels)
     "conv block channels-last": (_conv_block, lambda: [_r(2, 64, 16, 16, dtype=F16), _r(64, 64, 3, 3, dtype=F16),
                                                        _r(64, 64, 1, 1, dtype=F16)]
                                  + [_r(64, dtype=F16).abs() + 0.5 for _ in range(4)], {"pointwise", "reduction"}),
+    "group norm, one-pass moments": (lambda x, w, b: F.group_norm(x, 8, w, b),
+                                     lambda: [_r(2, 64, 64, 64), _r(64), _r(64)], {"reduction", "pointwise"}),
     "squeeze-excite channels-last": (_squeeze_excite, lambda: [_r(4, 96, 14, 14), _r(96, 96, 1, 1), _r(24, 96, 1, 1),
                                                                _r(96, 24, 1, 1)], {"reduction"}),
 }

@@ -4,6 +4,7 @@ fake H200 target (nothing runs on it); ``tests/test_cuda.py`` checks the real on
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 import torch.nn.functional as F
@@ -12,7 +13,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from minicomp.backend import decompositions
 from minicomp.compiler import PIPELINE
 from minicomp.frontend.lowering import Lowering
-from minicomp.ir.kernel import TileLoad
+from minicomp.ir.kernel import Load, Store, TileLoad
 from minicomp.ir.target import INTERPRETER, INTERPRETER_NAME, Target
 from minicomp.passes.manager import run_pipeline
 from minicomp.templates.reduction import persistent_limit
@@ -240,3 +241,34 @@ def test_row_pipelines_only_pay_off_on_the_gpu():
         pipelines[name] = [(p.rows, p.lag) for p in graph.staged_launches if hasattr(p, "lag")]
     assert pipelines["interpreter"] and all(lag == 1 for _, lag in pipelines["interpreter"])
     assert pipelines["h200"] and all(lag > 1 for _, lag in pipelines["h200"]), pipelines
+
+
+def _full_size_traffic(kernels, numel: int) -> tuple[int, int]:
+    """Loads and stores, over all ``kernels``, of buffers of ``numel`` elements."""
+    loads = stores = 0
+    for k in kernels:
+        sizes = {a.name: math.prod(a.node.shape) for a in k.args}
+        for s in (s for ph in k.phases for s in ph.outer + ph.inner):
+            loads += isinstance(s, Load) and sizes[s.buffer] == numel
+            stores += isinstance(s, Store) and sizes[s.buffer] == numel
+    return loads, stores
+
+
+def test_norm_statistics_read_x_once_on_the_gpu():
+    """Mean and variance over rows longer than one block (8192 on the H200) from one read of x, in
+    persistent per-chunk kernels (``split_reductions``' one-pass moments); the normalization reads x
+    again and writes y. Before, GroupNorm's groups of 32768 read x twice, wrote x - mean and read it
+    twice (4 full-size reads, 2 writes), and LayerNorm's rows of 65536 were read three times."""
+    x, w, b = torch.empty(2, 64, 64, 64), torch.empty(64), torch.empty(64)
+    _, kernels = _scheduled(lambda x, w, b: F.group_norm(x, 8, w, b), [x, w, b], H200)
+    assert _full_size_traffic(kernels, x.numel()) == (2, 1), "\n".join(map(str, kernels))
+    reads_x = [k for k in kernels if any(a.node.op == "input" and a.node.attrs["index"] == 0 for a in k.args)]
+    stats = [k for k in reads_x if k.schedule.template == "reduction"]
+    assert stats and all(k.schedule.persistent for k in stats), "\n".join(map(str, kernels))
+    x, w, b = torch.empty(256, 65536), torch.empty(65536), torch.empty(65536)
+    graph, kernels = _scheduled(lambda x, w, b: F.layer_norm(x, (65536,), w, b), [x, w, b], H200)
+    assert _full_size_traffic(kernels, x.numel()) == (2, 1), "\n".join(map(str, kernels))
+    # the chunk statistics, their 1-warp combine and the normalization as one row pipeline: with the
+    # chunk stage's 8 warps, not the combine's one
+    (p,) = graph.staged_launches
+    assert len(p.stages) == 3 and p.num_warps == max(k.schedule.num_warps for k in p.stages) == 8, p

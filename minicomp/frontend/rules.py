@@ -402,8 +402,10 @@ def _layer_norm(L, x, normalized_shape, weight, bias, eps):
         out = L.graph.pointwise("mul", [out, L.expand(L.cast(weight, acc), x.shape)], acc)
     if bias is not None:
         out = L.graph.pointwise("add", [out, L.expand(L.cast(bias, acc), x.shape)], acc)
-    stat_shape = tuple(L.node.meta["val"][1].shape)
-    return L.cast(out, x.dtype), L.reshape(mean, stat_shape), L.reshape(rstd, stat_shape)
+    # the saved statistics in the dtype the trace recorded: fp32 on CUDA for half inputs, the input's on the CPU
+    _, mean_val, rstd_val = L.node.meta["val"]
+    return (L.cast(out, x.dtype), L.cast(L.reshape(mean, tuple(mean_val.shape)), mean_val.dtype),
+            L.cast(L.reshape(rstd, tuple(rstd_val.shape)), rstd_val.dtype))
 
 
 # --- views and data movement -------------------------------------------------------------------

@@ -93,7 +93,9 @@ def _pipeline(graph: Graph, stages: list[Kernel], number: int, explain: bool) ->
     lag = min(rows, -(-IN_FLIGHT // sum(tiles))) if on_gpu else 1
     reblocked = {k.name: k for k in stages}
     graph.kernels = [reblocked.get(k.name, k) for k in graph.kernels]
-    p = Pipeline(_launch_name(number, stages), stages, min(k.schedule.num_warps for k in stages),
+    # one launch, one warp count: the most any stage asks for. Fewer starve the big blocks (an 8192-element
+    # chunk stage run with its 1-warp combine's count holds 256 values a thread); more only replicate small ones
+    p = Pipeline(_launch_name(number, stages), stages, max(k.schedule.num_warps for k in stages),
                  rows=rows, tiles=tiles, lag=lag)
     decisions.append(f"pipelined: {names} as one launch over {rows} rows (re-reads {reread[0].name} from L2)")
     return p
@@ -178,10 +180,10 @@ def _split_combine(a: Kernel, b: Kernel, number: int) -> SplitCombine | None:
     exactly what ``a``'s tiles ``t`` with ``(t % (N/XA)) // (XB/XA) == u`` wrote."""
     if a.schedule.template != "reduction" or b.schedule.template != "reduction":
         return None
-    outputs = [arg for arg in a.args if arg.is_output]
-    if len(outputs) != 1 or outputs[0].node not in b.inputs:
+    # the partials: one buffer per statistic (a variance's chunks store sums and centred squares)
+    partials = [arg.node for arg in a.args if arg.is_output]
+    if not partials or not set(partials) <= b.inputs:
         return None
-    ws = outputs[0].node
     xa, xb, rb = a.vars["x"], b.vars["x"], b.vars.get("r")
     block_a, block_b = a.schedule.blocks["XBLOCK"], b.schedule.blocks["XBLOCK"]
     tiles_a, tiles_b = -(-xa.size // block_a), -(-xb.size // block_b)
@@ -195,7 +197,7 @@ def _split_combine(a: Kernel, b: Kernel, number: int) -> SplitCombine | None:
             return None
         flat = Affine.of(xa)
         by_column = Affine.of(rb) * n + Affine.of(xb)
-        if not (_accesses(a, ws, Store) == {flat} and _accesses(b, ws, Load) == {by_column}):
+        if not all(_accesses(a, ws, Store) == {flat} and _accesses(b, ws, Load) == {by_column} for ws in partials):
             return None
         span, width = n // block_a, block_b // block_a
     return SplitCombine(_launch_name(number, [a, b]), [a, b], a.schedule.num_warps,

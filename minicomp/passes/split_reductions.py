@@ -1,6 +1,6 @@
 """Split reductions: reduce in chunks, then reduce the chunks' results.
 
-Two rewrites, both before fusion so the ordinary templates run the pieces:
+Three rewrites, all before fusion so the ordinary templates run the pieces:
 
 * **online softmax** — ``sum(exp(x - max(x)))`` over a row too long for one block. With many rows
   (``softmax_rows_split``): one ``softmax_sum`` reduction (a running max and a sum rescaled to it per
@@ -8,6 +8,13 @@ Two rewrites, both before fusion so the ordinary templates run the pieces:
   (chunk max, and sum of ``exp(x - m_c)``) in one read of ``x``, combined as ``M = max(m_c)``,
   ``S = sum(s_c * exp(m_c - M))`` (Milakov & Gimelshein, 2018). Either way the row is read once for
   its statistics instead of twice (max pass, then sum pass).
+* **one-pass moments** — a variance's statistics ``sum(x)`` and ``sum((x - mean)**2)`` (layer, group,
+  batch and instance norm, var/std) over a row too long for one block, or split for parallelism, would
+  read ``x`` twice and write ``x - mean`` whole in between. Instead each chunk (one persistent block)
+  computes its sum and its own centred sum of squares from the row held in registers, and the chunks
+  are combined with Chan et al.'s parallel formula ``M2 = sum(M2_c + n_c * (mean_c - mean)**2)``
+  (1979): one read of ``x``, with the numerics of a two-pass variance within each chunk. Eager and
+  Inductor combine per-lane Welford states the same way; chunks need no new reduction kind.
 * **split reduction** — a reduction with few outputs (column sums, whole-tensor sums, a few long
   rows) would give each program a huge share of the input and leave SMs idle; reducing chunks of the
   reduced axis first gives every SM work. Only for associative reductions (sum, prod, max, min,
@@ -43,9 +50,9 @@ POOLED_SPLIT_BELOW = 128
 
 
 def split_reductions(graph: Graph) -> Graph:
-    """Rewrite long-row softmax statistics as online softmax (looped, or split for few rows), and split
-    few-output reductions."""
-    rewrite(graph, [ONLINE_SOFTMAX, ONLINE_LOGSUMEXP])
+    """Rewrite long-row softmax statistics as online softmax (looped, or split for few rows) and
+    long-row moments as chunked moments, and split few-output reductions."""
+    rewrite(graph, [ONLINE_SOFTMAX, ONLINE_LOGSUMEXP, ONE_PASS_MOMENTS])
     graph = dce(graph)
     nhwc = any(is_conv2d(n) for n in graph.nodes) and channels_last_pays(graph)[0]
     # a looped softmax's max shares its loop with the softmax_sum of the same row: not split apart
@@ -199,6 +206,105 @@ def _online_softmax(graph: Graph, m: Node, s: Node) -> dict[Node, Node]:
     graph.decisions.append(
         f"split: {m.name}/{s.name} softmax statistics over {x.shape[d]} elements -> online softmax in {chunks} chunks")
     return {m: _unchunked(graph, big_m, m, before=m), s: _unchunked(graph, big_s, s, before=m)}
+
+
+# --- one-pass moments ---------------------------------------------------------------------------
+
+# sum((x - expand(sum(x) / n))**2): the centred sum of squares of a variance (``frontend/rules._moments``)
+_ROW_SUM = Pat("reduce", fn="sum", name="s", inputs=(Pat(name="x"),))
+_ROW_MEAN = Pat("pointwise", fn="truediv", name="mean", inputs=(_ROW_SUM,))
+_CENTRED = Pat("pointwise", fn="sub", name="d", inputs=(
+    Pat(name="x"), Pat("view", where=lambda v: v.attrs["kind"] == "expand" and not v.attrs["mask"],
+                       inputs=(_ROW_MEAN,))))
+MOMENTS = Pat("reduce", fn="sum", name="ss", dtype=is_float,
+              inputs=(Pat("pointwise", fn="mul", inputs=(_CENTRED, Pat(name="d"))),))
+
+
+def _moments_statistics(b: Match, graph: Graph) -> dict[Node, Node] | None:
+    """Chunked one-pass moments for a variance over a looped or split reduction (``_moment_chunks``)."""
+    s, ss, x = b["s"], b["ss"], b["x"]
+    axes = s.attrs["axes"]
+    n = math.prod(x.shape[a] for a in axes)
+    divisor = b["mean"].attrs["args"][1]
+    if ss.attrs["axes"] != axes or not (isinstance(divisor, Scalar) and divisor.value == n):
+        return None  # not this sum's mean: the identities below would not hold
+    nhwc = any(is_conv2d(m) for m in graph.nodes) and channels_last_pays(graph)[0]
+    if _pools_an_image(s) and nhwc:
+        return None  # a pooled channels-last image: left to the split (its chunks divide H)
+    chunks = _moment_chunks(s, persistent_limit(graph.target))
+    if chunks <= 1:
+        return None
+    return _chunked_moments(graph, s, ss, chunks, nhwc)
+
+
+ONE_PASS_MOMENTS = Rule("one-pass-moments", MOMENTS, _moments_statistics)
+
+
+def _moment_chunks(s: Node, limit: int) -> int:
+    """How many chunks to cut ``s``'s longest reduced axis into: none (1) where one persistent block
+    holds the reduction and it has outputs enough (its second pass reads registers); else enough that
+    a chunk fits one block (``limit`` elements), and at least as many as a split would take."""
+    x, axes = s.inputs[0], s.attrs["axes"]
+    n = math.prod(x.shape[a] for a in axes)
+    split = _split_factor(s)
+    if n <= limit and split == 1:
+        return 1
+    d, _ = _split_place(s, False)
+    size = x.shape[d]
+    per_step = n // size  # the chunk's elements per position of axis d (its other reduced axes)
+    chunks = min(size, max(split, -(-size // max(1, limit // per_step))))
+    return -(-size // -(-size // chunks))  # no chunk left empty by the rounding
+
+
+def _chunked_moments(graph: Graph, s: Node, ss: Node, chunks: int, nhwc: bool) -> dict[Node, Node]:
+    """The replacements of ``s`` (``sum(x)``) and ``ss`` (``sum((x - mean)**2)``): per chunk ``c`` of
+    ``n_c`` elements its sum ``s_c`` and ``M2_c = sum((x - s_c / n_c)**2)``, in one kernel that reads
+    its chunk once; then ``sum(s_c)`` and Chan's ``sum(M2_c + n_c * (s_c / n_c - mean)**2)``. Each
+    chunk is a slice of memory (``_chunk_digit``: GroupNorm's groups of a channels-last image)."""
+    x, axes = s.inputs[0], s.attrs["axes"]
+    d, at = _split_place(s, False)  # at == d: the chunk axis right before the chunk's positions
+    chunks, low = _chunk_digit(s, d, chunks, nhwc)
+    dt, origin = x.dtype, s.origin + ss.origin
+    n = math.prod(x.shape[a] for a in axes)
+
+    def pw(fn, *args, dtype=dt, **params):
+        shape = next(a.shape for a in args if isinstance(a, Node))
+        return graph.add("pointwise", [a for a in args if isinstance(a, Node)], x.type.with_(shape=shape, dtype=dtype),
+                         origin, before=s, fn=fn, args=args, params=params)
+
+    def reduce(node, axes):
+        return graph.add("reduce", [node], node.type.with_(shape=_reduced_shape(node.shape, axes)), origin,
+                         before=s, fn="sum", axes=axes)
+
+    def expand(node, shape):
+        index, mask = views.expand(node.shape, shape)
+        return graph.add("view", [node], node.type.with_(shape=shape), origin, before=s, index=index, mask=mask,
+                         fill=None, kind="expand")
+
+    xc = _chunked(graph, x, d, chunks, 0.0, before=s, low=low)
+    inner = tuple(sorted(a + 1 if a >= at else a for a in axes))
+    outer = tuple(sorted(inner + (at,)))
+    sc = reduce(xc, inner)
+    if xc.attrs["mask"]:
+        # the last chunk is padded: it counts fewer elements, and its padding is no x - mean_c
+        everywhere = graph.add("pointwise", [], x.type.with_(dtype=torch.bool), origin, before=s, fn="identity",
+                               args=(Scalar(True, torch.bool),), params={})
+        valid = _chunked(graph, everywhere, d, chunks, False, before=s, low=low)
+        nc = reduce(pw("cast", valid, to=dt), inner)
+    else:
+        valid, nc = None, Scalar(float(n // x.shape[d] * xc.shape[d + 1]), dt)
+    mean_c = pw("truediv", sc, nc)
+    dc = pw("sub", xc, expand(mean_c, xc.shape))
+    if valid is not None:
+        dc = pw("where", valid, dc, Scalar(0.0, dt))
+    m2c = reduce(pw("mul", dc, dc), inner)
+    total = reduce(sc, outer)
+    delta = pw("sub", mean_c, expand(pw("truediv", total, Scalar(float(n), dt)), sc.shape))
+    m2 = reduce(pw("add", m2c, pw("mul", pw("mul", delta, delta), nc)), outer)
+    where = f"; each chunk a slice of memory: elements {low}-strided in the axis" if low else ""
+    graph.decisions.append(f"split: {s.name}/{ss.name} moments over {n} elements -> one pass in {chunks} chunks "
+                           f"(Chan's combination{where})")
+    return {s: _unchunked(graph, total, s, before=s), ss: _unchunked(graph, m2, ss, before=s)}
 
 
 # --- split reductions ----------------------------------------------------------------------------
