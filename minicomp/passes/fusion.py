@@ -406,10 +406,17 @@ class _Partition:
 
 def _copy_unstrided_views(graph: Graph) -> None:
     """Results and fallback-op arguments are real tensors. A view with div/mod or padding cannot be
-    a strided view of its base: give it a buffer of its own (a copy, as eager would make)."""
+    a strided view of its base: give it a buffer of its own (a copy, as eager would make). Nor can a
+    view of a graph result whose eager strides (``schedule.plan_layouts`` stores it so) it does not
+    follow: a flatten of a transposed result, when cse made that result and the view's base one node."""
+    out = graph.output
+    results: dict = {}
+    for node, strides in zip(out.inputs, out.attrs.get("strides") or ()):
+        if strides is not None and len(strides) == len(node.shape):
+            results.setdefault(node, tuple(strides))
     for user in [n for n in graph.nodes if n.op in ("output", "extern")]:
         for k, node in enumerate(user.inputs):
-            if node.op == "view" and view_as_strided(node, {}) is None:
+            if node.op == "view" and (view_as_strided(node, {}) is None or view_as_strided(node, results) is None):
                 copy = graph.add("pointwise", [node], node.type, node.origin, before=user, fn="identity",
                                  args=(node,), params={})
                 graph.replace_all_uses_in(user, node, copy)
