@@ -32,7 +32,6 @@ import contextlib
 import copy
 import datetime
 import json
-import os
 import platform
 import sys
 import traceback
@@ -69,18 +68,9 @@ def cpu_bench(fn: Callable[[], object], calls: int = 3) -> float:
     return statistics.median(times) * 1e3
 
 
-@contextlib.contextmanager
 def index_checks(on: bool):
     """minicomp's checks switch (``minicomp.config.index_checks``) while a variant compiles."""
-    old = os.environ.get("MINICOMP_INDEX_CHECKS")
-    os.environ["MINICOMP_INDEX_CHECKS"] = "1" if on else "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["MINICOMP_INDEX_CHECKS"]
-        else:
-            os.environ["MINICOMP_INDEX_CHECKS"] = old
+    return minicomp.config.patch(index_checks=on)
 
 
 def condense(e: BaseException, limit: int = 300) -> str:
