@@ -1076,3 +1076,10 @@ def test_backend_compiles_with_a_modified_pipeline(cache_dir, monkeypatch):
     assert log == [2]  # the given pipeline ran, and without cse both sin nodes were still there
     rep = minicomp.report()
     assert rep.whole_graph_fallback is None and len(rep.kernels) == 1
+
+
+def test_magnitude_bounds_every_partial_sum_and_the_operands_of_div_and_mod():
+    x, r = Var("x", 1000), Var("r", 8)
+    e = Affine.of(x) * 64 - 4 + Affine.of(r)
+    assert e.magnitude() == 999 * 64 + 4 + 7
+    assert ((Affine.of(x) * 3 + 5) // 7).magnitude() == 999 * 3 + 5  # the dividend is computed first

@@ -598,3 +598,19 @@ def test_normalize_by_row_sum():
     compile_and_compare(lambda x: x / x.sum(-1, keepdim=True), torch.rand(6, 17) + 0.1)
     compile_and_compare(lambda x: x / x.sum(0, keepdim=True), torch.rand(6, 17) + 0.1)
     compile_and_compare(lambda x: x / x.sum(-1, keepdim=True), (torch.rand(6, 17) + 0.1).half())
+
+
+def test_index_dtype_follows_what_the_index_arithmetic_reaches(monkeypatch):
+    """int64 only where a buffer, an iteration variable or an index expression passes half the int32
+    range (here lowered to 4096), not where the iteration space does: avg_pool1d's windows (4 x 1001
+    outputs x 8 taps) stay int32 (int64 division measured 4x slower on the H200), a 5000-element
+    buffer does not."""
+    from minicomp.templates import emitter
+    from tests.test_target import _scheduled
+    from tests.utils import H200
+    monkeypatch.setattr(emitter, "INT32_LIMIT", 2**13 - 1)
+    pool = lambda x: F.avg_pool1d(x, 8, 1, 4)  # noqa: E731
+    for shape, dtype in (((1, 4, 1000), "int32"), ((1, 5, 1000), "int64")):
+        _, kernels = _scheduled(pool, [torch.randn(shape)], H200)
+        assert [k.schedule.index_dtype for k in kernels] == [dtype], (shape, [str(k.schedule) for k in kernels])
+        compile_and_compare(pool, torch.randn(shape))

@@ -183,6 +183,16 @@ class Affine:
             hi += max(coeff * alo, coeff * ahi)
         return lo, hi
 
+    def magnitude(self) -> int:
+        """The largest absolute value computing this expression passes through: any partial sum of
+        its terms, and the expressions inside its ``//`` and ``%`` (what the index dtype must hold)."""
+        total, inner = abs(self.const), 0
+        for atom, coeff in self.terms:
+            total += abs(coeff) * max(map(abs, atom_bounds(atom)))
+            if not isinstance(atom, Var):
+                inner = max(inner, atom.arg.magnitude())
+        return max(total, inner)
+
     @property
     def is_const(self) -> bool:
         return not self.terms

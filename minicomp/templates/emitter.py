@@ -243,8 +243,7 @@ def finish_kernel(group: Group, em: Emitter, sched: Schedule, flat: dict, mappin
         for stmt in phase.outer + phase.inner:
             substitute(stmt, mapping)
     args = sorted(em.args.values(), key=lambda a: (a.is_output, a.name))
-    numels = [math.prod(a.node.shape) for a in args] + [math.prod(group.shape)]
-    if max(numels + [0]) > INT32_LIMIT // 2:
+    if _needs_int64(args, flat, em.phases):
         sched.index_dtype = "int64"
     for phase in em.phases:  # gathered offsets are computed in the kernel's index dtype
         for stmt in phase.outer + phase.inner:
@@ -254,6 +253,24 @@ def finish_kernel(group: Group, em: Emitter, sched: Schedule, flat: dict, mappin
                     sched, origins(group))
     kernel.bytes_moved = sum(math.prod(a.node.shape) * a.node.dtype.itemsize for a in args)
     return kernel
+
+
+def _needs_int64(args, flat: dict, phases) -> bool:
+    """Whether the kernel's index arithmetic needs 64 bits: a buffer, an iteration variable or an index
+    expression (any partial sum of it) past half the int32 range (the half: a block's masked-off lanes
+    run past the bounds). Not the iteration space's size: a reduction over windows (avg_pool1d, 8 taps
+    of 537M outputs) never forms that product, and int64 division by its sizes measured 4x slower on
+    the H200 (17.5 vs 4.36 ms, issue 41's avg_pool1d row)."""
+    limit = INT32_LIMIT // 2
+    if any(math.prod(a.node.shape) > limit for a in args) or any(v.size > limit for v in flat.values()):
+        return True
+    for phase in phases:
+        for s in phase.outer + phase.inner:
+            exprs = [s.index] if isinstance(s, (Load, Store)) else [s.expr] if isinstance(s, IndexValue) else []
+            exprs += [r.expr for r in getattr(s, "mask", ())] + list(getattr(s, "at", ()))
+            if any(Affine.of(e).magnitude() > limit for e in exprs):
+                return True
+    return False
 
 
 def build_rows(group: Group, layouts: dict, sched: Schedule, tiled: bool, target: Target) -> Kernel:
