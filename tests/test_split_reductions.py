@@ -240,22 +240,25 @@ def test_norm_statistics_in_one_pass(name):
 @pytest.mark.parametrize("name", [n for n in MOMENT_NORMS if n != "group_norm"])  # (see the xfail below)
 def test_bf16_norm_statistics_in_one_pass(name):
     """bf16 outputs and the gradients of x, weight and bias against the float64 results of the same
-    values, rounded to bf16: eager's bf16 CPU batch and instance norm are no reference for these rows
-    (their outputs ~0.03 from those at 8 + randn, minicomp's ~0.003)."""
+    values: each as close to them as eager's bf16 result is (twice its error), or within 2% of their
+    largest value (eager's bf16 CPU batch and instance norm are ~0.03 from float64 at 8 + randn)."""
     fn, shape, channels = MOMENT_NORMS[name]
     dtype = torch.bfloat16
     args = [_far_from_zero(shape, dtype), torch.randn(channels, dtype=dtype) + 1, torch.randn(channels, dtype=dtype)]
     results = []
     before = minicomp.report()
-    for f, cast in ((minicomp.compile(fn), dtype), (fn, torch.float64)):
-        inputs = [a.to(cast).requires_grad_() for a in args]
+    for f, cast in ((minicomp.compile(fn), dtype), (fn, dtype), (fn, torch.float64)):
+        inputs = [a.detach().to(cast).requires_grad_() for a in args]  # leaves of their own: every .grad set
         out = pytree.tree_leaves(f(*inputs))
         gen = torch.Generator().manual_seed(1)
         sum((o.double() * torch.randn(o.shape, generator=gen, dtype=torch.float64)).sum() for o in out).backward()
-        results.append([t.to(dtype) for t in out + [i.grad for i in inputs if i.grad is not None]])
+        results.append([t if t is None else t.double() for t in out + [i.grad for i in inputs]])
     assert _one_pass(minicomp.reports_since(before))
-    for ours, exact in zip(*results):
-        torch.testing.assert_close(ours, exact, atol=2e-2, rtol=2e-2)
+    for k, (ours, eager, exact) in enumerate(zip(*results)):
+        assert (ours is None) == (exact is None), k  # an input without a gradient in one and not the other
+        if exact is not None:
+            error, eager_error = ((t - exact).abs().max().item() for t in (ours, eager))
+            assert error <= max(2 * eager_error, 2e-2 * exact.abs().max().item()), (k, error, eager_error)
 
 
 @pytest.mark.xfail(strict=True, reason="fusion's store-narrow leaves a [N, G, n] reduction kernel storing "
