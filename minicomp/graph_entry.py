@@ -23,7 +23,8 @@ that is not a ``torch.ops`` overload, an argument of another type) means the gra
 ``decode`` accepts exactly this: dtypes from ``DTYPES``, ops that resolve to ``torch.ops``
 overloads, source paths of the cache's own naming (``cache.SOURCE_NAME``, so they stay inside the
 folder), identifiers for kernel and function names, launch options of Triton's or the templates'
-(upper-case constexprs) with int or bool values. Anything else raises ``BadEntry``: the caller
+(upper-case constexprs) with int or bool values, and the device-assert options of kernels that
+check indices (``triton_shims.DEVICE_ASSERTS``) with exactly their values. Anything else raises ``BadEntry``: the caller
 rebuilds the graph.
 """
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .assemble import Artifacts, StoredKernel
 from .report import Fallback, KernelInfo
 from .runtime import cache
 from .runtime.support import InputRef
+from .runtime.triton_shims import DEVICE_ASSERTS
 
 VERSION = 1
 DTYPES = {name: getattr(torch, name) for name in (
@@ -282,6 +284,10 @@ def _decode_kernel(k) -> StoredKernel:
     if not isinstance(options, dict):
         raise BadEntry("kernel options: not an object")
     for name, value in options.items():
+        if name in DEVICE_ASSERTS:  # a kernel that checks indices on a GPU: these values and no others
+            if value is not DEVICE_ASSERTS[name]:
+                raise BadEntry(f"launch option {name}={value!r}")
+            continue
         if name not in TRITON_OPTIONS and not _CONSTEXPR.fullmatch(name):
             raise BadEntry(f"launch option {name!r}")
         if not isinstance(value, bool):

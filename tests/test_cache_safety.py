@@ -170,6 +170,7 @@ def _evil(tmp_path, entry: dict) -> list[tuple[str, dict]]:
         ("unknown dtype", changed(**{"kernels.0.dtypes": ["object"]})),
         ("launch option that is code", changed(**{"kernels.0.options": {"XBLOCK=__import__('os')": 1}})),
         ("launch option of another type", changed(**{"kernels.0.options": {"XBLOCK": "8"}})),
+        ("device-assert option of another value", changed(**{"kernels.0.options": {"debug": "yes"}})),
         ("signature of another type", changed(**{"signature.0.0": "6x33"})),
         ("newer version", changed(version=2)),
         ("extra field", {**entry, "code": "import os"}),
@@ -187,6 +188,18 @@ def test_hostile_json_entries_run_no_code_and_cost_a_recompile(cache_dir, tmp_pa
         assert sum("corrupt cache entry" in w for w in warned) == 1, (why, warned)
     report, warned = compile_once()  # the recompile stored a good entry again
     assert report.from_cache and not warned
+
+
+def test_a_kernel_that_checks_indices_on_a_gpu_keeps_its_launch_options():
+    """On a GPU a checking kernel launches with the device-assert options (``debug``, and the overflow
+    sanitizer off): its stored entry must decode, or every warm start would recompile the graph."""
+    from minicomp.graph_entry import _decode_kernel
+    from minicomp.runtime.triton_shims import DEVICE_ASSERTS
+    options = {"XBLOCK": 1024, "INTERPRETED": 0, "num_warps": 4, "num_stages": 1, **DEVICE_ASSERTS}
+    stored = {"name": "k0_embedding_f32_4x8", "function": "embedding_f32_4x8_0123456789abcdef0123",
+              "path": "kernels/embedding_f32_4x8_0123456789abcdef0123_0123456789abcdef0123.py",
+              "dtypes": ["float32", "int64", "float32"], "options": options}
+    assert _decode_kernel(json.loads(json.dumps(stored))).options == options
 
 
 def test_a_constant_is_stored_by_value_with_its_strides(cache_dir):
