@@ -92,6 +92,10 @@ def _drop_unread(part, group, chain: list[Node]) -> None:
             group.nodes.remove(m)
             del part.group_of[m]
             gone.add(m)
+            # a dropped node reads nothing any more: left among its inputs' consumers, it would keep them
+            # stored (part.stored), and a later chain would take a kernel's internal value as stored
+            for t in {terminal(i) for i in m.inputs}:
+                part.consumers[t] = [c for c in part.consumers[t] if c is not m]
 
 
 def _recompute(part, chain: list[Node], other, users: list[Node], keep: bool) -> bool:
