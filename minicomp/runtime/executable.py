@@ -24,9 +24,9 @@ class Executable:
     and later calls on the same current device take that lean path (``lean``; ``lean_failed`` says why
     not, when it could not be bound).
 
-    An index out of range that a kernel's check caught is raised as ``IndexOutOfRange``
-    (``eager_errors.py``), whichever way the kernels run (the wrapper's ``INDEX_CHECKS`` names the
-    kernels that check)."""
+    An error eager would raise on these values that a kernel's check caught (an index out of range,
+    an integer division by zero on the CPU) is raised as eager's (``eager_errors.surfaced``), whichever
+    way the kernels run (the wrapper's ``INDEX_CHECKS`` names the kernels that check indices)."""
 
     __slots__ = ("module", "kernels", "externs", "interpreted", "lean", "lean_failed", "_lock")
 

@@ -328,19 +328,15 @@ def dim_mapping(group: Group, dims, flat, tiled) -> dict[Var, Affine]:
 def substitute(stmt, mapping) -> None:
     if isinstance(stmt, (Load, Store)):
         stmt.index = stmt.index.subs(mapping)
-    if isinstance(stmt, (Load, Masked, Compute)):
+    if isinstance(stmt, (Load, Masked, Compute, IndexCheck)):
         stmt.mask = tuple(r for r in (Range(r.expr.subs(mapping), r.lo, r.hi).simplified() for r in stmt.mask)
                           if r is not True)
-    if isinstance(stmt, Compute):
+    if isinstance(stmt, (Compute, Indirect, IndexCheck)):
         stmt.at = tuple(e.subs(mapping) for e in stmt.at)
+    if isinstance(stmt, Compute):
         stmt.mask = tuple(dict.fromkeys(stmt.mask))  # a view's range is often the coordinate's own
     if isinstance(stmt, IndexValue):
         stmt.expr = stmt.expr.subs(mapping)
-    if isinstance(stmt, (Indirect, IndexCheck)):
-        stmt.at = tuple(e.subs(mapping) for e in stmt.at)
-    if isinstance(stmt, IndexCheck):
-        stmt.mask = tuple(r for r in (Range(r.expr.subs(mapping), r.lo, r.hi).simplified() for r in stmt.mask)
-                          if r is not True)
 
 
 _NAME_ALIASES = {"_softmax": "softmax", "_log_softmax": "log_softmax", "native_layer_norm": "layer_norm",
