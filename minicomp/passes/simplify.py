@@ -159,8 +159,8 @@ def view_folding(graph: Graph) -> Graph:
             node.inputs = [inner.inputs[0]]
             node.attrs.update(index=index, mask=tuple(r.simplified() for r in mask),
                               fill=node.attrs["fill"] if node.attrs["mask"] else inner.attrs["fill"])
-            if node.attrs["kind"] != inner.attrs["kind"]:
-                node.attrs["kind"] = "view"
+            if node.attrs["kind"] != inner.attrs["kind"]:  # a window seen through a reshape still slides
+                node.attrs["kind"] = "window" if "window" in (node.attrs["kind"], inner.attrs["kind"]) else "view"
         src = node.inputs[0]
         if views.is_identity(node.attrs["index"], node.attrs["mask"], src.shape, node.shape):
             graph.replace_all_uses(node, src)
