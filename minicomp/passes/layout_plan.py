@@ -98,18 +98,27 @@ def channels_last_pays(graph: Graph, skip=frozenset()) -> tuple[bool, str]:
     return ratio <= 1, why
 
 
+def plans_channels_last(graph: Graph) -> bool:
+    """Whether ``layout_plan`` will store ``graph``'s image buffers channels-last (a forecast for the
+    passes before it)."""
+    convs = [n for n in graph.nodes if is_conv2d(n)]
+    return channels_last_pays(graph)[0] if convs else bool(_given_channels_last(graph))
+
+
 def layout_plan(graph: Graph) -> Graph:
     """Plan channels-last buffers for the convolutions' neighbourhood (see the module docstring)."""
     convs = [n for n in graph.nodes if is_conv2d(n)]
-    if not convs:
+    given = set() if convs else _given_channels_last(graph)
+    if not convs and not given:
         return graph
-    pays, why = channels_last_pays(graph)
+    pays, why = channels_last_pays(graph) if convs else (
+        True, f"{len(given)} graph input(s) or library result(s) channels-last: the layout the forward chose")
     if not pays:
         graph.decisions.append(f"layout: NCHW kept: {why}")
         return graph
     graph.recompute_users()
     outputs = set(graph.output.inputs)
-    region, layouts = _region(graph, convs, outputs)
+    region, layouts = _region(graph, convs, outputs, given)
     if not region:
         graph.decisions.append(f"layout: NCHW kept: {len(convs)} convolution(s), no intermediate to store NHWC")
         return graph
@@ -132,6 +141,21 @@ def layout_plan(graph: Graph) -> Graph:
     return graph
 
 
+def _given_channels_last(graph: Graph) -> set[Node]:
+    """The 4-D float tensors a graph without convolutions is handed channels-last: its inputs and its
+    fallback ops' results (a backward graph's saved activations and incoming gradients, the input
+    gradients ``convolution_backward`` returns). Intermediates left NCHW among them cost a transpose
+    per kernel and strided walks (ResNet-50's backward at batch 32 on the H200: a max-pool backward
+    of 7.8 ms, batch-norm backward column sums of 1.5-4.5 ms each)."""
+    def given(n: Node) -> bool:
+        if n.op not in ("input", "getitem", "extern") or isinstance(n.type, (tuple, list)):
+            return False
+        if len(n.shape) != 4 or not is_float(n.dtype) or n.shape[1] == 1 or n.shape[2] * n.shape[3] == 1:
+            return False  # (one channel or one pixel: both layouts are the same memory)
+        return same_strides(n.attrs["strides"], channels_last_strides(n.shape), n.shape)
+    return {n for n in graph.nodes if given(n)}
+
+
 def _is_buffer(node: Node, outputs: set) -> bool:
     """A 4-D float intermediate this pass may lay out: a kernel's result or a convolution's, not a
     graph input, constant or result (those keep the user's and eager's layouts)."""
@@ -144,10 +168,11 @@ def is_image(shape) -> bool:
     return len(shape) >= 4 and all(s == 1 for s in shape[4:])
 
 
-def _region(graph: Graph, convs: list[Node], outputs: set) -> tuple[set[Node], dict]:
-    """The buffers connected to a convolution's input or result through 4-D pointwise and reduction
-    kernels (each kernel joins the buffers it reads and writes), less those a fallback op or a graph
-    result reads through a view that NHWC strides could not express."""
+def _region(graph: Graph, convs: list[Node], outputs: set, given: set[Node]) -> tuple[set[Node], dict]:
+    """The buffers connected to a convolution's input or result (or to a tensor ``given`` channels-last)
+    through 4-D pointwise and reduction kernels (each kernel joins the buffers it reads and writes),
+    less those a fallback op or a graph result reads through a view that NHWC strides could not
+    express."""
     stored = {m for g in graph.groups for m in g.stores}
     edges: dict[Node, set[Node]] = {}
 
@@ -162,10 +187,10 @@ def _region(graph: Graph, convs: list[Node], outputs: set) -> tuple[set[Node], d
         members = set(g.nodes)
         touched = [m for m in g.stores if is_image(m.shape)]
         touched += [terminal(i) for n in g.nodes for i in n.inputs if terminal(i) not in members]
-        touched = [t for t in touched if (t in stored or is_conv2d(t)) and _is_buffer(t, outputs)]
+        touched = [t for t in touched if (t in stored or is_conv2d(t)) and _is_buffer(t, outputs) or t in given]
         for a, b in zip(touched, touched[1:]):
             link(a, b)
-    seeds = []
+    seeds = list(given)
     for c in convs:
         x = terminal(c.attrs["arg_tree"][0][0])
         seeds += [n for n in (c, x) if (n in stored or is_conv2d(n)) and _is_buffer(n, outputs)]
@@ -175,7 +200,7 @@ def _region(graph: Graph, convs: list[Node], outputs: set) -> tuple[set[Node], d
         if n not in region:
             region.add(n)
             todo += edges.get(n, ())
-    return _drop_unexpressible_views(graph, region, convs)
+    return _drop_unexpressible_views(graph, region - given, convs)
 
 
 def _layouts(region: set[Node], convs: list[Node], maps: list[dict]) -> dict[Node, tuple[int, ...]]:

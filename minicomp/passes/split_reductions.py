@@ -35,7 +35,7 @@ from ..ir.ops import reduce_identity
 from ..ir.patterns import Match, Pat, Rule, rewrite
 from ..ir.types import is_float
 from ..templates.reduction import COLUMN_TILE, persistent_limit
-from .layout_plan import channels_last_pays, is_conv2d
+from .layout_plan import is_conv2d, plans_channels_last
 from .simplify import dce, view_folding
 
 SOFTMAX_CHUNK = 8192        # elements of a row per online-softmax chunk (one persistent block on the GPU)
@@ -54,12 +54,12 @@ def split_reductions(graph: Graph) -> Graph:
     long-row moments as chunked moments, and split few-output reductions."""
     rewrite(graph, [ONLINE_SOFTMAX, ONLINE_LOGSUMEXP, ONE_PASS_MOMENTS])
     graph = dce(graph)
-    nhwc = any(is_conv2d(n) for n in graph.nodes) and channels_last_pays(graph)[0]
+    nhwc = plans_channels_last(graph)
     # a looped softmax's max shares its loop with the softmax_sum of the same row: not split apart
     online = {(n.inputs[0], n.attrs["axes"]) for n in graph.nodes if n.op == "reduce" and n.attrs["fn"] == "softmax_sum"}
     for node in list(graph.nodes):
         if node.op == "reduce" and (node.inputs[0], node.attrs["axes"]) not in online:
-            pooled = nhwc and _pools_an_image(node)
+            pooled = nhwc and _pools_an_image(node, per_channel=True)
             chunks = _split_factor(node, pooled)
             if chunks > 1:
                 d, at = _split_place(node, pooled)
@@ -70,11 +70,14 @@ def split_reductions(graph: Graph) -> Graph:
     return view_folding(graph)
 
 
-def _pools_an_image(r: Node) -> bool:
-    """A reduction over H and W of an (N, C, H, W) image: in a graph ``layout_plan`` will store
+def _pools_an_image(r: Node, per_channel: bool = False) -> bool:
+    """A reduction over H and W of an (N, C, H, W) image (``per_channel``: or over N, H and W, as
+    batch norm's statistics and its backward's sums): in a graph ``layout_plan`` will store
     channels-last (global average pooling, squeeze-excite) it is a column reduction in memory, C
-    neighbouring outputs per pixel, however its axes read."""
-    return len(r.inputs[0].shape) == 4 and tuple(sorted(r.attrs["axes"])) == (2, 3)
+    neighbouring outputs per pixel, however its axes read. (Chunked as a row over N, H, W, a
+    batch-norm backward sum read one float of each 256-channel pixel per lane, on the H200.)"""
+    axes = tuple(sorted(r.attrs["axes"]))
+    return len(r.inputs[0].shape) == 4 and (axes == (2, 3) or per_channel and axes == (0, 2, 3))
 
 
 # --- online softmax ------------------------------------------------------------------------------
@@ -228,7 +231,7 @@ def _moments_statistics(b: Match, graph: Graph) -> dict[Node, Node] | None:
     divisor = b["mean"].attrs["args"][1]
     if ss.attrs["axes"] != axes or not (isinstance(divisor, Scalar) and divisor.value == n):
         return None  # not this sum's mean: the identities below would not hold
-    nhwc = any(is_conv2d(m) for m in graph.nodes) and channels_last_pays(graph)[0]
+    nhwc = plans_channels_last(graph)
     if _pools_an_image(s) and nhwc:
         return None  # a pooled channels-last image: left to the split (its chunks divide H)
     chunks = _moment_chunks(s, persistent_limit(graph.target))
