@@ -33,6 +33,10 @@ from .reduction_order import walk_in_memory_order
 FLOAT_SUM = "tl.standard._sum_combine"
 
 COLUMN_TILE = 64  # contiguous outputs per program of a column reduction
+# An argmax/argmin down columns keeps a [64, 8] block (value and int64 index): its [64, 64] block ran
+# 3.90 ms over dim 1 of 128x4096x4095 fp32 on the H200 and 4.27 at 4096 columns; [64, 8] 2.48 and
+# 1.95 (Inductor 2.67 and 2.01; benchmarks/column_tiles.py, experiments.md)
+ARG_COLUMN_TILE = 512
 WINDOW = 32  # a pooling window (or a window-sum convolution's taps) of at most this many is unrolled
 
 
@@ -59,7 +63,7 @@ def reduction_schedule(group: Group, target: Target, layouts: dict | None = None
         # a column reduction: a program takes COLUMN_TILE neighbouring outputs so every load is a
         # contiguous run, and walks down the reduced rows (measured on the H200: x.sum(0))
         xblock = min(COLUMN_TILE, pow2(inner))
-        rblock = min(pow2(rnumel), 4096 // xblock)
+        rblock = min(pow2(rnumel), (ARG_COLUMN_TILE if carries_index(group) else 4096) // xblock)
         return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, 4, 1, rblock >= rnumel)
     if pow2(rnumel) <= persistent_limit(target):
         # measured on the H200 (layer_norm, softmax rows of 1024-4096): one row per program beats
@@ -72,6 +76,11 @@ def reduction_schedule(group: Group, target: Target, layouts: dict | None = None
         return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, warps, 1, True)
     rblock = 2048 if on_gpu else 4096
     return Schedule("reduction", {"XBLOCK": 1, "RBLOCK": rblock}, 8 if on_gpu else 1, 1, False)
+
+
+def carries_index(group: Group) -> bool:
+    """An argmax/argmin: its accumulator is a value and an int64 index per element of the block."""
+    return any(n.op == "reduce" and n.attrs["fn"] in ("argmax", "argmin") for n in group.nodes)
 
 
 def reads_window(group: Group) -> bool:
