@@ -50,14 +50,20 @@ call's wall time (Dynamo, compile, first run) with the cache folders as found.
 Correctness (``correct``: minicomp's, ``inductor_correct``: Inductor's) against eager's results:
 
 * inference: ``max_rel_err`` is the largest ‖a − b‖/‖b‖ (float64) over the output tensors; correct at or
-  below 1e-4 (fp32, ``models.REL_TOL``). Where it is above, the row's model and inputs run in float64
+  below 1e-4 (fp32, ``models.REL_TOL``), or 1e-3 for a model with convolutions while
+  ``torch.backends.cudnn.allow_tf32`` is on (PyTorch's default: cuDNN may run them in TF32 — eager's NCHW
+  call happened not to in row 7, a channels-last one did, for Inductor and minicomp alike). Where it is above, the row's model and inputs run in float64
   (TF32 off) referee, as in ``models.py``: correct if no further from float64 than twice eager's own
   error (skipped for outputs over 2^28 elements). Integer outputs (argmax/argmin): ``max_rel_err`` is the
   fraction of indices that differ; correct if none does.
 * training: ``max_rel_err`` is the largest over the loss (‖a − b‖/‖b‖) and every parameter's gradient of
   ‖a − b‖ / (‖b‖ + 0.01·rms·√n) (``model_zoo.gradient_mismatches``'s measure: rms over all eager gradients);
   correct when it is at most 1e-3 (fp32) or 5e-2 (bf16 autocast) and the floating buffers (BatchNorm
-  running statistics) are within the same relative error.
+  running statistics) are within the same relative error. Where it is above, the step runs in float64
+  (no autocast, TF32 off) referee, as ``architectures.py`` does: correct if the compiled gradients are
+  no further from float64's than twice eager's (``train_err_fp64``, ``eager_train_err_fp64``; a bf16
+  ResNet-50 step's batch norms in training make its gradients ill-conditioned in their own rounding:
+  eager and Inductor differed by a relative 1.1).
 * Llama ``generate``: ``tokens_equal`` is the fraction of new tokens equal to eager's; correct if all are
   (greedy bf16 decoding: a rounding difference can flip a near tie and the rest of that sequence).
 
@@ -113,6 +119,7 @@ from models import REL_TOL, device_lost, graph_facts, times, timed_first_call, w
 from suite import _without_out, condense, cpu_bench, fmt, gpu_bench, ratio  # noqa: E402
 
 TRAIN_TOL = {"fp32": 1e-3, "bf16": 5e-2}  # training: loss and gradients (see the docstring)
+TF32_TOL = 1e-3  # inference of a model with convolutions while cuDNN may use TF32
 REFEREE_MAX_NUMEL = 1 << 28  # float64 referee only for outputs up to this many elements
 GENERATE_CALLS = 3           # timed generate calls per backend (after a first one)
 BACKENDS = ("inductor", "minicomp")
@@ -419,6 +426,16 @@ def float64_referee(work: Work, actual: object, expected: object) -> tuple[float
     return output_error(actual, exact)[0], output_error(expected, exact)[0]
 
 
+def float64_step(work: Work, pristine: nn.Module) -> nn.Module:
+    """The row's training step in float64 (no autocast, TF32 off) from the initial weights: the model
+    with its gradients."""
+    exact = copy.deepcopy(pristine).double()
+    up = lambda v: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v  # noqa: E731
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        work.loss(exact(*map(up, work.args), **{k: up(v) for k, v in work.kwargs.items()})).backward()
+    return exact
+
+
 class _ParametersOnly:
     """A module seen through its parameters alone: ``model_zoo.gradient_mismatches`` then leaves the
     buffers to ``buffer_mismatches`` (bf16 autocast rounds BatchNorm's running statistics too)."""
@@ -470,7 +487,8 @@ def compile_with(backend: str, model: Callable) -> Callable:
 
 def run_inference(work: Work, row: dict, args: argparse.Namespace, device: str, bench) -> None:
     model = work.model.eval()
-    tol = REL_TOL[torch.float32]
+    convs = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
+    tol = TF32_TOL if convs and torch.backends.cudnn.allow_tf32 else REL_TOL[torch.float32]
     with torch.no_grad():
         expected = work.select(work(model))
         variants: dict[str, Callable | None] = {"eager": lambda: work(model)}
@@ -527,6 +545,12 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
                 wrong = ([f"loss: relative error {loss_err:.3g}"] if loss_err > tol else []) + \
                     zoo.gradient_mismatches(_ParametersOnly(reference), _ParametersOnly(model), rtol=tol) + \
                     buffer_mismatches(reference, model, tol)
+                if wrong:
+                    exact = float64_step(work, pristine)
+                    err64, eager64 = gradient_error(exact, model), gradient_error(exact, reference)
+                    row[f"{backend}_train_err_fp64"], row["eager_train_err_fp64"] = float(f"{err64:.3g}"), float(f"{eager64:.3g}")
+                    if err64 <= 2 * eager64:
+                        wrong = []
                 verdict(row, backend, not wrong, err, None if not wrong else f"{len(wrong)} wrong: "
                         + "; ".join(wrong[:5]) + (" ..." if len(wrong) > 5 else ""))
                 variants[backend] = lambda c=compiled: step(c)
@@ -636,8 +660,8 @@ def markdown(meta: dict, rows: list[dict]) -> str:
             + "".join(f", then `{c}` (rows not measured before)" for c in meta.get("resumed_with", [])) + ".", "",
             f"Times: {timer}; training rows: zero_grad + forward + loss + backward (no optimizer step); Llama: "
             f"ms per new token of the whole `generate` call (median of {GENERATE_CALLS}). ✗: the result differs "
-            "from eager's (inference: max ‖a − b‖/‖b‖ over the outputs above 1e-4 and not referred to float64; "
-            "argmax/argmin: any index differs; training: loss or a gradient above 1e-3 fp32, 5e-2 bf16 autocast; "
+            "from eager's (inference: max ‖a − b‖/‖b‖ over the outputs above 1e-4 (1e-3: convolutions with cuDNN TF32) and not referred to float64; "
+            "argmax/argmin: any index differs; training: loss or a gradient above 1e-3 fp32, 5e-2 bf16 autocast and not referred to float64; "
             "Llama: a generated token differs) or the backend crashed (notes). Ratios below 1: minicomp faster. "
             "Kernels: minicomp's compiled kernels over the row's graphs. First call: wall seconds of the first "
             "compiled call (caches as found). See `benchmarks/cliffs.py`'s docstring for the rows' definitions.", ""]
@@ -653,9 +677,10 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         for backend in BACKENDS:
             if f"{backend}_tokens_equal" in r:
                 notes.append(f"  - {backend}: tokens equal to eager's {r[f'{backend}_tokens_equal']:.1%}")
-            if f"{backend}_err_fp64" in r:
-                notes.append(f"  - {backend}: error against float64 {r[f'{backend}_err_fp64']:.3g}, eager's "
-                             f"{r['eager_err_fp64']:.3g}")
+            for key, what in (("err_fp64", "error"), ("train_err_fp64", "gradients' error")):
+                if f"{backend}_{key}" in r:
+                    notes.append(f"  - {backend}: {what} against float64 {r[f'{backend}_{key}']:.3g}, eager's "
+                                 f"{r[f'eager_{key}']:.3g}")
     return "\n".join(head) + "\n" + table(rows) + "\n".join(notes) + "\n"
 
 
