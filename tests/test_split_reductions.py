@@ -304,3 +304,17 @@ def test_chunked_moments_keep_nan_and_inf():
     x[2, 290] = float("inf")      # in the padded last chunk (eager's Welford mean of this row is nan, sum / n inf)
     x[3] = 5.0                    # no spread: variance 0, rstd 1/sqrt(eps)
     assert _one_pass([compile_and_compare(lambda x: (torch.var(x, -1), F.layer_norm(x, (300,))), x)])
+
+
+def test_an_elementwise_reader_recomputes_a_transcendental_epilogue_instead_of_reading_it():
+    """A GroupNorm after a sigmoid epilogue (issue 41's row 7), its statistics split on the H200: the
+    statistics and the normalisation each recompute ``sigmoid(x * s + b)`` from ``x`` (per-channel
+    parameters cost nothing per element) and no kernel stores it; results as eager's on the CPU."""
+    gn = torch.nn.GroupNorm(2, 8)
+    b, s = torch.randn(8, 1, 1), torch.randn(8, 1, 1)
+    fn = lambda x: gn(torch.sigmoid(x * s + b))  # noqa: E731
+    with torch.no_grad():  # (in training the sigmoid's result is saved for the backward: stored anyway)
+        graph, _ = _scheduled(fn, [torch.empty(1, 8, 48, 48)], H200)
+        compile_and_compare(fn, torch.randn(2, 8, 5, 7))
+    recomputed = [d for d in graph.decisions if "recomputes" in d and "3 ops" in d]
+    assert len(recomputed) == 2, graph.decisions

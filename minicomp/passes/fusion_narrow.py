@@ -3,11 +3,14 @@ widened copy of a value (``cast(x)`` to fp32) only for other kernels to read; th
 from ``x`` instead, which halves the bytes written and read for half-precision ``x``."""
 from __future__ import annotations
 
+import math
+
 from ..ir.graph import Graph, Node, terminal
 from ..ir.ops import OPS
 
 
 MAX_CHAIN = 3  # cheap pointwise ops a reader recomputes instead of reading one stored result
+MAX_ELEMENTWISE_CHAIN = 8  # pointwise ops a pointwise or reduction reader recomputes (once an element)
 
 
 def _is_widening_cast(node: Node) -> bool:
@@ -33,7 +36,7 @@ def store_narrow(part) -> None:
             for c in part.consumers[result]:
                 readers.setdefault(part.group_of.get(c), []).append(c)
             others = {g: users for g, users in readers.items() if g not in (group, None)}
-            chain = _chain(group, result, stored)
+            chain = _chain(group, result, stored, all(g.kind in ("pointwise", "reduction") for g in others))
             if chain == [result] and _is_widening_cast(result):  # x loaded or stored: as many readers as can
                 for other, users in others.items():
                     _recompute(part, chain, other, users, keep=True)
@@ -51,15 +54,22 @@ def store_narrow(part) -> None:
             part.groups.remove(group)
 
 
-def _chain(group, result: Node, stored: list[Node]) -> list[Node] | None:
+def _chain(group, result: Node, stored: list[Node], elementwise: bool = False) -> list[Node] | None:
     """The group's nodes that compute ``result`` from values it loads or stores anyway (in graph
-    order), when they are at most ``MAX_CHAIN`` cheap pointwise ops; else None."""
+    order), when they are at most ``MAX_CHAIN`` cheap pointwise ops; else None. ``elementwise``: every
+    reader is a pointwise or reduction kernel, which computes its copy once per element, so any
+    pointwise op may be in the chain, up to ``MAX_ELEMENTWISE_CHAIN`` (a GEMM's operand would recompute
+    it on every tile). A GroupNorm
+    after a conv's sigmoid epilogue (issue 41's row 7) then reads the conv's result in its statistics
+    and its normalisation, and the epilogue's own kernel, a read and a write of the tensor, goes."""
     chain, todo = set(), [result]
     while todo:
         n = todo.pop()
         if n in chain:
             continue
-        if n.op != "pointwise" or not OPS[n.attrs["fn"]].cheap or len(chain) == MAX_CHAIN:
+        if n.op != "pointwise" or len(chain) == (MAX_ELEMENTWISE_CHAIN if elementwise else MAX_CHAIN) \
+                or not (OPS[n.attrs["fn"]].cheap or elementwise) \
+                or OPS[n.attrs["fn"]].positional or OPS[n.attrs["fn"]].statement:
             return None
         chain.add(n)
         todo += [t for t in map(terminal, n.inputs) if t in group.nodes and t not in stored]
@@ -67,11 +77,13 @@ def _chain(group, result: Node, stored: list[Node]) -> list[Node] | None:
 
 
 def _saves_bytes(result: Node, chain: list[Node], others: dict) -> bool:
-    """Whether no other group reads more bytes per element from the chain's inputs than from ``result``."""
+    """Whether no other group reads more bytes per element of ``result`` from the chain's inputs than
+    from ``result`` (a broadcast parameter, a per-channel bias, costs its share: next to nothing)."""
     inputs = {terminal(i) for n in chain for i in n.inputs} - set(chain)
+    per_element = lambda t: t.dtype.itemsize * min(1.0, math.prod(t.shape) / max(math.prod(result.shape), 1))  # noqa: E731
     for other in others:
         read = {terminal(i) for n in other.nodes for i in n.inputs} | set(other.nodes)
-        if sum(t.dtype.itemsize for t in inputs - read) > result.dtype.itemsize:
+        if sum(per_element(t) for t in inputs - read) > 1.05 * result.dtype.itemsize:  # (those shares)
             return False
     return True
 
