@@ -83,11 +83,13 @@ def written_out_full(q, k, v):
 
 def tiny(rule: str, case: dict) -> dict:
     """``case`` at sizes the CPU interpreter runs in a moment (``--dry-run``)."""
-    small = {key: min(v, 24) if isinstance(v, int) and not isinstance(v, bool) else v for key, v in case.items()}
+    small = {key: min(v, 16) if isinstance(v, int) and not isinstance(v, bool) else v for key, v in case.items()}
+    if rule in ("attention", "sdpa"):
+        small.update(b=1, h=2)
     if rule == "conv":
         g = case["groups"]
         per_in, per_out = min(case["cin"] // g, 4), min(case["cout"] // g, 4)
-        small.update(n=2, groups=min(g, 4), cin=min(g, 4) * per_in, cout=min(g, 4) * per_out, hw=min(case["hw"], 9))
+        small.update(n=2, groups=min(g, 4), cin=min(g, 4) * per_in, cout=min(g, 4) * per_out, hw=min(case["hw"], 6))
     return small
 
 
@@ -99,7 +101,7 @@ def _side_of(report, rule: str) -> str | None:
     return sides[0] if sides else None
 
 
-def measure(rule, row, device: str, bench) -> dict:
+def measure(rule, row, device: str, bench, rounds: int) -> dict:
     """Both sides of one row (and SDPA for the attention rule), timed interleaved."""
     import minicomp
     from common import bench_interleaved, fresh
@@ -132,7 +134,7 @@ def measure(rule, row, device: str, bench) -> dict:
             causal = row.case["causal"]
             variants["sdpa"] = lambda: F.scaled_dot_product_attention(*args, is_causal=causal)
         names = list(variants)
-        times = bench_interleaved([variants[k] for k in names], bench, rounds=3)
+        times = bench_interleaved([variants[k] for k in names], bench, rounds=rounds)
     out.update({f"{k}_ms": t for k, t in zip(names, times)})
     out["faster"] = Row(row.setting, case, out.get(f"{TEMPLATE}_ms"), out.get(f"{LIBRARY}_ms"), pick, "").winner
     out["pick_is_faster"] = out["faster"] in (pick, "either")
@@ -177,12 +179,12 @@ def markdown(meta: dict, rows: list[dict]) -> str:
                          + (f" {ms('sdpa')} |" if sdpa else "")
                          + f" {r['faster']} | {r['picks']} | {r['table_picks']} | {'yes' if r['pick_is_faster'] else '**no**'} "
                          f"| {errs} |")
-        lines += ["", "Rows for `minicomp/ir/choices.py`:", "", "```python"]
-        source = f"benchmarks/results/choices.md ({meta['command']}; {meta['date']})"
+        lines += ["", "Rows for `minicomp/ir/choices.py` (T, L: the side the rule picks here):", "", "```python",
+                  f"CHOICES_MD = {'benchmarks/results/choices.md (' + meta['command'] + '; ' + meta['date'] + ')'!r}"]
         for r in mine:
             if "error" not in r and r["picks"]:
                 lines.append(f"    Row({r['setting']!r}, {r['case']!r}, {r['template_ms']:.4f}, {r['library_ms']:.4f}, "
-                             f"{r['picks'][0].upper()}, {source!r}),")
+                             f"{r['picks'][0].upper()}, CHOICES_MD),")
         lines += ["```", ""]
     skipped = meta.get("skipped")
     if skipped:
@@ -225,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
                 skipped.append(name)
                 continue
             try:
-                rows.append(measure(rule, row, device, bench))
+                rows.append(measure(rule, row, device, bench, rounds=1 if a.dry_run else 3))
             except Exception as e:  # noqa: BLE001 - a row records its failure
                 rows.append(dict(rule=rule.name, setting=row.setting, case=row.case, error=f"{type(e).__name__}: {e}"))
             print(name, {k: v for k, v in rows[-1].items() if k.endswith("_ms") or k in ("picks", "error")}, flush=True)
