@@ -55,7 +55,8 @@ def workload(rule: str, case: dict, dtype: torch.dtype, device: str = "cuda"):
     if rule == "conv":
         n, cin, hw, cout, kernel, groups = (case[key] for key in ("n", "cin", "hw", "cout", "kernel", "groups"))
         stride, pad = case["stride"], kernel // 2
-        x, w = rand(n, cin, hw, hw), rand(cout, cin // groups, kernel, kernel, scale=(cin // groups * kernel**2) ** -0.5)
+        fan_in = cin // groups * kernel**2
+        x, w = rand(n, cin, hw, hw), rand(cout, cin // groups, kernel, kernel, scale=fan_in ** -0.5)
         vec = [torch.empty(cout, device=device, dtype=dtype).uniform_(lo, hi)
                for lo, hi in ((-0.5, 0.5), (0.5, 2.0), (0.5, 1.5), (-0.5, 0.5))]
         if case["epilogue"] == "bias+sigmoid":
@@ -123,13 +124,15 @@ def measure(rule, row, device: str, bench, rounds: int) -> dict:
         with config.patch(**{setting: "auto"}):
             got = auto(*args)
         pick = out["picks"] = _side_of(minicomp.report(), rule.name)
+        auto_decisions = [d for d in minicomp.report().decisions if "[rule " in d]
         other = LIBRARY if pick == TEMPLATE else TEMPLATE
         forced = minicomp.compile(fresh(fn, other))
         with config.patch(**{setting: force[other]}):
             got_other = forced(*args)
-        out[f"{other}_decisions"] = [d for d in minicomp.report().decisions if "[rule " in d]
+        out["decisions"] = {pick: auto_decisions, other: [d for d in minicomp.report().decisions if "[rule " in d]}
         variants[pick or "auto"], variants[other] = (lambda: auto(*args)), (lambda: forced(*args))
         out["max_rel_error"] = {pick or "auto": rel_error(got, expected), other: rel_error(got_other, expected)}
+        out["correct"] = max(out["max_rel_error"].values()) <= TOLERANCE[row.setting]
         if rule.name == "attention":  # PyTorch's SDPA (the kernel it picks for this dtype) on the same q, k, v
             causal = row.case["causal"]
             variants["sdpa"] = lambda: F.scaled_dot_product_attention(*args, is_causal=causal)
@@ -139,6 +142,9 @@ def measure(rule, row, device: str, bench, rounds: int) -> dict:
     out["faster"] = Row(row.setting, case, out.get(f"{TEMPLATE}_ms"), out.get(f"{LIBRARY}_ms"), pick, "").winner
     out["pick_is_faster"] = out["faster"] in (pick, "either")
     return out
+
+
+TOLERANCE = {"fp32-ieee": 1e-3, "tf32": 2e-2, "fp16": 2e-2, "bf16": 5e-2}  # of rel_error, against eager
 
 
 def rel_error(got, expected) -> float:
@@ -174,11 +180,11 @@ def markdown(meta: dict, rows: list[dict]) -> str:
                 lines.append(f"| {r['setting']} | {describe(r['case'])} | error: {r['error'][:150]} |")
                 continue
             ms = lambda k: f"{r[k + '_ms']:.4f}" if k + "_ms" in r else "—"  # noqa: E731
-            errs = ", ".join(f"{k} {v:.1e}" for k, v in r["max_rel_error"].items())
+            errs = ", ".join(f"{k} {v:.1e}" for k, v in r["max_rel_error"].items()) + ("" if r["correct"] else " ✗")
+            verdict = "yes" if r["pick_is_faster"] else "**no**"
             lines.append(f"| {r['setting']} | {describe(r['case'])} | {ms('template')} | {ms('library')} |"
                          + (f" {ms('sdpa')} |" if sdpa else "")
-                         + f" {r['faster']} | {r['picks']} | {r['table_picks']} | {'yes' if r['pick_is_faster'] else '**no**'} "
-                         f"| {errs} |")
+                         + f" {r['faster']} | {r['picks']} | {r['table_picks']} | {verdict} | {errs} |")
         lines += ["", "Rows for `minicomp/ir/choices.py` (T, L: the side the rule picks here):", "", "```python",
                   f"CHOICES_MD = {'benchmarks/results/choices.md (' + meta['command'] + '; ' + meta['date'] + ')'!r}"]
         for r in mine:
@@ -219,23 +225,28 @@ def main(argv: list[str] | None = None) -> int:
             return (time.perf_counter() - start) * 1e3
     only = [r for r in a.only.split(",") if r]
     rules = [RULES[name] for name in only] if only else list(RULES.values())
+    # the rules' rows in turn (row 1 of each, then row 2, ...): a run cut by the budget leaves no rule out
+    order = [(rule, rule.table[i]) for i in range(max(len(r.table) for r in rules)) for rule in rules
+             if i < len(rule.table)]
     start, rows, skipped = time.monotonic(), [], []
-    for rule in rules:
-        for row in rule.table:
-            name = f"{rule.name} {row.setting} {describe(row.case)}"
-            if time.monotonic() - start > a.budget_s:
-                skipped.append(name)
-                continue
-            try:
-                rows.append(measure(rule, row, device, bench, rounds=1 if a.dry_run else 3))
-            except Exception as e:  # noqa: BLE001 - a row records its failure
-                rows.append(dict(rule=rule.name, setting=row.setting, case=row.case, error=f"{type(e).__name__}: {e}"))
-            print(name, {k: v for k, v in rows[-1].items() if k.endswith("_ms") or k in ("picks", "error")}, flush=True)
-    command = "python benchmarks/choices.py" + (f" --only {a.only}" if a.only else "") + (" --dry-run" if a.dry_run else "")
+    for rule, row in order:
+        name = f"{rule.name} {row.setting} {describe(row.case)}"
+        if time.monotonic() - start > a.budget_s:
+            skipped.append(name)
+            continue
+        try:
+            rows.append(measure(rule, row, device, bench, rounds=1 if a.dry_run else 3))
+        except Exception as e:  # noqa: BLE001 - a row records its failure
+            rows.append(dict(rule=rule.name, setting=row.setting, case=row.case, error=f"{type(e).__name__}: {e}"))
+        print(f"{time.monotonic() - start:.0f}s", name,
+              {k: v for k, v in rows[-1].items() if k.endswith("_ms") or k in ("picks", "error")}, flush=True)
+    command = " ".join(["python benchmarks/choices.py"] + (["--only", a.only] if a.only else [])
+                       + (["--dry-run"] if a.dry_run else []))
     meta = dict(date=datetime.date.today().isoformat(), command=command, torch=torch.__version__,
                 triton=triton.__version__, skipped=skipped,
                 gpu=torch.cuda.get_device_name() if device == "cuda" else "CPU (Triton interpreter)")
-    out_dir = Path(a.out_dir or (tempfile.mkdtemp(prefix="choices-dry-run-") if a.dry_run else ROOT / "benchmarks" / "results"))
+    default_dir = tempfile.mkdtemp(prefix="choices-dry-run-") if a.dry_run else ROOT / "benchmarks" / "results"
+    out_dir = Path(a.out_dir or default_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "choices.json").write_text(json.dumps(dict(meta, rows=rows), indent=1, default=str))
     (out_dir / "choices.md").write_text(markdown(meta, rows))

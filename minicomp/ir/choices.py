@@ -28,6 +28,7 @@ import torch
 
 from .. import config
 from .target import Target
+from .types import short_dtype
 
 TEMPLATE, LIBRARY = "template", "library"
 NOISE = 0.10
@@ -95,7 +96,7 @@ class Rule:
     library: str             # and on the library side
     decide: Callable[..., tuple[str, str]]
     switch: tuple[str, dict]  # (config setting, {value: side}) that forces a side
-    case_keys: str           # what a row's ``case`` holds
+    case_keys: tuple[str, ...]  # what a row's ``case`` may hold (benchmarks/choices.workload builds it)
     table: tuple[Row, ...] = field(default_factory=tuple)
 
     def __call__(self, *facts) -> Choice:
@@ -220,9 +221,8 @@ def _conv(c: ConvFacts, target: Target) -> tuple[str, str]:
         return LIBRARY, "channels-last cuDNN (layout_plan); the IR is not measured against it yet"
     if c.kind != "1x1":
         return LIBRARY, f"{c.kind}: cuDNN measured faster (see AUTO_IR_MIN_COUT)"
-    dtype = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[c.dtype]
     if c.dtype == torch.float32 or c.cout < AUTO_IR_MIN_COUT or c.height * c.width < AUTO_IR_MIN_PIXELS:
-        return LIBRARY, (f"1x1 {dtype} into {c.cout} channels over {c.height}x{c.width}: cuDNN measured faster "
+        return LIBRARY, (f"1x1 {short_dtype(c.dtype)} into {c.cout} channels over {c.height}x{c.width}: cuDNN measured faster "
                          f"(the IR wins in half precision from {AUTO_IR_MIN_COUT} channels and "
                          f"{AUTO_IR_MIN_PIXELS} pixels)")
     return TEMPLATE, "1x1 GEMM with a fused epilogue (measured faster than cuDNN at this size)"
@@ -357,26 +357,26 @@ GEMM = Rule(
     "gemm", "A matrix product with something fused into it: minicomp's GEMM template (prologue and epilogue "
     "fused) or cuBLAS (aten.mm/bmm) with the epilogue as a kernel of its own?",
     "GEMM template, epilogue fused", "cuBLAS + a separate epilogue kernel", _gemm,
-    ("gemm", {"template": TEMPLATE, "cublas": LIBRARY}), "m, n, k, epilogue (bias, bias+residual, bias+gelu)",
+    ("gemm", {"template": TEMPLATE, "cublas": LIBRARY}), ("m", "n", "k", "epilogue"),
     GEMM_ROWS)
 PLAIN_GEMM = Rule(
     "plain_gemm", "A product nothing fused into (after fusion: the product and its rounding): the GEMM "
     "template or cuBLAS?", "GEMM template", "cuBLAS", _plain_gemm,
-    ("gemm", {"template": TEMPLATE, "cublas": LIBRARY}), "m, n, k", PLAIN_GEMM_ROWS)
+    ("gemm", {"template": TEMPLATE, "cublas": LIBRARY}), ("m", "n", "k"), PLAIN_GEMM_ROWS)
 ATTENTION = Rule(
     "attention", "Written-out attention (softmax(q @ kᵀ) @ v): minicomp's flash-attention template, or "
     "cuBLAS products around a fused softmax?", "flash-attention template",
     "cuBLAS q @ kᵀ, fused softmax kernel, cuBLAS @ v", _attention,
-    ("attention", {"1": TEMPLATE, "0": LIBRARY}), "b, h, t, d, causal", ATTENTION_ROWS)
+    ("attention", {"1": TEMPLATE, "0": LIBRARY}), ("b", "h", "t", "d", "causal"), ATTENTION_ROWS)
 SDPA = Rule(
     "sdpa", "F.scaled_dot_product_attention's ops (forward and backward): minicomp's attention template, "
     "or PyTorch's fused kernel (flash / cuDNN / memory-efficient)?", "attention template",
     "PyTorch's SDPA kernel", _sdpa, ("attention", {"1": TEMPLATE, "0": LIBRARY}),
-    "b, h, t (tq: queries, when fewer), d, causal", SDPA_ROWS)
+    ("b", "h", "t", "tq", "d", "causal"), SDPA_ROWS)
 CONV = Rule(
     "conv", "A 2-D convolution: in minicomp's IR (GEMM template over an im2col view, or a window-sum "
     "reduction, with the epilogue fused) or cuDNN?", "convolution in the IR", "cuDNN", _conv,
     ("conv", {"ir": TEMPLATE, "cudnn": LIBRARY}),
-    "n, cin, hw, cout, kernel, stride, groups, epilogue (none, bn+relu, bn+hardswish)", CONV_ROWS)
+    ("n", "cin", "hw", "cout", "kernel", "stride", "groups", "epilogue"), CONV_ROWS)
 
 RULES = {r.name: r for r in (GEMM, PLAIN_GEMM, ATTENTION, SDPA, CONV)}

@@ -36,8 +36,8 @@ activation, residual). oneDNN on the CPU fuses the bias itself, so there it stay
 
 Which convolutions are rewritten: ``MINICOMP_CONV`` = ``cudnn`` (none), ``ir`` (every one this
 pass can lower) or ``auto`` (default: the choice max-autotune measured, as for matmuls, in
-``graph.gemm_choices``; else the rule ``ir/choices.CONV``, with its measurements). Every choice is a decision in the report; a
-convolution kept as extern has its fallback reason replaced by the choice's.
+``graph.gemm_choices``; else the rule ``ir/choices.CONV``, with its measurements). Every choice is a
+decision in the report; a convolution kept as extern has its fallback reason replaced by the choice's.
 """
 from __future__ import annotations
 
