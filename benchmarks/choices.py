@@ -141,6 +141,8 @@ def measure(rule, row, device: str, bench, rounds: int) -> dict:
     out.update({f"{k}_ms": t for k, t in zip(names, times)})
     out["faster"] = Row(row.setting, case, out.get(f"{TEMPLATE}_ms"), out.get(f"{LIBRARY}_ms"), pick, "").winner
     out["pick_is_faster"] = out["faster"] in (pick, "either")
+    if "sdpa_ms" in out and pick:  # issue 41: the pick must not be slower than PyTorch's SDPA either
+        out["pick_over_sdpa"] = out[f"{pick}_ms"] / out["sdpa_ms"]
     return out
 
 
@@ -172,9 +174,9 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         sdpa = rule.name == "attention"
         lines += [f"## {rule.name}: {rule.question}", "",
                   f"template: {rule.template}; library: {rule.library}.", "",
-                  "| setting | case | template ms | library ms |" + (" SDPA ms |" if sdpa else "")
+                  "| setting | case | template ms | library ms |" + (" SDPA ms | pick ÷ SDPA |" if sdpa else "")
                   + " faster | picks | table picks | pick is faster | max rel. error |",
-                  "|---|---|---:|---:|" + ("---:|" if sdpa else "") + "---|---|---|---|---|"]
+                  "|---|---|---:|---:|" + ("---:|---:|" if sdpa else "") + "---|---|---|---|---|"]
         for r in mine:
             if "error" in r:
                 lines.append(f"| {r['setting']} | {describe(r['case'])} | error: {r['error'][:150]} |")
@@ -183,7 +185,7 @@ def markdown(meta: dict, rows: list[dict]) -> str:
             errs = ", ".join(f"{k} {v:.1e}" for k, v in r["max_rel_error"].items()) + ("" if r["correct"] else " ✗")
             verdict = "yes" if r["pick_is_faster"] else "**no**"
             lines.append(f"| {r['setting']} | {describe(r['case'])} | {ms('template')} | {ms('library')} |"
-                         + (f" {ms('sdpa')} |" if sdpa else "")
+                         + (f" {ms('sdpa')} | {r.get('pick_over_sdpa', float('nan')):.2f} |" if sdpa else "")
                          + f" {r['faster']} | {r['picks']} | {r['table_picks']} | {verdict} | {errs} |")
         lines += ["", "Rows for `minicomp/ir/choices.py` (T, L: the side the rule picks here):", "", "```python",
                   f"CHOICES_MD = {'benchmarks/results/choices.md (' + meta['command'] + '; ' + meta['date'] + ')'!r}"]
