@@ -107,9 +107,9 @@ def measure(rule, row, device: str, bench, rounds: int) -> dict:
     import minicomp
     from common import bench_interleaved, fresh
     from minicomp import config
-    from minicomp.ir.choices import LIBRARY, SETTINGS, TEMPLATE, Row
+    from minicomp.ir.choices import LIBRARY, PRECISIONS, TEMPLATE, Row
 
-    dtype, flags = SETTINGS[row.setting]
+    dtype, flags = PRECISIONS[row.setting]
     case = tiny(rule.name, row.case) if device == "cpu" else row.case
     out = dict(rule=rule.name, setting=row.setting, case=case, table_picks=row.picks)
     torch._dynamo.reset()

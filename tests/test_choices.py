@@ -16,7 +16,7 @@ from minicomp import config
 from minicomp.backend import decompositions
 from minicomp.compiler import PIPELINE
 from minicomp.frontend.lowering import Lowering
-from minicomp.ir.choices import LIBRARY, RULES, SETTINGS, TEMPLATE, picked
+from minicomp.ir.choices import LIBRARY, PRECISIONS, RULES, TEMPLATE, picked
 from minicomp.passes.manager import run_pipeline
 from tests.utils import H200
 
@@ -26,7 +26,7 @@ ROWS = [pytest.param(rule, row, id=f"{rule.name}-{row.setting}-{'-'.join(map(str
 
 def decided(rule, row) -> list[str]:
     """The sides ``rule`` picked for ``row``'s workload, scheduled for the H200 (nothing runs)."""
-    dtype, flags = SETTINGS[row.setting]
+    dtype, flags = PRECISIONS[row.setting]
     with FakeTensorMode():  # traced as CPU tensors are (SDPA's fused op), without allocating them
         fn, args = workload(rule.name, row.case, dtype, device="cpu")
         gm = make_fx(fn, decomposition_table=decompositions())(*args)
@@ -63,14 +63,14 @@ def test_tables_are_complete_and_cited():
     for rule in RULES.values():
         seen = set()
         for row in rule.table:
-            assert row.setting in SETTINGS and row.picks in (TEMPLATE, LIBRARY), row
+            assert row.setting in PRECISIONS and row.picks in (TEMPLATE, LIBRARY), row
             assert set(row.case) <= set(rule.case_keys), (rule.name, row.case)
             assert (row.template_ms is None and row.library_ms is None) or row.source, row  # numbers cite a source
             key = (row.setting, tuple(sorted(row.case.items())))
             assert key not in seen, f"{rule.name}: two rows for {key}"
             seen.add(key)
         # every setting has a row, measured or not (a missing cell is said, not skipped)
-        assert {row.setting for row in rule.table} == set(SETTINGS) or rule.name == "plain_gemm", rule.name
+        assert {row.setting for row in rule.table} == set(PRECISIONS) or rule.name == "plain_gemm", rule.name
 
 
 def test_a_rule_change_fails_the_table_test(monkeypatch):

@@ -35,7 +35,7 @@ NOISE = 0.10
 """Times within 10 % are a tie: runs of the same kernels on the H200 spread about ±3 % (gemm.md), and
 host-bound rows more (attention.md's T=1024 rows)."""
 
-SETTINGS = {  # name: (dtype, the torch globals of that setting, as config.patch takes them)
+PRECISIONS = {  # a row's setting: (dtype, the torch globals of that setting, as config.patch takes them)
     "fp32-ieee": (torch.float32, dict(cuda_matmul_allow_tf32=False, float32_matmul_precision="highest",
                                       cudnn_allow_tf32=False)),
     "tf32": (torch.float32, dict(cuda_matmul_allow_tf32=True, float32_matmul_precision="highest",
@@ -68,12 +68,12 @@ def picked(decisions: list[str], rule: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Row:
-    setting: str               # a key of SETTINGS
+    setting: str               # a key of PRECISIONS
     case: dict                 # the workload: the rule's ``case_keys``
     template_ms: float | None  # None: not measured
     library_ms: float | None
     picks: str                 # what the rule picks here (tests/test_choices.py checks it still does)
-    source: str                # results file and command (SOURCES), or "" when not measured
+    source: str                # results file and command (GEMM_MD, WAVES, ... below), or "" when not measured
     note: str = ""
     open: str = ""             # why the rule picks the slower side here (until a new measurement)
 
