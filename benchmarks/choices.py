@@ -2,7 +2,7 @@
 minicomp with the rule's template side forced against minicomp with its library side forced, in one
 process, timed interleaved (and, for attention, PyTorch's SDPA on the same q, k, v as a reference).
 
-    python benchmarks/choices.py                  # GPU: every row, about 5 minutes on an H100/H200
+    python benchmarks/choices.py                  # GPU: every row, at most about 6 minutes (--budget-s)
     python benchmarks/choices.py --only gemm,conv # some rules
     python benchmarks/choices.py --dry-run        # CPU, tiny sizes, results in a temporary folder
 
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help="comma-separated rule names (default: every rule)")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes: checks the script")
     p.add_argument("--out-dir", default=None, help="default: benchmarks/results (a temporary folder with --dry-run)")
-    p.add_argument("--budget-s", type=float, default=330, help="rows not started by then are skipped")
+    p.add_argument("--budget-s", type=float, default=300, help="rows not started by then are skipped (listed)")
     a = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))  # benchmark the checkout this script is in
     sys.path.insert(0, str(ROOT / "benchmarks"))
