@@ -1,7 +1,9 @@
-"""Helpers shared by the benchmark scripts (gemm.py, suite.py): interleaved timing, the matmul peak, MLPBlock."""
+"""Helpers shared by the benchmark scripts (gemm.py, suite.py, conv_kernels.py, choices.py): interleaved timing,
+variants of one function for Dynamo, the matmul peak, MLPBlock."""
 from __future__ import annotations
 
 import statistics
+import types
 from pathlib import Path
 from typing import Callable
 
@@ -21,6 +23,14 @@ def bench_interleaved(fns: list, bench: Timer, rounds: int = 5) -> list[float]:
         for t, fn in zip(times, fns):
             t.append(bench(fn))
     return [statistics.median(t) for t in times]
+
+
+def fresh(fn, tag: str):
+    """A copy of ``fn`` with its own code object: Dynamo caches compiled frames per code object, so each
+    variant compiles once and keeps its own (no ``torch._dynamo.reset()`` between variants, which would
+    make the earlier ones recompile at their next call)."""
+    code = fn.__code__.replace(co_name=f"{fn.__code__.co_name}_{tag}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
 
 
 def peak_tflops(bench: Timer, n: int = 8192, device: str = "cuda") -> float:

@@ -139,8 +139,7 @@ def instrument(phases: Phases, profile: cProfile.Profile | None = None) -> None:
 def child(args: argparse.Namespace) -> None:
     import minicomp
     if args.cublas:  # what an H200 chooses for IEEE fp32 products: cuBLAS, then an epilogue kernel
-        from minicomp.passes import gemm_choice
-        gemm_choice.heuristic = lambda node, target: (gemm_choice.ATEN, "forced by --cublas")
+        os.environ["MINICOMP_GEMM"] = "cublas"
     device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"
     phases = Phases()
     profile = cProfile.Profile() if args.profile else None

@@ -24,13 +24,13 @@ import os
 import statistics
 import sys
 import tempfile
-import types
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 import minicomp
+from common import fresh
 
 
 @dataclass(frozen=True)
@@ -106,14 +106,6 @@ def flops(s: Shape) -> int:
 
 def rel_error(out, ref) -> float:
     return ((out.float() - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-6)).item()
-
-
-def fresh(fn, tag: str):
-    """A copy of ``fn`` with its own code object: Dynamo caches compiled frames per code object, so each
-    variant compiles once and keeps its own (no ``torch._dynamo.reset()`` between variants, which would
-    make the earlier ones recompile at their next call)."""
-    code = fn.__code__.replace(co_name=f"{fn.__code__.co_name}_{tag}")
-    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
 
 
 @contextlib.contextmanager

@@ -88,11 +88,14 @@ def _set(obj, attr: str) -> Callable[[Any], None]:
 SETTINGS: dict[str, Setting] = {s.name: s for s in [
     # --- what the compiler generates ----------------------------------------------------------
     Setting("attention", "MINICOMP_ATTENTION", "auto", "choice", True,
-            "written-out attention becomes minicomp's flash kernel unless 0; SDPA's ops are lowered in "
-            "the interpreter, and on a GPU only with 1 (ir/target.py)", ("auto", "0", "1")),
+            "attention in minicomp's flash kernel: auto (the measured rules for written-out attention and "
+            "for SDPA's ops; ir/choices.py), 1 (every attention it can run), 0 (none)", ("auto", "0", "1")),
+    Setting("gemm", "MINICOMP_GEMM", "auto", "choice", True,
+            "which matrix products run in the GEMM template: auto (measured rule; ir/choices.py), "
+            "template (every one), cublas (none: aten.mm/bmm)", ("auto", "template", "cublas")),
     Setting("conv", "MINICOMP_CONV", "auto", "choice", True,
             "which convolutions run as IR kernels: cudnn (none), ir (every one it can), auto (measured "
-            "rule; passes/conv_lowering.py)", ("auto", "cudnn", "ir")),
+            "rule; ir/choices.py)", ("auto", "cudnn", "ir")),
     Setting("memory_plan", "MINICOMP_MEMORY_PLAN", "1", "choice", True,
             "the wrapper's memory plan: 1 frees, reuses and writes in place, free only frees, 0 plans "
             "nothing (passes/memory_plan.py)", ("1", "free", "0")),

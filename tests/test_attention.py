@@ -420,8 +420,10 @@ def test_mingpt_module_with_a_registered_tril_buffer():
 
 def test_gpu_default_fuses_written_out_attention_and_keeps_sdpa(monkeypatch):
     """On a GPU by default the written-out form becomes the attention node while SDPA's ops stay
-    PyTorch's (faster there, measured); MINICOMP_ATTENTION=1 lowers SDPA too, =0 neither."""
-    from minicomp.ir.target import Target
+    PyTorch's (faster there, measured: ``ir/choices.py``); MINICOMP_ATTENTION=1 lowers SDPA too, =0
+    neither."""
+    from minicomp.ir import choices
+    from minicomp.ir.target import INTERPRETER
     from tests.test_target import _scheduled
     from tests.utils import H200
     monkeypatch.delenv("MINICOMP_ATTENTION", raising=False)
@@ -434,10 +436,9 @@ def test_gpu_default_fuses_written_out_attention_and_keeps_sdpa(monkeypatch):
             monkeypatch.setenv("MINICOMP_ATTENTION", env)
         graph, _ = _scheduled(fn, [q, k, v], H200)
         assert any(n.op == "attention" for n in graph.nodes) == fused, env
-        assert (H200.fused_attention, H200.lowers_sdpa) == (fused, sdpa), env
+        assert (choices.SDPA.forced() or choices.SDPA(H200)).template == sdpa, env
     monkeypatch.delenv("MINICOMP_ATTENTION")
-    interpreter = Target("interpreter", torch.device("cpu"), "interpreter")
-    assert interpreter.fused_attention and interpreter.lowers_sdpa  # the CPU tests run every kernel
+    assert choices.ATTENTION(torch.float32, INTERPRETER).template and choices.SDPA(INTERPRETER).template
 
 
 def test_gpu_fp32_attention_goes_to_cublas_products():

@@ -260,8 +260,8 @@ def test_dropout_declines():
 def test_off_where_the_target_says_so_both_ways(monkeypatch):
     """A target that does not lower SDPA (a GPU without MINICOMP_ATTENTION=1) keeps SDPA's
     forward and backward ops in PyTorch, each with the reason; gradients stay eager's."""
-    from minicomp.ir.target import Target
-    monkeypatch.setattr(Target, "lowers_sdpa", property(lambda self: False))
+    from minicomp.ir import choices
+    monkeypatch.setattr(choices.SDPA, "decide", lambda target: (choices.LIBRARY, "test: a GPU's choice"))
     reports = compare_gradients(sdpa(is_causal=True), *qkv(tq=17))
     assert "attention" not in templates(reports) and "attention_dq" not in templates(reports)
     reasons = [f.reason for r in reports for f in r.fallbacks]

@@ -20,7 +20,8 @@ from minicomp.backend import decompositions
 from minicomp.compiler import PIPELINE
 from minicomp.frontend.lowering import Lowering
 from minicomp.ir.kernel import Load
-from minicomp.passes import conv_lowering, gemm_choice
+from minicomp.ir import choices
+from minicomp.passes import conv_lowering
 from minicomp.passes.manager import run_pipeline
 from tests.utils import H200, compare_gradients, compile_and_compare
 
@@ -141,8 +142,8 @@ def test_a_grouped_convolution_in_the_ir_among_library_convolutions_reads_their_
     their neighbourhood channels-last and the grouped GEMM reads that buffer (K ordered for it, the
     forecast ``conv_lowering`` makes); with ``freeze`` batch norm is folded into the grouped weights.
     Values against eager, one GEMM kernel."""
-    monkeypatch.setattr(conv_lowering, "heuristic", lambda conv, target, channels_last=False:
-                        (conv.kind == "grouped", "test: grouped only"))
+    monkeypatch.setattr(choices.CONV, "decide", lambda facts, target:
+                        (choices.TEMPLATE if facts.kind == "grouped" else choices.LIBRARY, "test: grouped only"))
     model = nn.Sequential(nn.Conv2d(8, 32, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
                           nn.Conv2d(32, 32, 3, stride=2, padding=1, groups=2, bias=False), nn.BatchNorm2d(32),
                           nn.ReLU(), nn.Conv2d(32, 8, 1)).eval()
@@ -195,7 +196,7 @@ def test_an_unknown_mode_is_an_error(monkeypatch):
 def test_ieee_fp32_product_sent_to_cublas_reads_a_copied_im2col(ir, monkeypatch):
     """On the GPU gemm_backend sends IEEE fp32 products to cuBLAS: the im2col view is then an extern's
     input (materialized), and the result still right."""
-    monkeypatch.setattr(gemm_choice, "heuristic", lambda node, target: (gemm_choice.ATEN, "test"))
+    monkeypatch.setenv("MINICOMP_GEMM", "cublas")
 
     def fn(x, w, b):
         return F.conv2d(x, w, b, padding=1).relu()

@@ -115,10 +115,9 @@ GEMMS = [  # each with an epilogue: a product alone runs in cuBLAS (below)
 
 @pytest.mark.parametrize("name,fn,shapes,dtype", GEMMS, ids=[g[0] for g in GEMMS])
 def test_gemm_on_cuda(name, fn, shapes, dtype, monkeypatch):
-    from minicomp.passes import gemm_choice
-    # the template, whatever the heuristic says (these products have fewer tiles than the H200 has SMs:
+    # the template, whatever the rule says (these products have fewer tiles than the H200 has SMs:
     # by default they run in cuBLAS)
-    monkeypatch.setattr(gemm_choice, "heuristic", lambda node, target: ("triton", "the template under test"))
+    monkeypatch.setenv("MINICOMP_GEMM", "template")
     args = [torch.randn(s, device="cuda", dtype=dtype) / 8 for s in shapes]
     with assigned(torch.backends.cuda.matmul, "allow_tf32", True):  # fp32 on tensor cores (IEEE: cuBLAS)
         compile_and_compare(fn, *args, kernels=1, atol=3e-2, rtol=3e-2)

@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from ..ir import choices
 from ..ir.graph import Node, fill_value
 from .attention_results import forward_results
 from .registry import Unsupported, aten, rule
@@ -39,13 +40,20 @@ def _as_bool(mask: Node) -> Node | None:
     return None
 
 
+def sdpa_choice(L, what: str) -> None:
+    """Raise ``Unsupported`` where PyTorch's kernel runs ``what`` (``ir/choices.SDPA``, or
+    ``MINICOMP_ATTENTION``); the choice is a decision either way."""
+    choice = choices.SDPA.forced() or choices.SDPA(L.graph.target)
+    L.graph.decisions.append(f"{what}: {'attention template' if choice.template else 'PyTorch kernel'} ({choice})")
+    if not choice.template:
+        raise Unsupported(f"{what} kept: {choice.why} (MINICOMP_ATTENTION=1 lowers them)")
+
+
 def sdpa(L, q: Node, k: Node, v: Node, mask: Node | None, dropout_p: float, is_causal: bool,
          scale: float | None, enable_gqa: bool = True) -> Node:
     """The attention node of ``scaled_dot_product_attention``'s arguments (SDPA's semantics: a bool
     mask keeps where True, is_causal is top-left aligned, a row that sees no key gives 0)."""
-    if not L.graph.target.lowers_sdpa:
-        raise Unsupported("SDPA kept: PyTorch's fused attention kernels are faster than minicomp's on GPUs "
-                          "(MINICOMP_ATTENTION=1 lowers them)")
+    sdpa_choice(L, "SDPA")
     if dropout_p:
         raise Unsupported(f"attention not fused: dropout_p={dropout_p} (dropout inside attention is not fused)")
     if q.type.ndim < 3 or k.type.ndim != q.type.ndim or v.type.ndim != q.type.ndim:

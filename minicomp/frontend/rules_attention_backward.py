@@ -19,7 +19,7 @@ from ..ir.attention import acc_dtype
 from ..ir.graph import Node
 from .attention_results import read_results
 from .registry import Unsupported, aten, rule
-from .rules_attention import _as_bool, _heads
+from .rules_attention import _as_bool, _heads, sdpa_choice
 
 
 def sdpa_backward(L, dout: Node, q: Node, k: Node, v: Node, out: Node, lse: Node, mask: Node | None,
@@ -27,9 +27,7 @@ def sdpa_backward(L, dout: Node, q: Node, k: Node, v: Node, out: Node, lse: Node
     """dq, dk, dv of ``scaled_dot_product_attention`` from its output and log-sum-exp."""
     if dropout_p:
         raise Unsupported(f"attention backward not fused: dropout_p={dropout_p} (dropout inside attention is not fused)")
-    if not L.graph.target.lowers_sdpa:
-        raise Unsupported("SDPA backward kept: PyTorch's fused attention kernels are faster than minicomp's "
-                          "on GPUs (MINICOMP_ATTENTION=1 lowers them)")
+    sdpa_choice(L, "SDPA backward")
     if not (q.type.ndim == k.type.ndim == v.type.ndim == 4) or not (q.shape[0] == k.shape[0] == v.shape[0]):
         raise Unsupported("attention backward: q, k and v must be [B, H, T, D] with one batch")
     if is_causal and mask is not None:

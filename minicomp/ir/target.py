@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import config
 
 INTERPRETER_NAME = "cpu (Triton interpreter)"
 
@@ -29,23 +28,6 @@ class Target:
     @property
     def is_cuda(self) -> bool:
         return self.kind == "cuda"
-
-    @property
-    def fused_attention(self) -> bool:
-        """Whether written-out attention (``softmax(q @ kᵀ) @ v``) becomes minicomp's flash kernel:
-        yes unless ``MINICOMP_ATTENTION=0``. Measured on the H200 (benchmarks/attention.py): causal
-        forms 2-10x faster than Inductor (which does not fuse them), GPT-2 and Llama blocks 1.5x and
-        1.06x; non-causal 0.7-0.9x of Inductor (which matches them to PyTorch's SDPA)."""
-        return config.attention != "0"
-
-    @property
-    def lowers_sdpa(self) -> bool:
-        """Whether ``F.scaled_dot_product_attention``'s ops (forward and backward) run as minicomp's
-        kernels: always in the interpreter; on a GPU only with ``MINICOMP_ATTENTION=1``, since
-        PyTorch's flash/cuDNN kernels measured faster there (forward 1.1-1.8x, forward + backward
-        1.2-1.4x at T >= 4096 on the H200)."""
-        mode = config.attention
-        return mode != "0" and (self.interpreted or mode == "1")
 
     @property
     def interpreted(self) -> bool:

@@ -28,6 +28,7 @@ import math
 
 import torch
 
+from ..ir import choices
 from ..ir.expr import Affine, Var, evaluate, index_vars, unravel
 from ..ir.graph import Graph, Node, Scalar, compose_view, fill_value
 from ..ir.interpreter import run as interpret
@@ -60,7 +61,8 @@ class NotAttention(Exception):
 
 def attention(graph: Graph) -> Graph:
     """Replace every recognised written-out attention by one ``attention`` node."""
-    if not graph.target.fused_attention:
+    forced = choices.ATTENTION.forced()
+    if forced and not forced.template:  # MINICOMP_ATTENTION=0
         return graph
     graph.recompute_users()
     found = 0
@@ -69,7 +71,7 @@ def attention(graph: Graph) -> Graph:
         if softmax is None:
             continue
         try:
-            new, how = _rewrite(graph, node, *softmax)
+            new, how = _rewrite(graph, node, *softmax, forced)
         except NotAttention as e:
             graph.decisions.append(f"attention not fused: {node.name} = probabilities @ v: {e}")
             continue
@@ -177,7 +179,8 @@ def _softmax_operand(mm: Node):
     return p, idx, b, score_vars
 
 
-def _rewrite(graph: Graph, mm: Node, p: Node, p_idx: tuple, b: dict, score_vars) -> tuple[Node, str]:
+def _rewrite(graph: Graph, mm: Node, p: Node, p_idx: tuple, b: dict, score_vars,
+             forced: choices.Choice | None) -> tuple[Node, str]:
     *batch, iq, ik = score_vars
     if not _rows(p_idx, iq, ik):
         raise NotAttention("the probabilities are not read row by row")
@@ -204,12 +207,9 @@ def _rewrite(graph: Graph, mm: Node, p: Node, p_idx: tuple, b: dict, score_vars)
         scale = scores.scale
         if not (q.dtype == k.dtype == v.dtype):
             raise NotAttention(f"q, k and v are {q.dtype}, {k.dtype}, {v.dtype}")
-    if v.dtype == torch.float32 and graph.target.is_cuda:
-        # The flash kernel's fp32 products run with input_precision="ieee", off the tensor cores; cuBLAS's
-        # products (TF32 where PyTorch allows it) around the fused softmax are 5-8x faster on the H200
-        # (transformers GPT-2/BERT with written-out attention, B8 T512: issue 41's table).
-        raise NotAttention("fp32 operands on a GPU: cuBLAS products around a fused softmax run on tensor cores "
-                           "where allowed and beat the flash kernel's IEEE products")
+    choice = forced or choices.ATTENTION(v.dtype, graph.target)
+    if not choice.template:
+        raise NotAttention(str(choice))
     if scale <= 0 and scores.mask is not None:  # -inf times the scale would not stay -inf
         raise NotAttention(f"scale {scale} <= 0 with a mask")
     kind, mask, causal, how = scores.mask_attrs(graph)  # the last check passed: nodes may be added now
@@ -232,7 +232,7 @@ def _rewrite(graph: Graph, mm: Node, p: Node, p_idx: tuple, b: dict, score_vars)
         graph.nodes.remove(result)
         graph.nodes.insert(graph.nodes.index(mm), result)
     _replace(graph, mm, result)
-    return new, f"scale {scale:.6g}, {how}"
+    return new, f"scale {scale:.6g}, {how}; {choice}"
 
 
 def _head_dims(p: Node, p_idx: tuple, batch) -> tuple[int, ...] | None:

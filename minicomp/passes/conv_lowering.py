@@ -36,8 +36,8 @@ activation, residual). oneDNN on the CPU fuses the bias itself, so there it stay
 
 Which convolutions are rewritten: ``MINICOMP_CONV`` = ``cudnn`` (none), ``ir`` (every one this
 pass can lower) or ``auto`` (default: the choice max-autotune measured, as for matmuls, in
-``graph.gemm_choices``; else ``heuristic``). Every choice is a decision in the report; a
-convolution kept as extern has its fallback reason replaced by the choice's.
+``graph.gemm_choices``; else the rule ``ir/choices.CONV``, with its measurements). Every choice is a
+decision in the report; a convolution kept as extern has its fallback reason replaced by the choice's.
 """
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import config
+from ..ir import choices
 from ..ir.expr import Affine, Range, index_vars, unravel
 from ..ir.graph import Graph, Node, extern_call
 from ..ir.target import Target
@@ -54,17 +55,6 @@ from .gemm_choice import ATEN
 from .layout_plan import channels_last_pays
 
 MODES = config.SETTINGS["conv"].choices
-AUTO_IR_MIN_COUT = 256
-AUTO_IR_MIN_PIXELS = 196
-"""Where ``auto`` runs a convolution in the IR on the GPU: in a graph that stays NCHW (``layout_plan``),
-1x1, stride 1, fp16/bf16, at least 256 output channels over at least 14x14 pixels — what measured
-faster than NCHW cuDNN with the same epilogue (H200, batch 32, ResNet-50/MobileNetV3 shapes,
-``benchmarks/conv_kernels.py``, benchmarks/results/conv_kernels-*: 0.6-0.7x cuDNN's GPU
-time). Elsewhere NCHW cuDNN won: 1x1 into 64 channels (2.3x), over 7x7 pixels (1.2x) or in fp32 (up
-to 2.6x); im2col 3x3 (2.5-12x: div/mod address math per element, no TMA); depthwise as a window
-reduction (1.2-4.4x). A graph ``layout_plan`` runs channels-last keeps every convolution in cuDNN:
-the IR has not been measured against channels-last cuDNN yet."""
-CUDNN_CHANNEL_MULTIPLE = 8  # half-precision channels per 16 bytes: what cuDNN's tensor-core kernels take unpadded
 GROUPED_MIN_WIDTH = 16
 GROUPED_REASON = (f"grouped convolution with fewer than {GROUPED_MIN_WIDTH} output channels (or products of K) per "
                   f"group: its per-group products are too narrow for tensor-core tiles (tl.dot needs 16); kept in "
@@ -143,42 +133,12 @@ def precision(conv: Conv, target: Target) -> str:
     return "tf32" if config.cudnn_allow_tf32 else "ieee"
 
 
-def heuristic(conv: Conv, target: Target, channels_last: bool = False) -> tuple[bool, str]:
-    """``auto``'s choice (True: the IR) and why; ``channels_last``: the graph's convolutions will run
-    NHWC (``layout_plan.channels_last_pays``)."""
-    if not target.is_cuda:
-        return False, "CPU: oneDNN's convolution is faster than the Triton interpreter"
-    if conv.kind != "depthwise" and conv.x.dtype == torch.float32 and precision(conv, target) == "ieee":
-        return False, "IEEE fp32 (cudnn.allow_tf32 off): no tensor cores; gemm_backend would send it to cuBLAS"
-    if conv.kind == "grouped":
-        return True, ("grouped: a tensor-core product per image and group with the epilogue fused (cuDNN's "
-                      "grouped kernels convert layouts around theirs)")
-    if pads_channels(conv):
-        return True, (f"one pixel, {conv.x.shape[1]} input channels (not a multiple of "
-                      f"{CUDNN_CHANNEL_MULTIPLE}): cuDNN would pad both operands in two conversion kernels; "
-                      f"a [N, Cin] x [Cin, Cout] GEMM instead")
-    if channels_last:
-        return False, "channels-last cuDNN (layout_plan); the IR is not measured against it yet"
-    if conv.kind != "1x1":
-        return False, f"{conv.kind}: cuDNN measured faster (see AUTO_IR_MIN_COUT)"
+def facts(conv: Conv, target: Target, channels_last: bool = False) -> choices.ConvFacts:
+    """What the convolution rule reads of ``conv``; ``channels_last``: the graph's library convolutions
+    will run NHWC (``layout_plan.channels_last_pays``)."""
     n, cin, h, w = conv.x.shape
-    cout = conv.w.shape[0]
-    if conv.x.dtype == torch.float32 or cout < AUTO_IR_MIN_COUT or h * w < AUTO_IR_MIN_PIXELS:
-        return False, (f"1x1 {short_dtype(conv.x.dtype)} into {cout} channels over {h}x{w}: cuDNN measured faster "
-                       f"(the IR wins in half precision from {AUTO_IR_MIN_COUT} channels and {AUTO_IR_MIN_PIXELS} pixels)")
-    return True, "1x1 GEMM with a fused epilogue (measured faster than cuDNN at this size)"
-
-
-def pads_channels(conv: Conv) -> bool:
-    """A half-precision 1x1 convolution over one pixel (squeeze-excite's expanding convolution) whose
-    input channels are not a multiple of ``CUDNN_CHANNEL_MULTIPLE``: at batch 32 cuDNN runs it with an
-    ``nchwToNhwcKernel`` on the input and on the weight (padding the channels for its tensor-core
-    kernel; EfficientNet-B0's 20 and 28, RegNetY-1.6GF's 30 and 84: 12 and 34 such kernels per call,
-    H200, torch 2.11). Over one pixel it is a plain product, which the GEMM template runs with its
-    bias and activation fused."""
-    _, cin, h, w = conv.x.shape
-    return (conv.kind == "1x1" and h * w == 1 and cin % CUDNN_CHANNEL_MULTIPLE != 0
-            and conv.x.dtype in (torch.float16, torch.bfloat16))
+    return choices.ConvFacts(conv.kind, conv.x.dtype, precision(conv, target), cin, conv.w.shape[0], h, w,
+                             channels_last)
 
 
 def tunable(node: Node) -> bool:
@@ -195,35 +155,39 @@ def grouped_fits(conv: Conv) -> bool:
     return cout // conv.groups >= GROUPED_MIN_WIDTH and cin_g * kh * kw >= GROUPED_MIN_WIDTH
 
 
-def _fixed_choice(conv: Conv, graph: Graph, mode: str) -> tuple[bool, str] | None:
-    """The choice that does not depend on the graph's layout (None: ``heuristic`` decides)."""
+def _fixed_choice(conv: Conv, graph: Graph) -> tuple[bool, str] | None:
+    """The choice that does not depend on the graph's layout (None: the rule decides, knowing it)."""
     if conv.kind == "grouped" and not grouped_fits(conv):
         return False, GROUPED_REASON
-    if mode != "auto":
-        return mode == "ir", f"MINICOMP_CONV={mode}"
+    forced = choices.CONV.forced()
+    if forced:
+        return forced.template, str(forced)
     if conv.node.id in graph.gemm_choices:
         return graph.gemm_choices[conv.node.id] != ATEN, "measured (max-autotune)"
-    if conv.kind == "grouped":
-        return heuristic(conv, graph.target)
+    if conv.kind == "grouped":  # (the rule's choice for it does not depend on the layout)
+        choice = choices.CONV(facts(conv, graph.target), graph.target)
+        return choice.template, str(choice)
     return None
 
 
 def conv_lowering(graph: Graph) -> Graph:
     """Rewrite the chosen convolution externs into IR (see the module docstring)."""
-    mode = conv_mode()
     graph.recompute_users()
     convs = {}
     for node in [n for n in graph.nodes if n.op == "extern"]:
         conv, why_not = parse(node)
         if conv is not None:
-            convs[node] = (conv, _fixed_choice(conv, graph, mode))
+            convs[node] = (conv, _fixed_choice(conv, graph))
         elif node.attrs.get("target") is torch.ops.aten.convolution.default:
             graph.decisions.append(f"conv {node.name}: cuDNN/oneDNN extern (not lowered: {why_not})")
     # whether the convolutions left to cuDNN/oneDNN will run channels-last (layout_plan decides after fusion)
     lowered = {node for node, (_, fixed) in convs.items() if fixed and fixed[0]}
     channels_last = any(n not in lowered for n in convs) and channels_last_pays(graph, skip=lowered)[0]
     for node, (conv, fixed) in convs.items():
-        use_ir, reason = fixed or heuristic(conv, graph.target, channels_last)
+        if fixed is None:
+            choice = choices.CONV(facts(conv, graph.target, channels_last), graph.target)
+            fixed = choice.template, str(choice)
+        use_ir, reason = fixed
         if not use_ir:
             graph.decisions.append(f"{conv.describe()}: cuDNN/oneDNN extern ({reason})")
             _note_reason(graph, node, f"convolution kept as extern: {reason}")

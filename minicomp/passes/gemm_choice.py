@@ -2,9 +2,9 @@
 and epilogue) and cuBLAS through aten (``extern``), whose epilogue then becomes its own kernel.
 
 ``graph.gemm_choices`` may fix the choice per matmul node id (the autotuner does, with
-measurements); otherwise a heuristic decides before fusion (``gemm_backend``), and after fusion a
-product that nothing joined goes to cuBLAS too (``plain_gemms``). Every choice and its reason is
-recorded in ``graph.decisions``.
+measurements); otherwise ``MINICOMP_GEMM`` or the rule ``ir/choices.GEMM`` decides before fusion
+(``gemm_backend``), and after fusion ``choices.PLAIN_GEMM`` decides for a product that nothing joined
+(``plain_gemms``). Every choice and its reason is recorded in ``graph.decisions``.
 """
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import math
 
 import torch
 
+from ..ir import choices
 from ..ir.graph import Graph, Group, Node
 from ..ir.layout import view_as_strided
 from ..ir.ops import OPS
 from ..ir.target import Target
 from ..ir.types import contiguous_strides
-from ..templates.gemm import SHORT_ROWS, gemm_schedule, tile_count
+from ..templates.gemm import gemm_schedule, tile_count
 
 ATEN = "aten"
 
@@ -39,31 +40,16 @@ def _epilogue_fns(node: Node, most: int = 64) -> set[str]:
     return fns
 
 
-def heuristic(node: Node, target: Target) -> tuple[str, str]:
-    """The default choice for a matmul node on ``target``, and why."""
+def product(node: Node, target: Target) -> choices.Product:
+    """What the GEMM rule reads of a matmul node: its sizes, its epilogue's transcendental fns and the
+    template's tile count for it on ``target``."""
     a, _ = node.inputs
-    k = a.shape[-1]
-    if not target.is_cuda:
-        return "triton", "CPU: the template runs in Triton's interpreter"
-    if a.dtype == torch.float32 and node.attrs["precision"] == "ieee":
-        return ATEN, "IEEE fp32 products do not run on tensor cores; cuBLAS is faster"
-    # Transcendental epilogues stall a GEMM tile's tensor cores. Measured on the H200 (benchmarks/gemm.py): cuBLAS
-    # + a separate gelu kernel beats the fused template for gelu(linear) at K=1024 and K=4096; with a bias/residual
-    # epilogue the template wins. With gelu's two-MUFU spelling the template won one run (0.426 vs 0.440 ms at
-    # 8192x4096x4096) and lost two (0.476-0.502 vs 0.452 for eager): power-bound there, cuBLAS is the steadier.
-    heavy = {fn for fn in _epilogue_fns(node) if OPS[fn].transcendental}
-    if heavy and a.shape[-2] * k >= 2**20:
-        return ATEN, f"epilogue {sorted(heavy)} would stall the tensor cores: cuBLAS + a separate epilogue kernel"
-    # The template's tiles do not shrink or split K: a small product leaves SMs idle (ConvNeXt-T at batch 1,
-    # H200: 196x384x1536 in 6 tiles, 11.8 us vs cuBLAS 5.2; 784x192x768, 12.7 vs 5). Up to SHORT_ROWS
-    # rows the call is host-bound and the fused epilogue's saved launch counts more (GPT-2 block at 64 tokens:
-    # 14 launches with cuBLAS, 9 with the template, 338 vs 247-330 us a call)
+    m, n, k = a.shape[-2], node.shape[-1], a.shape[-1]
+    heavy = tuple(sorted(fn for fn in _epilogue_fns(node) if OPS[fn].transcendental))
     batch = math.prod(node.shape[:-2])
-    blocks = gemm_schedule(a.shape[-2], node.shape[-1], k, a.dtype, target, bool(heavy), batch).blocks
-    tiles = tile_count(a.shape[-2], node.shape[-1], (blocks["BLOCK_M"], blocks["BLOCK_N"]), batch)
-    if tiles < target.sm_count and batch * a.shape[-2] > SHORT_ROWS:  # rows (batch x M): short ones keep it
-        return ATEN, f"{tiles} template tiles for {target.sm_count} SMs: cuBLAS sizes its tiles to the product"
-    return "triton", "tensor-core template with the epilogue fused"
+    blocks = gemm_schedule(m, n, k, a.dtype, target, bool(heavy), batch).blocks
+    tiles = tile_count(m, n, (blocks["BLOCK_M"], blocks["BLOCK_N"]), batch)
+    return choices.Product(a.dtype, node.attrs["precision"], m, n, k, batch, heavy, tiles)
 
 
 def gemm_backend(graph: Graph) -> Graph:
@@ -72,8 +58,11 @@ def gemm_backend(graph: Graph) -> Graph:
     fixed = graph.gemm_choices
     decisions = graph.decisions
     for node in [n for n in graph.nodes if n.op == "matmul"]:
-        choice, reason = ((fixed[node.id], "measured (max-autotune)") if node.id in fixed
-                          else heuristic(node, graph.target))
+        if node.id in fixed:
+            choice, reason = fixed[node.id], "measured (max-autotune)"
+        else:
+            rule = choices.GEMM.forced() or choices.GEMM(product(node, graph.target), graph.target)
+            choice, reason = ("triton" if rule.template else ATEN), str(rule)
         if choice == ATEN and len(node.shape) not in (2, 3):
             choice, reason = "triton", "batched over several dims: aten.bmm would need a copy"
         if choice != ATEN:
@@ -87,10 +76,10 @@ def gemm_backend(graph: Graph) -> Graph:
 
 def plain_gemms(graph: Graph) -> Graph:
     """A GEMM kernel that fused nothing (the product and its rounding to the operand dtype, no prologue,
-    no epilogue) gains nothing from the template: cuBLAS runs it faster (bf16 4096^3 on the H200:
-    0.195 vs 0.219 ms, benchmarks/results/gemm.md) and needs no compile. Llama's q/k/v and
-    head projections are such products."""
-    if not graph.target.is_cuda:
+    no epilogue) goes where ``choices.PLAIN_GEMM`` says: on GPUs cuBLAS, which runs it faster and needs
+    no compile. Llama's q/k/v and head projections are such products."""
+    rule = choices.PLAIN_GEMM.forced() or choices.PLAIN_GEMM(graph.target)
+    if rule.template:
         return graph
     graph.recompute_users()
     plain = [g for g in graph.groups if _plain(g, graph)]
@@ -101,8 +90,7 @@ def plain_gemms(graph: Graph) -> Graph:
     gone: set[Node] = set()
     for group in plain:
         node = group.matmul
-        graph.decisions.append(f"gemm {node.name} {list(node.shape)}: cuBLAS via aten (nothing fused into "
-                               "it: cuBLAS is faster than the plain template and needs no compile)")
+        graph.decisions.append(f"gemm {node.name} {list(node.shape)}: cuBLAS via aten ({rule})")
         out_type = node.type.with_(dtype=node.inputs[0].dtype)
         ext = _extern(graph, node, out_type)
         for member in group.nodes:  # the product rounded to the operand dtype (fp32: the product): cuBLAS's result

@@ -1,0 +1,260 @@
+"""Every template-vs-library rule's table (``minicomp/ir/choices.py``) measured afresh: for each row,
+minicomp with the rule's template side forced against minicomp with its library side forced, in one
+process, timed interleaved (and, for attention, PyTorch's SDPA on the same q, k, v as a reference).
+
+    python benchmarks/choices.py                  # GPU: every row, at most about 6 minutes (--budget-s)
+    python benchmarks/choices.py --only gemm,conv # some rules
+    python benchmarks/choices.py --dry-run        # CPU, tiny sizes, results in a temporary folder
+
+Each row compiles twice: as the rule decides (``auto``; its decision, read from the report, is the
+side the rule picks on this GPU) and with the other side forced through the rule's switch
+(``MINICOMP_GEMM``, ``MINICOMP_ATTENTION``, ``MINICOMP_CONV``). Both run under the row's setting (fp32
+IEEE, TF32, fp16, bf16: torch's TF32 flags set for compiling and timing). Times: median over rounds of
+``triton.testing.do_bench`` medians, the variants interleaved (``common.bench_interleaved``); each
+variant's result is checked against eager. Writes ``benchmarks/results/choices.{json,md}``; the .md
+ends with every rule's rows written as ``Row(...)`` lines to paste into ``minicomp/ir/choices.py``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- each row's workload (tests/test_choices.py builds the same ones on the meta device) -------------
+
+def workload(rule: str, case: dict, dtype: torch.dtype, device: str = "cuda"):
+    """(fn, args) for a row of ``rule``'s table."""
+    def rand(*shape, scale=1.0):
+        return torch.randn(*shape, device=device, dtype=dtype) * scale
+    if rule in ("gemm", "plain_gemm"):
+        m, n, k = case["m"], case["n"], case["k"]
+        x, w, b, r = rand(m, k), rand(k, n, scale=k ** -0.5), rand(n), rand(m, n)
+        fns = {None: (lambda x, w: x @ w, (x, w)),
+               "bias": (lambda x, w, b: x @ w + b, (x, w, b)),
+               "bias+residual": (lambda x, w, b, r: r + (x @ w + b), (x, w, b, r)),
+               "bias+gelu": (lambda x, w, b: F.gelu(x @ w + b), (x, w, b))}
+        return fns[case.get("epilogue")]
+    if rule in ("attention", "sdpa"):
+        b, h, t, d = case["b"], case["h"], case["t"], case["d"]
+        q, k, v = rand(b, h, case.get("tq", t), d), rand(b, h, t, d), rand(b, h, t, d)
+        if rule == "sdpa":
+            return (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=case["causal"])), (q, k, v)
+        return (written_out if case["causal"] else written_out_full), (q, k, v)
+    if rule == "conv":
+        n, cin, hw, cout, kernel, groups = (case[key] for key in ("n", "cin", "hw", "cout", "kernel", "groups"))
+        stride, pad = case["stride"], kernel // 2
+        fan_in = cin // groups * kernel**2
+        x, w = rand(n, cin, hw, hw), rand(cout, cin // groups, kernel, kernel, scale=fan_in ** -0.5)
+        vec = [torch.empty(cout, device=device, dtype=dtype).uniform_(lo, hi)
+               for lo, hi in ((-0.5, 0.5), (0.5, 2.0), (0.5, 1.5), (-0.5, 0.5))]
+        if case["epilogue"] == "bias+sigmoid":
+            return (lambda x, w, b: F.conv2d(x, w, b, stride, pad, 1, groups).sigmoid()), (x, w, vec[0])
+        act = F.relu if case["epilogue"] == "bn+relu" else F.hardswish
+
+        def conv_bn(x, w, mean, var, gamma, beta):
+            y = F.conv2d(x, w, None, stride, pad, 1, groups)
+            return act(F.batch_norm(y, mean, var, gamma, beta, training=False, eps=1e-5))
+        return conv_bn, (x, w, *vec)
+    raise KeyError(rule)
+
+
+def written_out(q, k, v):
+    """minGPT's causal attention, written out."""
+    t, s = q.shape[-2], k.shape[-2]
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+    mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)
+    return F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1) @ v
+
+
+def written_out_full(q, k, v):
+    return F.softmax((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1))), dim=-1) @ v
+
+
+def tiny(rule: str, case: dict) -> dict:
+    """``case`` at sizes the CPU interpreter runs in a moment (``--dry-run``)."""
+    small = {key: min(v, 16) if isinstance(v, int) and not isinstance(v, bool) else v for key, v in case.items()}
+    if rule in ("attention", "sdpa"):
+        small.update(b=1, h=2)
+    if rule == "conv":
+        g = case["groups"]
+        per_in, per_out = min(case["cin"] // g, 4), min(case["cout"] // g, 4)
+        small.update(n=2, groups=min(g, 4), cin=min(g, 4) * per_in, cout=min(g, 4) * per_out, hw=min(case["hw"], 6))
+    return small
+
+
+# --- measuring -----------------------------------------------------------------------------------------
+
+def _side_of(report, rule: str) -> str | None:
+    from minicomp.ir.choices import picked
+    sides = picked(report.decisions, rule)
+    return sides[0] if sides else None
+
+
+def measure(rule, row, device: str, bench, rounds: int) -> dict:
+    """Both sides of one row (and SDPA for the attention rule), timed interleaved."""
+    import minicomp
+    from common import bench_interleaved, fresh
+    from minicomp import config
+    from minicomp.ir.choices import LIBRARY, PRECISIONS, TEMPLATE, Row
+
+    dtype, flags = PRECISIONS[row.setting]
+    case = tiny(rule.name, row.case) if device == "cpu" else row.case
+    out = dict(rule=rule.name, setting=row.setting, case=case, table_picks=row.picks)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    setting, sides = rule.switch
+    force = {side: value for value, side in sides.items()}
+    with config.patch(**flags), torch.no_grad():
+        fn, args = workload(rule.name, case, dtype, device)
+        expected = fn(*args)
+        variants = {}
+        auto = minicomp.compile(fresh(fn, "auto"))
+        with config.patch(**{setting: "auto"}):
+            got = auto(*args)
+        pick = out["picks"] = _side_of(minicomp.report(), rule.name)
+        auto_decisions = [d for d in minicomp.report().decisions if "[rule " in d]
+        other = LIBRARY if pick == TEMPLATE else TEMPLATE
+        forced = minicomp.compile(fresh(fn, other))
+        with config.patch(**{setting: force[other]}):
+            got_other = forced(*args)
+        out["decisions"] = {pick: auto_decisions, other: [d for d in minicomp.report().decisions if "[rule " in d]}
+        variants[pick or "auto"], variants[other] = (lambda: auto(*args)), (lambda: forced(*args))
+        out["max_rel_error"] = {pick or "auto": rel_error(got, expected), other: rel_error(got_other, expected)}
+        out["correct"] = max(out["max_rel_error"].values()) <= TOLERANCE[row.setting]
+        if rule.name == "attention":  # PyTorch's SDPA (the kernel it picks for this dtype) on the same q, k, v
+            causal = row.case["causal"]
+            variants["sdpa"] = lambda: F.scaled_dot_product_attention(*args, is_causal=causal)
+        names = list(variants)
+        times = bench_interleaved([variants[k] for k in names], bench, rounds=rounds)
+    out.update({f"{k}_ms": t for k, t in zip(names, times)})
+    out["faster"] = Row(row.setting, case, out.get(f"{TEMPLATE}_ms"), out.get(f"{LIBRARY}_ms"), pick, "").winner
+    out["pick_is_faster"] = out["faster"] in (pick, "either")
+    if "sdpa_ms" in out and pick:  # issue 41: the pick must not be slower than PyTorch's SDPA either
+        out["pick_over_sdpa"] = out[f"{pick}_ms"] / out["sdpa_ms"]
+    return out
+
+
+TOLERANCE = {"fp32-ieee": 1e-3, "tf32": 2e-2, "fp16": 2e-2, "bf16": 5e-2}  # of rel_error, against eager
+
+
+def rel_error(got, expected) -> float:
+    """Max abs error over the max abs value of eager's result."""
+    return ((got.float() - expected.float()).abs().max() / expected.float().abs().max().clamp_min(1e-6)).item()
+
+
+# --- writing the results -------------------------------------------------------------------------------
+
+def describe(case: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in case.items())
+
+
+def markdown(meta: dict, rows: list[dict]) -> str:
+    from minicomp.ir.choices import RULES
+    lines = [f"# Template or library: every rule's table, measured — {meta['date']}", "",
+             f"{meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}. Command: `{meta['command']}`. "
+             "Times: ms per call, median of 3 interleaved rounds of do_bench (host time included). "
+             "`picks`: the side the rule picks on this GPU (from the compile's decision); `faster`: within "
+             "choices.NOISE (10 %) a tie, `either`.", ""]
+    for rule in RULES.values():
+        mine = [r for r in rows if r["rule"] == rule.name]
+        if not mine:
+            continue
+        sdpa = rule.name == "attention"
+        lines += [f"## {rule.name}: {rule.question}", "",
+                  f"template: {rule.template}; library: {rule.library}.", "",
+                  "| setting | case | template ms | library ms |" + (" SDPA ms | pick ÷ SDPA |" if sdpa else "")
+                  + " faster | picks | table picks | pick is faster | max rel. error |",
+                  "|---|---|---:|---:|" + ("---:|---:|" if sdpa else "") + "---|---|---|---|---|"]
+        for r in mine:
+            if "error" in r:
+                lines.append(f"| {r['setting']} | {describe(r['case'])} | error: {r['error'][:150]} |")
+                continue
+            ms = lambda k: f"{r[k + '_ms']:.4f}" if k + "_ms" in r else "—"  # noqa: E731
+            errs = ", ".join(f"{k} {v:.1e}" for k, v in r["max_rel_error"].items()) + ("" if r["correct"] else " ✗")
+            verdict = "yes" if r["pick_is_faster"] else "**no**"
+            lines.append(f"| {r['setting']} | {describe(r['case'])} | {ms('template')} | {ms('library')} |"
+                         + (f" {ms('sdpa')} | {r.get('pick_over_sdpa', float('nan')):.2f} |" if sdpa else "")
+                         + f" {r['faster']} | {r['picks']} | {r['table_picks']} | {verdict} | {errs} |")
+        lines += ["", "Rows for `minicomp/ir/choices.py` (T, L: the side the rule picks here):", "", "```python",
+                  f"CHOICES_MD = {'benchmarks/results/choices.md (' + meta['command'] + '; ' + meta['date'] + ')'!r}"]
+        for r in mine:
+            if "error" not in r and r["picks"]:
+                lines.append(f"    Row({r['setting']!r}, {r['case']!r}, {r['template_ms']:.4f}, {r['library_ms']:.4f}, "
+                             f"{r['picks'][0].upper()}, CHOICES_MD),")
+        lines += ["```", ""]
+    skipped = meta.get("skipped")
+    if skipped:
+        lines += [f"Not run (time budget): {', '.join(skipped)}", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", default="", help="comma-separated rule names (default: every rule)")
+    p.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes: checks the script")
+    p.add_argument("--out-dir", default=None, help="default: benchmarks/results (a temporary folder with --dry-run)")
+    p.add_argument("--budget-s", type=float, default=300, help="rows not started by then are skipped (listed)")
+    a = p.parse_args(argv)
+    sys.path.insert(0, str(ROOT))  # benchmark the checkout this script is in
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    os.environ["MINICOMP_GRAPH_CACHE"] = "0"  # each variant compiles afresh
+    os.environ.setdefault("MINICOMP_CACHE_DIR", tempfile.mkdtemp(prefix="minicomp-choices-"))
+    import triton
+    from minicomp.ir.choices import RULES
+
+    device = "cpu" if a.dry_run else "cuda"
+    if device == "cuda":
+        from triton.testing import do_bench
+
+        def bench(fn) -> float:
+            return do_bench(fn, warmup=10, rep=40)
+    else:
+        def bench(fn) -> float:
+            start = time.perf_counter()
+            fn()
+            return (time.perf_counter() - start) * 1e3
+    only = [r for r in a.only.split(",") if r]
+    rules = [RULES[name] for name in only] if only else list(RULES.values())
+    # the rules' rows in turn (row 1 of each, then row 2, ...): a run cut by the budget leaves no rule out
+    order = [(rule, rule.table[i]) for i in range(max(len(r.table) for r in rules)) for rule in rules
+             if i < len(rule.table)]
+    start, rows, skipped = time.monotonic(), [], []
+    for rule, row in order:
+        name = f"{rule.name} {row.setting} {describe(row.case)}"
+        if time.monotonic() - start > a.budget_s:
+            skipped.append(name)
+            continue
+        try:
+            rows.append(measure(rule, row, device, bench, rounds=1 if a.dry_run else 3))
+        except Exception as e:  # noqa: BLE001 - a row records its failure
+            rows.append(dict(rule=rule.name, setting=row.setting, case=row.case, error=f"{type(e).__name__}: {e}"))
+        print(f"{time.monotonic() - start:.0f}s", name,
+              {k: v for k, v in rows[-1].items() if k.endswith("_ms") or k in ("picks", "error")}, flush=True)
+    command = " ".join(["python benchmarks/choices.py"] + (["--only", a.only] if a.only else [])
+                       + (["--dry-run"] if a.dry_run else []))
+    meta = dict(date=datetime.date.today().isoformat(), command=command, torch=torch.__version__,
+                triton=triton.__version__, skipped=skipped,
+                gpu=torch.cuda.get_device_name() if device == "cuda" else "CPU (Triton interpreter)")
+    default_dir = tempfile.mkdtemp(prefix="choices-dry-run-") if a.dry_run else ROOT / "benchmarks" / "results"
+    out_dir = Path(a.out_dir or default_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "choices.json").write_text(json.dumps(dict(meta, rows=rows), indent=1, default=str))
+    (out_dir / "choices.md").write_text(markdown(meta, rows))
+    print(f"wrote {out_dir / 'choices.md'} ({time.monotonic() - start:.0f} s)")
+    return 1 if any("error" in r for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

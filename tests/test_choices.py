@@ -1,0 +1,91 @@
+"""Every template-vs-library rule (``minicomp/ir/choices.py``) follows its measurement table: each
+row's workload (``benchmarks/choices.py``'s; traced with fake CPU tensors, lowered with meta ones) goes
+through the pipeline for the H200 under the row's setting, and the rule's decision must be the row's
+``picks``; ``picks`` must be the side the row measured faster (or within ``NOISE``), unless the row's
+``open`` says why not. Changing a rule without changing its table fails the first test; changing a
+table's picks against its numbers fails the second."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from benchmarks.choices import workload
+from minicomp import config
+from minicomp.backend import decompositions
+from minicomp.compiler import PIPELINE
+from minicomp.frontend.lowering import Lowering
+from minicomp.ir.choices import LIBRARY, PRECISIONS, RULES, TEMPLATE, picked
+from minicomp.passes.manager import run_pipeline
+from tests.utils import H200
+
+ROWS = [pytest.param(rule, row, id=f"{rule.name}-{row.setting}-{'-'.join(map(str, row.case.values()))}")
+        for rule in RULES.values() for row in rule.table]
+
+
+def decided(rule, row) -> list[str]:
+    """The sides ``rule`` picked for ``row``'s workload, scheduled for the H200 (nothing runs)."""
+    dtype, flags = PRECISIONS[row.setting]
+    with FakeTensorMode():  # traced as CPU tensors are (SDPA's fused op), without allocating them
+        fn, args = workload(rule.name, row.case, dtype, device="cpu")
+        gm = make_fx(fn, decomposition_table=decompositions())(*args)
+    with config.patch(attention="auto", gemm="auto", conv="auto", **flags):
+        lowering = Lowering(gm, [torch.empty(a.shape, dtype=a.dtype, device="meta") for a in args])
+        lowering.graph.target = H200  # (the SDPA rule reads it while lowering)
+        graph = lowering.run()
+        if row.setting == "tf32":  # what lowering gives CUDA inputs with TF32 allowed (frontend/rules.py)
+            for n in graph.nodes:
+                if n.op == "matmul":
+                    n.attrs["precision"] = "tf32"
+        graph = run_pipeline(graph, PIPELINE, None, None)
+    return picked(graph.decisions, rule.name)
+
+
+@pytest.mark.parametrize("rule, row", ROWS)
+def test_each_rule_picks_what_its_table_says(rule, row):
+    assert decided(rule, row) == [row.picks], (row, rule.question)
+
+
+@pytest.mark.parametrize("rule, row", ROWS)
+def test_each_pick_is_the_side_measured_faster(rule, row):
+    winner = row.winner
+    if winner is None:  # a side not measured: nothing to compare, and no claim
+        assert not row.open, row
+        return
+    if row.open:
+        assert winner not in (row.picks, "either"), f"stale `open` note (the pick is no longer slower): {row}"
+    else:
+        assert winner in (row.picks, "either"), f"the rule picks the slower side, measured: {row}"
+
+
+def test_tables_are_complete_and_cited():
+    for rule in RULES.values():
+        seen = set()
+        for row in rule.table:
+            assert row.setting in PRECISIONS and row.picks in (TEMPLATE, LIBRARY), row
+            assert set(row.case) <= set(rule.case_keys), (rule.name, row.case)
+            assert (row.template_ms is None and row.library_ms is None) or row.source, row  # numbers cite a source
+            key = (row.setting, tuple(sorted(row.case.items())))
+            assert key not in seen, f"{rule.name}: two rows for {key}"
+            seen.add(key)
+        # every setting has a row, measured or not (a missing cell is said, not skipped)
+        assert {row.setting for row in rule.table} == set(PRECISIONS) or rule.name == "plain_gemm", rule.name
+
+
+def test_a_rule_change_fails_the_table_test(monkeypatch):
+    """The check above is not vacuous: flipping a rule's decision breaks its rows."""
+    rule = RULES["gemm"]
+    row = rule.table[0]
+    monkeypatch.setattr(rule, "decide", lambda *facts: (LIBRARY, "flipped"))
+    assert decided(rule, row) == [LIBRARY] != [row.picks]
+    monkeypatch.undo()
+    assert decided(rule, row) == [row.picks]
+
+
+def test_a_switch_forces_its_side_and_names_itself():
+    with config.patch(gemm="cublas", conv="ir", attention="1"):
+        assert RULES["gemm"].forced() == ("gemm", LIBRARY, "MINICOMP_GEMM=cublas")
+        assert all(RULES[name].forced().template for name in ("conv", "attention", "sdpa"))
+    with config.patch(gemm="auto", conv="auto", attention="auto"):
+        assert all(rule.forced() is None for rule in RULES.values())
