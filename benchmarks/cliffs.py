@@ -71,7 +71,7 @@ The run is ``harness.run``'s (``benchmarks/harness.py``): each row in its own tr
 recorded in the row and the run goes on); GPU memory freed between rows (Dynamo reset, ``empty_cache``);
 the JSON and Markdown rewritten after every row, so a run cut short keeps what it measured;
 ``--time-limit`` (seconds of the process, default 420 on a GPU) starts no row after it (those rows say
-"not run"), ``--deadline`` (default 60 s later) stops a row still running, ``--resume`` measures only
+"not run"), ``--deadline`` (default 40 s later) stops a row still running, ``--resume`` measures only
 the rows the existing results lack, ``--merge`` the selected rows again, keeping the others; ``--shard
 I/N`` every N-th selected row. A crash that loses the CUDA context hands the remaining rows to a new
 process (``--resume``).

@@ -196,6 +196,10 @@ def buffer_mismatches(reference: nn.Module, model: nn.Module, tol: float, exact:
 
 # ------------------------------------------------------------------------------------------ one row
 
+class Skip(Exception):
+    """Raised by a row's ``make``: the row cannot run here (its message says why)."""
+
+
 class RowTimeout(BaseException):
     """A row ran past its time (``--row-timeout``, or the run's ``--deadline``). A BaseException: the
     per-backend ``except Exception`` lets it through to the row."""
@@ -338,6 +342,8 @@ def run_case(case: Case, n: int, args: argparse.Namespace, device: str, bench, r
         else:
             row = dict(n=n, name=case.name, kind=case.kind, dtype=case.dtype,
                        error=f"{NOT_RUN}: stopped at --deadline {args.deadline:g} s (in {phase}; run again with --resume)")
+    except Skip as e:
+        row["error"] = f"skipped: {e}"
     except Exception as e:  # noqa: BLE001 - eager itself failed, or building the row did
         traceback.print_exc(limit=-4)
         row["correct"], row["error"] = False, "row failed: " + condense(e, 600)
@@ -382,9 +388,8 @@ def summary(rows: list[dict]) -> list[str]:
              f"over {len(timed)} rows timed with both (of {len(rows)}); minicomp ÷ eager "
              f"{fmt(geomean([r['minicomp_vs_eager'] for r in rows if r.get('minicomp_vs_eager')]), '.3f')}",
              f"- rows above 1.25× Inductor's time: {len(over(1.25))} — {names(sorted(over(1.25), key=lambda r: -r['minicomp_vs_inductor']))}",
-             f"- rows above 1.10× Inductor's time: {len(over(1.10))} — "
-             f"{names(sorted([r for r in over(1.10) if r['minicomp_vs_inductor'] <= 1.25], key=lambda r: -r['minicomp_vs_inductor']))} "
-             "(and those above 1.25×)",
+             f"- rows above 1.10× Inductor's time: {len(over(1.10))}; those up to 1.25×: "
+             f"{names(sorted([r for r in over(1.10) if r['minicomp_vs_inductor'] <= 1.25], key=lambda r: -r['minicomp_vs_inductor']))}",
              f"- rows slower than eager where Inductor is faster than eager: {len(cliffs)} — "
              f"{names(cliffs, 'minicomp_vs_eager')} (minicomp ÷ eager)",
              f"- incorrect rows (minicomp): {len(wrong)} — "
@@ -470,7 +475,7 @@ def add_arguments(p: argparse.ArgumentParser, time_limit: float, row_timeout: fl
     p.add_argument("--time-limit", type=float, default=None,
                    help=f"start no row after this many seconds of the process (default {time_limit:g} on a GPU)")
     p.add_argument("--deadline", type=float, default=None,
-                   help="stop a row still running at this many seconds (default --time-limit + 60 on a GPU)")
+                   help="stop a row still running at this many seconds (default --time-limit + 40 on a GPU)")
     p.add_argument("--row-timeout", type=float, default=None,
                    help=f"stop a row after this many seconds: a result (default {row_timeout} on a GPU)")
     p.add_argument("--resume", action="store_true", help="keep the existing results; measure the selected rows they lack")
@@ -484,7 +489,7 @@ def finish_args(args: argparse.Namespace, argv: list[str] | None) -> argparse.Na
     gpu = not args.dry_run
     args.time_limit = args.time_limit if args.time_limit is not None else (args.gpu_time_limit if gpu else None)
     args.deadline = args.deadline if args.deadline is not None else (
-        args.time_limit + 60 if gpu and args.time_limit is not None else None)
+        args.time_limit + 40 if gpu and args.time_limit is not None else None)
     args.row_timeout = args.row_timeout if args.row_timeout is not None else (args.gpu_row_timeout if gpu else None)
     args.backends = [b for b in BACKENDS if not (args.no_inductor and b == "inductor")]
     return args
