@@ -204,7 +204,7 @@ OPS: list[Op] = [
     Op("max_pool2d k3 s2 p1", of_x(lambda x: F.max_pool2d(x, 3, 2, 1)), [((64, 64, 112, 112), (2, 8, 16, 16))]),
     Op("avg_pool2d k2 s2", of_x(lambda x: F.avg_pool2d(x, 2)), [((64, 256, 56, 56), (2, 8, 8, 8))]),
     Op("max_pool3d k2 s2", of_x(lambda x: F.max_pool3d(x, 2)), [((4, 32, 32, 128, 128), (1, 2, 4, 8, 8))]),
-    Op("avg_pool3d k3 s1 p1", of_x(lambda x: F.avg_pool3d(x, 3, 1, 1)), [((4, 16, 32, 64, 64), (1, 2, 4, 8, 8))],
+    Op("avg_pool3d k3 s1 p1", of_x(lambda x: F.avg_pool3d(x, 3, 1, 1)), [((4, 16, 64, 128, 128), (1, 2, 4, 8, 8))],
        cpu_bf16=False),
     # losses (mean over the batch)
     Op("cross_entropy", with_labels(lambda m, x, y: F.cross_entropy(x, y)), [((32768, 1000), (16, 10)),
