@@ -368,16 +368,12 @@ def run_generate(work: Work, row: dict, args: argparse.Namespace, device: str, b
 
 # ------------------------------------------------------------------------------------------ main
 
-DESCRIPTION = (
-    f"Times: median of the rounds (`rounds` in the JSON) of interleaved triton.testing.do_bench (median, warmup "
-    f"25 ms, rep 100 ms, L2 flushed), plain calls (a dry run: time.perf_counter, one call); training rows: "
-    f"zero_grad + forward + loss + backward (no optimizer step); Llama: ms per new token of the whole `generate` "
-    f"call (median of {GENERATE_CALLS}). ✗: the result differs from eager's (inference: max ‖a − b‖/‖b‖ over the "
-    "outputs above 1e-4 and not referred to float64; argmax/argmin: any index differs; training: loss or a "
-    "gradient above 1e-3 fp32, 5e-2 bf16 autocast, and not as close to float64's as eager's; Llama: a generated "
-    "token differs) or the backend crashed (notes). Ratios below 1: minicomp faster. Kernels: minicomp's "
-    "compiled kernels over the row's graphs. First call: wall seconds of the first compiled call (caches as "
-    "found). See `benchmarks/cliffs.py`'s docstring for the rows' definitions.")
+DESCRIPTION = harness.measures(
+    "; training rows: zero_grad + forward + loss + backward (no optimizer step); Llama: ms per new token of the "
+    f"whole `generate` call (median of {GENERATE_CALLS})",
+    "inference: max ‖a − b‖/‖b‖ over the outputs above 1e-4 and not referred to float64; argmax/argmin: any index "
+    "differs; training: loss or a gradient above 1e-3 fp32, 5e-2 bf16 autocast, and not as close to float64's as "
+    "eager's; Llama: a generated token differs", "cliffs.py")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -170,13 +170,10 @@ TABLES = {  # table: (rows, its words in the Markdown, --rounds, --row-timeout)
     "models-train": (models_train, "Models, training step (zero_grad, forward, cross-entropy on random labels, "
                      "backward; no optimizer step) at 8 sequences / 32 images, fp32 and bf16 autocast.", 3, 420),
 }
-MEASURES = ("Times: median of the rounds (`rounds` in the JSON) of interleaved triton.testing.do_bench (median, "
-            "warmup 25 ms, rep 100 ms, L2 flushed), plain calls (a dry run: time.perf_counter, one call). ✗: the "
-            "result differs from eager's (‖a − b‖/‖b‖ above 1e-4 fp32, 3e-2 bf16 and not as close to float64 as "
-            "eager's; integer outputs: any differs; training: loss or a gradient above 1e-3 fp32, 5e-2 bf16 "
-            "autocast, not as close to float64's as eager's) or the backend crashed (notes). Ratios below 1: "
-            "minicomp faster. Kernels: minicomp's compiled kernels over the row's graphs. First call: wall seconds "
-            "of the first compiled call (caches as found). See `benchmarks/corpus.py`'s docstring.")
+MEASURES = harness.measures(
+    "", "‖a − b‖/‖b‖ above 1e-4 fp32, 3e-2 bf16 and not as close to float64 as eager's; integer outputs: any "
+    "differs; training: loss or a gradient above 1e-3 fp32, 5e-2 bf16 autocast, not as close to float64's as "
+    "eager's", "corpus.py")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -437,6 +437,16 @@ def notes(rows: list[dict]) -> list[str]:
     return out
 
 
+def measures(times: str, wrong: str, script: str) -> str:
+    """The results page's words on its measures: ``times`` (what a row's time covers, beyond plain calls),
+    ``wrong`` (what makes a row ✗)."""
+    return ("Times: median of the rounds (`rounds` in the JSON) of interleaved triton.testing.do_bench (median, "
+            "warmup 25 ms, rep 100 ms, L2 flushed), plain calls (a dry run: time.perf_counter, one call)"
+            f"{times}. ✗: the result differs from eager's ({wrong}) or the backend crashed (notes). Ratios below 1: "
+            "minicomp faster. Kernels: minicomp's compiled kernels over the row's graphs. First call: wall seconds "
+            f"of the first compiled call (caches as found). See `benchmarks/{script}`'s docstring for the rows.")
+
+
 def markdown(meta: dict, rows: list[dict], title: str, description: str) -> str:
     """The results page: title, machine and command, ``description`` (the script's words on its rows and
     measures), the summary, the table and the notes."""
