@@ -18,6 +18,10 @@ in their own rounding), with every dropout and layer-drop probability
 of the config set to 0 (random masks would differ between the two runs), and the fallback ops and
 whole-graph fallbacks of the compiled forward. OK: ``fwd`` <= 1e-4, no gradient mismatch, no
 whole-graph fallback.
+
+The builders take a size (``Dims``): ``TINY``, this sweep's, or ``GPU``, realistic sizes for timing
+(hidden 768, 12 heads, 4 layers, sequence 512, vocabulary 32000, 224x224 images with the convolutional
+and hybrid vision models at their configs' defaults), which ``corpus.py`` measures.
 """
 from __future__ import annotations
 
@@ -187,9 +191,9 @@ def build(name: str, device: str, dims: Dims = TINY, batch: int | None = None) -
         if "drop" in key and isinstance(value, float):
             setattr(config, key, 0.0)
     torch.manual_seed(0)
-    model = cls(config).eval()
-    if name in vision:
-        model = zoo.as_trained(model, torch.randn(dims.images, 3, dims.image, dims.image))
+    model = cls(config).eval().to(device)
+    if name in vision:  # batch-norm statistics calibrated on the device (GPU sizes: 32 images of 224x224)
+        model = zoo.as_trained(model, torch.randn(dims.images, 3, dims.image, dims.image).to(device))
         shape = (batch or dims.images, 3, dims.image, dims.image)
         inputs = dict(pixel_values=torch.randn(*shape, generator=torch.Generator().manual_seed(0)))
     else:
