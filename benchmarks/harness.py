@@ -22,7 +22,8 @@ row, the row about to run first marked "interrupted" (a process killed mid-row l
 still running then (it says "not run", as do the rows after it: ``--resume`` measures them);
 ``--row-timeout`` stops one row that takes longer (a result: "timeout"). ``--resume`` measures only the
 selected rows the results lack (or that say "not run"); ``--merge`` measures the selected rows again and
-keeps the others; without either the file holds the selected rows alone. A crash that loses the CUDA
+keeps the others; without either the file holds the selected rows alone (``--only``: names containing a
+substring; ``--shard I/N``: every N-th of those from the I-th). A crash that loses the CUDA
 context hands the remaining rows to a new process (``--resume``, with the time left).
 """
 from __future__ import annotations
