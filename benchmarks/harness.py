@@ -430,6 +430,9 @@ def notes(rows: list[dict]) -> list[str]:
         for backend in BACKENDS:
             if f"{backend}_tokens_equal" in r:
                 lines.append(f"  - {backend}: tokens equal to eager's {r[f'{backend}_tokens_equal']:.1%}")
+            if r.get(f"{backend}_fp64_referee"):
+                lines.append(f"  - {backend}: gradients or buffers beyond the tolerance of eager's were judged against "
+                             "the step in float64 (correct: as close to it as eager's)")
             if f"{backend}_err_fp64" in r:
                 lines.append(f"  - {backend}: error against float64 {r[f'{backend}_err_fp64']:.3g}, eager's "
                              f"{r['eager_err_fp64']:.3g}")
