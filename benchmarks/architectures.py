@@ -18,6 +18,10 @@ in their own rounding), with every dropout and layer-drop probability
 of the config set to 0 (random masks would differ between the two runs), and the fallback ops and
 whole-graph fallbacks of the compiled forward. OK: ``fwd`` <= 1e-4, no gradient mismatch, no
 whole-graph fallback.
+
+The builders take a size (``Dims``): ``TINY``, this sweep's, or ``GPU``, realistic sizes for timing
+(hidden 768, 12 heads, 4 layers, sequence 512, vocabulary 32000, 224x224 images with the convolutional
+and hybrid vision models at their configs' defaults), which ``corpus.py`` measures.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import subprocess
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # check the checkout this script is in
@@ -37,73 +42,107 @@ import torch  # noqa: E402
 import minicomp  # noqa: E402
 import model_zoo as zoo  # noqa: E402
 
-HIDDEN, LAYERS, HEADS, KV_HEADS, FFN, VOCAB, SEQ, BATCH = 32, 2, 4, 2, 64, 96, 16, 2
-IMAGE, IMAGES = 64, 4  # batch norm in training over fewer pixels is ill-conditioned: eager's own
-# gradients then differ from float64 by several percent (ResNet at 32x32, batch 2: 5.8 %)
+
+@dataclass(frozen=True)
+class Dims:
+    """The sizes the builders take: ``TINY``, the CPU sweep's; ``GPU``, realistic ones (``corpus.py``)."""
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    seq: int
+    positions: int    # max_position_embeddings
+    batch: int        # language models' batch
+    image: int        # image side (timm models: their own)
+    images: int       # transformers vision models' batch
+    timm_images: int  # timm models' batch
+
+    @property
+    def tiny(self) -> bool:
+        """Tiny stages for the convolutional and hybrid vision models (else their configs' defaults)."""
+        return self.image < 128
 
 
-def architectures() -> dict:
+TINY = Dims(hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, vocab=96, seq=16, positions=64, batch=2, image=64,
+            images=4, timm_images=2)
+# batch norm in training over fewer pixels is ill-conditioned: eager's own gradients then differ from
+# float64 by several percent (ResNet at 32x32, batch 2: 5.8 %), hence TINY's 64x64 images, 4 of them
+GPU = Dims(hidden=768, layers=4, heads=12, kv_heads=4, ffn=3072, vocab=32000, seq=512, positions=1024, batch=8,
+           image=224, images=32, timm_images=32)
+
+
+def architectures(dims: Dims = TINY) -> dict:
     """name -> (model class, config): decoders (rotary, grouped-query heads, sliding windows, parallel
     blocks, ALiBi) and encoders (relative positions, shared layers, factorised embeddings)."""
     import transformers as T
     T.logging.set_verbosity_error()  # tiny vocabularies: the configs' default special-token ids are out of range
-    common = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                  intermediate_size=FFN)
-    decoder = dict(common, num_key_value_heads=KV_HEADS, max_position_embeddings=64)
-    encoder = dict(common, max_position_embeddings=64)
+    d, head_dim = dims, dims.hidden // dims.heads
+    common = dict(vocab_size=d.vocab, hidden_size=d.hidden, num_hidden_layers=d.layers, num_attention_heads=d.heads,
+                  intermediate_size=d.ffn)
+    decoder = dict(common, num_key_value_heads=d.kv_heads, max_position_embeddings=d.positions)
+    encoder = dict(common, max_position_embeddings=d.positions)
+    window = d.seq // 2  # sliding windows shorter than the sequence
     return {
-        "mistral": (T.MistralForCausalLM, T.MistralConfig(**decoder, sliding_window=8)),
+        "mistral": (T.MistralForCausalLM, T.MistralConfig(**decoder, sliding_window=window)),
         "qwen2": (T.Qwen2ForCausalLM, T.Qwen2Config(**decoder)),
-        "qwen3": (T.Qwen3ForCausalLM, T.Qwen3Config(**decoder, head_dim=8)),
-        "gemma": (T.GemmaForCausalLM, T.GemmaConfig(**decoder, head_dim=8)),
-        "gemma2": (T.Gemma2ForCausalLM, T.Gemma2Config(**decoder, head_dim=8, sliding_window=8)),
+        "qwen3": (T.Qwen3ForCausalLM, T.Qwen3Config(**decoder, head_dim=head_dim)),
+        "gemma": (T.GemmaForCausalLM, T.GemmaConfig(**decoder, head_dim=head_dim)),
+        "gemma2": (T.Gemma2ForCausalLM, T.Gemma2Config(**decoder, head_dim=head_dim, sliding_window=window)),
         "phi3": (T.Phi3ForCausalLM, T.Phi3Config(**decoder, pad_token_id=0)),
-        "phi": (T.PhiForCausalLM, T.PhiConfig(**common, max_position_embeddings=64)),
+        "phi": (T.PhiForCausalLM, T.PhiConfig(**common, max_position_embeddings=d.positions)),
         "gpt_neox": (T.GPTNeoXForCausalLM, T.GPTNeoXConfig(**encoder, rotary_pct=0.5)),
-        "opt": (T.OPTForCausalLM, T.OPTConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
-                                              num_attention_heads=HEADS, ffn_dim=FFN, max_position_embeddings=64,
-                                              word_embed_proj_dim=HIDDEN)),
-        "falcon": (T.FalconForCausalLM, T.FalconConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
-                                                       num_attention_heads=HEADS)),
-        "gptj": (T.GPTJForCausalLM, T.GPTJConfig(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS,
-                                                 rotary_dim=4, n_positions=64)),
-        "bloom": (T.BloomForCausalLM, T.BloomConfig(vocab_size=VOCAB, hidden_size=HIDDEN, n_layer=LAYERS, n_head=HEADS)),
-        "distilbert": (T.DistilBertForMaskedLM, T.DistilBertConfig(vocab_size=VOCAB, dim=HIDDEN, n_layers=LAYERS,
-                                                                   n_heads=HEADS, hidden_dim=FFN)),
+        "opt": (T.OPTForCausalLM, T.OPTConfig(vocab_size=d.vocab, hidden_size=d.hidden, num_hidden_layers=d.layers,
+                                              num_attention_heads=d.heads, ffn_dim=d.ffn,
+                                              max_position_embeddings=d.positions, word_embed_proj_dim=d.hidden)),
+        "falcon": (T.FalconForCausalLM, T.FalconConfig(vocab_size=d.vocab, hidden_size=d.hidden,
+                                                       num_hidden_layers=d.layers, num_attention_heads=d.heads)),
+        "gptj": (T.GPTJForCausalLM, T.GPTJConfig(vocab_size=d.vocab, n_embd=d.hidden, n_layer=d.layers, n_head=d.heads,
+                                                 rotary_dim=head_dim // 2, n_positions=d.positions)),
+        "bloom": (T.BloomForCausalLM, T.BloomConfig(vocab_size=d.vocab, hidden_size=d.hidden, n_layer=d.layers,
+                                                    n_head=d.heads)),
+        "distilbert": (T.DistilBertForMaskedLM, T.DistilBertConfig(vocab_size=d.vocab, dim=d.hidden, n_layers=d.layers,
+                                                                   n_heads=d.heads, hidden_dim=d.ffn)),
         "roberta": (T.RobertaForMaskedLM, T.RobertaConfig(**encoder)),
-        "electra": (T.ElectraForMaskedLM, T.ElectraConfig(**encoder, embedding_size=HIDDEN)),
-        "albert": (T.AlbertForMaskedLM, T.AlbertConfig(**encoder, embedding_size=16)),
+        "electra": (T.ElectraForMaskedLM, T.ElectraConfig(**encoder, embedding_size=d.hidden)),
+        "albert": (T.AlbertForMaskedLM, T.AlbertConfig(**encoder, embedding_size=16 if d.tiny else 128)),
         "deberta_v2": (T.DebertaV2ForMaskedLM, T.DebertaV2Config(**encoder)),
         "mpnet": (T.MPNetForMaskedLM, T.MPNetConfig(**encoder)),
     }
 
 
-def vision_architectures() -> dict:
-    """name -> (model class, config), on ``IMAGE``-pixel images: ViT variants (relative position bias,
-    layer scale), hybrid and convolutional ones (batch norm, grouped convolutions, pooling mixers)."""
+def vision_architectures(dims: Dims = TINY) -> dict:
+    """name -> (model class, config), on ``dims.image``-pixel images: ViT variants (relative position bias,
+    layer scale), hybrid and convolutional ones (batch norm, grouped convolutions, pooling mixers); at
+    full size (``dims.tiny`` false) the latter at their configs' defaults (ResNet-50, RegNetY-4GF,
+    MobileViT-S, MiT-b0, Swin-V2-T, PoolFormer-S12, LeViT-128S, ConvNeXt-V2-T)."""
     import transformers as T
     T.logging.set_verbosity_error()
-    vit = dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=FFN,
-               image_size=IMAGE, patch_size=8)
-    stages = dict(hidden_sizes=[8, 16, 32, 64], depths=[1, 1, 1, 1])
+    d, tiny = dims, dims.tiny
+    vit = dict(hidden_size=d.hidden, num_hidden_layers=d.layers, num_attention_heads=d.heads, intermediate_size=d.ffn,
+               image_size=d.image, patch_size=8 if tiny else 16)
+    stages = dict(hidden_sizes=[8, 16, 32, 64], depths=[1, 1, 1, 1]) if tiny else {}
+
+    def small(**kw) -> dict:
+        return kw if tiny else {}
     return {
         "deit": (T.DeiTForImageClassification, T.DeiTConfig(**vit)),
         "beit": (T.BeitForImageClassification, T.BeitConfig(**vit, use_relative_position_bias=True)),
         "dinov2": (T.Dinov2Model, T.Dinov2Config(**vit)),
         "clip_vision": (T.CLIPVisionModel, T.CLIPVisionConfig(**vit)),
-        "convnextv2": (T.ConvNextV2ForImageClassification, T.ConvNextV2Config(**stages, image_size=IMAGE)),
-        "resnet": (T.ResNetForImageClassification, T.ResNetConfig(**stages, embedding_size=8)),
-        "regnet": (T.RegNetForImageClassification, T.RegNetConfig(**stages, embedding_size=8, groups_width=8)),
+        "convnextv2": (T.ConvNextV2ForImageClassification, T.ConvNextV2Config(**stages, image_size=d.image)),
+        "resnet": (T.ResNetForImageClassification, T.ResNetConfig(**stages, **small(embedding_size=8))),
+        "regnet": (T.RegNetForImageClassification, T.RegNetConfig(**stages, **small(embedding_size=8, groups_width=8))),
         "mobilevit": (T.MobileViTForImageClassification, T.MobileViTConfig(
-            image_size=IMAGE, hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 24, 32])),
-        "segformer": (T.SegformerForSemanticSegmentation, T.SegformerConfig(
-            hidden_sizes=[8, 16, 24, 32], decoder_hidden_size=32, depths=[1, 1, 1, 1], num_attention_heads=[1, 1, 2, 2])),
-        "swinv2": (T.Swinv2ForImageClassification, T.Swinv2Config(image_size=IMAGE, patch_size=4, embed_dim=16,
-                                                                  depths=[1, 1], num_heads=[2, 2], window_size=4)),
-        "poolformer": (T.PoolFormerForImageClassification, T.PoolFormerConfig(**stages, num_encoder_blocks=4)),
-        "levit": (T.LevitForImageClassification, T.LevitConfig(image_size=IMAGE, hidden_sizes=[16, 24, 32],
-                                                               num_attention_heads=[1, 2, 2], depths=[1, 1, 1],
-                                                               key_dim=[8, 8, 8])),
+            image_size=d.image, **small(hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 24, 32]))),
+        "segformer": (T.SegformerForSemanticSegmentation, T.SegformerConfig(**small(
+            hidden_sizes=[8, 16, 24, 32], decoder_hidden_size=32, depths=[1, 1, 1, 1], num_attention_heads=[1, 1, 2, 2]))),
+        "swinv2": (T.Swinv2ForImageClassification, T.Swinv2Config(image_size=d.image, **small(
+            patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4))),
+        "poolformer": (T.PoolFormerForImageClassification, T.PoolFormerConfig(**stages, **small(num_encoder_blocks=4))),
+        "levit": (T.LevitForImageClassification, T.LevitConfig(image_size=d.image, **small(
+            hidden_sizes=[16, 24, 32], num_attention_heads=[1, 2, 2], depths=[1, 1, 1], key_dim=[8, 8, 8]))),
     }
 
 
@@ -118,7 +157,7 @@ TIMM = ["resnet18", "resnet50d", "seresnext26d_32x4d", "resnest14d", "res2net50_
         "visformer_tiny", "mixer_b16_224", "resmlp_12_224", "gmlp_s16_224", "coatnet_0_rw_224",
         "maxvit_nano_rw_256"]
 """timm models (``timm:<name>``; the GPU machine has timm): one or two of each family, at their own
-input size, batch 2."""
+input size, batch ``Dims.timm_images``."""
 
 
 def _output(out) -> torch.Tensor:
@@ -132,8 +171,8 @@ def _output(out) -> torch.Tensor:
     return out[0]
 
 
-def build(name: str, device: str) -> tuple[torch.nn.Module, dict]:
-    """The model (eval mode, on ``device``) and its keyword inputs."""
+def build(name: str, device: str, dims: Dims = TINY, batch: int | None = None) -> tuple[torch.nn.Module, dict]:
+    """The model (eval mode, on ``device``) and its keyword inputs (``batch``: the dims' batch if None)."""
     if name.startswith("timm:"):
         import timm
         torch.manual_seed(0)
@@ -144,19 +183,22 @@ def build(name: str, device: str) -> tuple[torch.nn.Module, dict]:
         model = model.to(device)
         size = model.pretrained_cfg.get("input_size", (3, 224, 224))
         examples = [torch.randn(2, *size, device=device) for _ in range(2)]
-        return zoo.as_trained(model, *examples), dict(x=torch.randn(2, *size, device=device))
-    vision = vision_architectures()
-    cls, config = vision[name] if name in vision else architectures()[name]
+        model = zoo.as_trained(model, *examples)
+        return model, dict(x=torch.randn(batch or dims.timm_images, *size, device=device))
+    vision = vision_architectures(dims)
+    cls, config = vision[name] if name in vision else architectures(dims)[name]
     for key, value in list(vars(config).items()):  # no random masks in training mode
         if "drop" in key and isinstance(value, float):
             setattr(config, key, 0.0)
     torch.manual_seed(0)
-    model = cls(config).eval()
-    if name in vision:
-        model = zoo.as_trained(model, torch.randn(IMAGES, 3, IMAGE, IMAGE))
-        inputs = dict(pixel_values=torch.randn(IMAGES, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(0)))
+    model = cls(config).eval().to(device)
+    if name in vision:  # batch-norm statistics calibrated on the device (GPU sizes: 32 images of 224x224)
+        model = zoo.as_trained(model, torch.randn(dims.images, 3, dims.image, dims.image).to(device))
+        shape = (batch or dims.images, 3, dims.image, dims.image)
+        inputs = dict(pixel_values=torch.randn(*shape, generator=torch.Generator().manual_seed(0)))
     else:
-        inputs = dict(input_ids=torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(0)))
+        shape = (batch or dims.batch, dims.seq)
+        inputs = dict(input_ids=torch.randint(0, dims.vocab, shape, generator=torch.Generator().manual_seed(0)))
     return model.to(device), {k: v.to(device) for k, v in inputs.items()}
 
 

@@ -50,20 +50,15 @@ call's wall time (Dynamo, compile, first run) with the cache folders as found.
 Correctness (``correct``: minicomp's, ``inductor_correct``: Inductor's) against eager's results:
 
 * inference: ``max_rel_err`` is the largest ‖a − b‖/‖b‖ (float64) over the output tensors; correct at or
-  below 1e-4 (fp32, ``models.REL_TOL``), or 1e-3 for a model with convolutions while
-  ``torch.backends.cudnn.allow_tf32`` is on (PyTorch's default: cuDNN may run them in TF32 — eager's NCHW
-  call happened not to in row 7, a channels-last one did, for Inductor and minicomp alike). Where it is above, the row's model and inputs run in float64
+  below 1e-4 (fp32, ``models.REL_TOL``). Where it is above, the row's model and inputs run in float64
   (TF32 off) referee, as in ``models.py``: correct if no further from float64 than twice eager's own
   error (skipped for outputs over 2^28 elements). Integer outputs (argmax/argmin): ``max_rel_err`` is the
   fraction of indices that differ; correct if none does.
 * training: ``max_rel_err`` is the largest over the loss (‖a − b‖/‖b‖) and every parameter's gradient of
   ‖a − b‖ / (‖b‖ + 0.01·rms·√n) (``model_zoo.gradient_mismatches``'s measure: rms over all eager gradients);
   correct when it is at most 1e-3 (fp32) or 5e-2 (bf16 autocast) and the floating buffers (BatchNorm
-  running statistics) are within the same relative error. Where it is above, the step runs in float64
-  (no autocast, TF32 off) referee, as ``architectures.py`` does: correct if the compiled gradients are
-  no further from float64's than twice eager's (``train_err_fp64``, ``eager_train_err_fp64``; a bf16
-  ResNet-50 step's batch norms in training make its gradients ill-conditioned in their own rounding:
-  eager and Inductor differed by a relative 1.1).
+  running statistics) are within the same relative error; where one is over, the same step in float64
+  referees (a gradient or buffer as close to float64's as eager's passes).
 * Llama ``generate``: ``tokens_equal`` is the fraction of new tokens equal to eager's; correct if all are
   (greedy bf16 decoding: a rounding difference can flip a near tie and the rest of that sequence).
 
@@ -72,11 +67,14 @@ and ``whole_graph_fallbacks``: from ``minicomp.reports_since`` (``models.graph_f
 ``minicomp_vs_eager`` = minicomp ms / eager ms, ``minicomp_vs_inductor`` = minicomp ms / Inductor ms
 (below 1: minicomp is faster).
 
-Each row runs in its own try/except (a crash is recorded in the row and the run goes on); GPU memory is
-freed between rows (Dynamo reset, ``empty_cache``). The JSON and Markdown are rewritten after every row, so
-a run cut short keeps what it measured; ``--time-limit`` (seconds, default 420 on a GPU) starts no row after
-it (those rows say "not run"), and ``--resume`` measures only the rows the existing results lack. A crash
-that loses the CUDA context hands the remaining rows to a new process (``--resume``).
+The run is ``harness.run``'s (``benchmarks/harness.py``): each row in its own try/except (a crash is
+recorded in the row and the run goes on); GPU memory freed between rows (Dynamo reset, ``empty_cache``);
+the JSON and Markdown rewritten after every row, so a run cut short keeps what it measured;
+``--time-limit`` (seconds of the process, default 420 on a GPU) starts no row after it (those rows say
+"not run"), ``--deadline`` (default 40 s later) stops a row still running, ``--resume`` measures only
+the rows the existing results lack, ``--merge`` the selected rows again, keeping the others; ``--shard
+I/N`` every N-th selected row. A crash that loses the CUDA context hands the remaining rows to a new
+process (``--resume``).
 
 ``--dry-run``: the CPU, tiny sizes of every row (minicomp in Triton's interpreter, Inductor's C++),
 ``time.perf_counter`` timing, rows whose packages are missing (timm) skipped; it checks the script, not
@@ -85,21 +83,11 @@ the compilers. Files: ``cliffs-dry.{json,md}``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import dataclasses
-import datetime
-import gc
-import importlib.util
-import json
 import math
-import platform
-import shlex
-import subprocess
 import sys
-import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -108,21 +96,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmark the ch
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-import triton  # noqa: E402
-from torch.utils._pytree import tree_leaves  # noqa: E402
 
 import generate as gen  # noqa: E402
+import harness  # noqa: E402
 import minicomp  # noqa: E402
 import model_zoo as zoo  # noqa: E402
-from common import RESULTS  # noqa: E402
-from models import REL_TOL, device_lost, graph_facts, times, timed_first_call, warm_up  # noqa: E402
-from suite import _without_out, condense, cpu_bench, fmt, gpu_bench, ratio  # noqa: E402
+from harness import Case, Work, randn, trained, verdict  # noqa: E402
+from models import graph_facts  # noqa: E402
+from suite import condense  # noqa: E402
 
-TRAIN_TOL = {"fp32": 1e-3, "bf16": 5e-2}  # training: loss and gradients (see the docstring)
-TF32_TOL = 1e-3  # inference of a model with convolutions while cuDNN may use TF32
-REFEREE_MAX_NUMEL = 1 << 28  # float64 referee only for outputs up to this many elements
 GENERATE_CALLS = 3           # timed generate calls per backend (after a first one)
-BACKENDS = ("inductor", "minicomp")
 
 
 # ------------------------------------------------------------------------------------------ the modules
@@ -232,42 +215,6 @@ def depthwise_separable(channels: int, out: int) -> nn.Module:
 
 # ------------------------------------------------------------------------------------------ the rows
 
-@dataclass
-class Work:
-    """A row's model and inputs, built on the device. ``select`` picks the compared tensors from the
-    model's output (inference); ``loss`` makes the training loss of it; ``amp``: bf16 autocast."""
-    model: nn.Module
-    args: tuple
-    shape: str
-    kwargs: dict = field(default_factory=dict)
-    select: Callable[[object], object] = lambda out: out
-    loss: Callable[[object], torch.Tensor] | None = None
-    amp: bool = False
-    tokens: int = 0  # generate: new tokens
-
-    def __call__(self, model: Callable) -> object:
-        return model(*self.args, **self.kwargs)
-
-
-@dataclass
-class Case:
-    name: str
-    kind: str   # "inference", "train" or "generate"
-    dtype: str  # "fp32", "bf16"
-    make: Callable[[str, bool], Work]  # (device, dry) -> Work
-    needs: tuple[str, ...] = ()        # Python packages beyond torch and transformers
-
-
-def _randn(*shape: int, device: str, seed: int = 0) -> torch.Tensor:
-    """Standard normal values drawn on the device (gigabyte inputs: no CPU detour)."""
-    return torch.randn(*shape, device=device, generator=torch.Generator(device).manual_seed(seed))
-
-
-def _module(model: nn.Module, device: str, *examples: torch.Tensor) -> nn.Module:
-    torch.manual_seed(0)
-    return zoo.as_trained(model, *examples).to(device)
-
-
 def _gpt2(device: str, dry: bool) -> Work:
     size, batch = (zoo.DRY, 2) if dry else (dataclasses.replace(zoo.SUITE, seq=512), 8)
     spec = zoo.gpt2(size, attn="eager")
@@ -290,52 +237,52 @@ def _bert(device: str, dry: bool) -> Work:
 def _attention(block: bool) -> Callable[[str, bool], Work]:
     def make(device: str, dry: bool) -> Work:
         b, t, c, h = (2, 16, 32, 4) if dry else (128, 512, 768, 8)
-        model = _module((MinGPTBlock if block else CausalSelfAttention)(c, h, t), device)
-        return Work(model, (_randn(b, t, c, device=device),), f"B{b} T{t} C{c} H{h}")
+        model = trained((MinGPTBlock if block else CausalSelfAttention)(c, h, t), device)
+        return Work(model, (randn(b, t, c, device=device),), f"B{b} T{t} C{c} H{h}")
     return make
 
 
 def _mha(device: str, dry: bool) -> Work:
     b, n, e, h = (2, 17, 32, 4) if dry else (64, 197, 768, 12)
-    return Work(_module(SelfAttention(e, h), device), (_randn(b, n, e, device=device),), f"B{b} N{n} E{e} H{h}")
+    return Work(trained(SelfAttention(e, h), device), (randn(b, n, e, device=device),), f"B{b} N{n} E{e} H{h}")
 
 
 def _conv_lse(device: str, dry: bool) -> Work:
     b, side = (2, 8) if dry else (128, 128)
-    return Work(_module(ConvGroupNormLogSumExp(8, 64, 8), device), (_randn(b, 8, side, side, device=device),),
+    return Work(trained(ConvGroupNormLogSumExp(8, 64, 8), device), (randn(b, 8, side, side, device=device),),
                 f"B{b} 8->64 {side}x{side}")
 
 
 def _conv_gn(device: str, dry: bool) -> Work:
     b, side = (2, 16) if dry else (128, 256)
-    return Work(_module(ConvScaleSigmoidGroupNorm(8, 32, 8), device), (_randn(b, 8, side, side, device=device),),
+    return Work(trained(ConvScaleSigmoidGroupNorm(8, 32, 8), device), (randn(b, 8, side, side, device=device),),
                 f"B{b} 8->32 {side}x{side}")
 
 
 def _tensor_op(module: type[nn.Module], full: tuple[int, ...], dry: tuple[int, ...]) -> Callable[[str, bool], Work]:
     def make(device: str, is_dry: bool) -> Work:
         shape = dry if is_dry else full
-        return Work(_module(module(), device), (_randn(*shape, device=device),), "x".join(map(str, shape)))
+        return Work(trained(module(), device), (randn(*shape, device=device),), "x".join(map(str, shape)))
     return make
 
 
 def _group_norm(device: str, dry: bool) -> Work:
     shape = (2, 64, 8, 8) if dry else (112, 64, 512, 512)
-    return Work(_module(nn.GroupNorm(8, 64), device), (_randn(*shape, device=device),), "x".join(map(str, shape)))
+    return Work(trained(nn.GroupNorm(8, 64), device), (randn(*shape, device=device),), "x".join(map(str, shape)))
 
 
 def _depthwise(device: str, dry: bool) -> Work:
     b, side = (2, 16) if dry else (64, 112)
-    model = _module(depthwise_separable(64, 128), device, _randn(4, 64, side, side, device="cpu", seed=1))
-    return Work(model, (_randn(b, 64, side, side, device=device),), f"B{b} 64->128 {side}x{side}")
+    model = trained(depthwise_separable(64, 128), device, randn(4, 64, side, side, device="cpu", seed=1))
+    return Work(model, (randn(b, 64, side, side, device=device),), f"B{b} 64->128 {side}x{side}")
 
 
 def _timm_train(name: str, channels_last: bool = False) -> Callable[[str, bool], Work]:
     def make(device: str, dry: bool) -> Work:
         import timm
         batch, side = (2, 224 if "vit" in name else 64) if dry else (32, 224)
-        model = _module(timm.create_model(name, pretrained=False), device).train()
-        x = _randn(batch, 3, side, side, device=device)
+        model = trained(timm.create_model(name, pretrained=False), device).train()
+        x = randn(batch, 3, side, side, device=device)
         if channels_last:
             model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
         labels = torch.randint(0, 1000, (batch,), generator=torch.Generator().manual_seed(5)).to(device)
@@ -384,184 +331,7 @@ CASES = [
 ]
 
 
-# ------------------------------------------------------------------------------------------ correctness
-
-def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    """‖a − b‖/‖b‖ in float64, a chunk at a time (no float64 copy of a gigabyte tensor)."""
-    a, b = actual.detach().reshape(-1), expected.detach().reshape(-1)
-    diff = norm = 0.0
-    step = 1 << 26
-    for i in range(0, b.numel(), step):
-        x, y = a[i:i + step].double(), b[i:i + step].double()
-        diff += (x - y).pow(2).sum().item()
-        norm += y.pow(2).sum().item()
-    return math.sqrt(diff) / max(math.sqrt(norm), 1e-30)
-
-
-def output_error(actual: object, expected: object) -> tuple[float, bool]:
-    """(the largest error over the output tensors, whether any is a float tensor)."""
-    got, want = tree_leaves(actual), tree_leaves(expected)
-    if len(got) != len(want):
-        raise ValueError(f"{len(got)} output tensors, eager has {len(want)}")
-    worst, floating = 0.0, False
-    for a, b in zip(got, want):
-        if not isinstance(b, torch.Tensor):
-            continue
-        if a.shape != b.shape:
-            raise ValueError(f"output shape {tuple(a.shape)}, eager's {tuple(b.shape)}")
-        if b.is_floating_point():
-            floating = True
-            worst = max(worst, rel_err(a, b))
-        else:  # indices: the fraction that differ
-            worst = max(worst, (a != b).sum().item() / max(b.numel(), 1))
-    return worst, floating
-
-
-def float64_referee(work: Work, actual: object, expected: object) -> tuple[float, float]:
-    """(the compiled result's error against the row run in float64, eager's own)."""
-    exact_model = copy.deepcopy(work.model).double()
-    up = lambda v: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v  # noqa: E731
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        exact = work.select(exact_model(*map(up, work.args), **{k: up(v) for k, v in work.kwargs.items()}))
-    return output_error(actual, exact)[0], output_error(expected, exact)[0]
-
-
-def float64_step(work: Work, pristine: nn.Module) -> nn.Module:
-    """The row's training step in float64 (no autocast, TF32 off) from the initial weights: the model
-    with its gradients."""
-    exact = copy.deepcopy(pristine).double()
-    up = lambda v: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v  # noqa: E731
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        work.loss(exact(*map(up, work.args), **{k: up(v) for k, v in work.kwargs.items()})).backward()
-    return exact
-
-
-class _ParametersOnly:
-    """A module seen through its parameters alone: ``model_zoo.gradient_mismatches`` then leaves the
-    buffers to ``buffer_mismatches`` (bf16 autocast rounds BatchNorm's running statistics too)."""
-
-    def __init__(self, module: nn.Module):
-        self.module = module
-
-    def parameters(self):
-        return self.module.parameters()
-
-    def named_parameters(self):
-        return self.module.named_parameters()
-
-    def named_buffers(self):
-        return iter(())
-
-
-def gradient_error(reference: nn.Module, model: nn.Module) -> float:
-    """The largest ‖a − b‖ / (‖b‖ + 0.01·rms·√n) over the parameters' gradients (``gradient_mismatches``)."""
-    grads = [p.grad for p in reference.parameters() if p.grad is not None]
-    rms = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads) / max(sum(g.numel() for g in grads), 1))
-    worst = 0.0
-    for p, q in zip(reference.parameters(), model.parameters()):
-        if p.grad is None or q.grad is None:
-            worst = worst if (p.grad is None) == (q.grad is None) else math.inf
-            continue
-        scale = p.grad.double().norm().item() + 0.01 * rms * p.numel() ** 0.5
-        worst = max(worst, (q.grad.double() - p.grad.double()).norm().item() / max(scale, 1e-30))
-    return worst
-
-
-def buffer_mismatches(reference: nn.Module, model: nn.Module, tol: float) -> list[str]:
-    return [f"buffer {name}: relative error {err:.3g}" for (name, b), (_, c) in
-            zip(reference.named_buffers(), model.named_buffers())
-            if b.is_floating_point() and (err := rel_err(c, b)) > tol]
-
-
-# ------------------------------------------------------------------------------------------ one row
-
-def verdict(row: dict, backend: str, ok: bool, err: float | None, error: str | None) -> None:
-    prefix = "" if backend == "minicomp" else "inductor_"
-    row[f"{prefix}correct"], row[f"{prefix}error"] = ok, error
-    row[f"{prefix}max_rel_err"] = None if err is None else float(f"{err:.3g}")
-
-
-def compile_with(backend: str, model: Callable) -> Callable:
-    return torch.compile(model) if backend == "inductor" else torch.compile(model, backend="minicomp")
-
-
-def run_inference(work: Work, row: dict, args: argparse.Namespace, device: str, bench) -> None:
-    model = work.model.eval()
-    convs = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
-    tol = TF32_TOL if convs and torch.backends.cudnn.allow_tf32 else REL_TOL[torch.float32]
-    with torch.no_grad():
-        expected = work.select(work(model))
-        variants: dict[str, Callable | None] = {"eager": lambda: work(model)}
-        for backend in args.backends:
-            before = minicomp.report()
-            variants[backend] = None
-            try:
-                compiled = compile_with(backend, model)
-                out, seconds = timed_first_call(lambda: work.select(work(compiled)), device)
-                row[f"{backend}_first_call_s"] = round(seconds, 2)
-                err, floating = output_error(out, expected)
-                ok = err <= (tol if floating else 0.0)
-                if not ok and floating and sum(t.numel() for t in tree_leaves(expected)) <= REFEREE_MAX_NUMEL:
-                    err64, eager64 = float64_referee(work, out, expected)
-                    row[f"{backend}_err_fp64"], row["eager_err_fp64"] = float(f"{err64:.3g}"), float(f"{eager64:.3g}")
-                    ok = err64 <= max(tol, 2 * eager64)
-                del out
-                verdict(row, backend, ok, err, None if ok else f"mismatch: error {err:.3g} > {tol:g}")
-                variants[backend] = lambda c=compiled: work(c)
-            except Exception as e:  # noqa: BLE001 - a crashing backend is a result, not the end of the run
-                traceback.print_exc(limit=-4)
-                verdict(row, backend, False, None, "crash: " + condense(e, 600))
-            if backend == "minicomp":
-                row.update(graph_facts(minicomp.reports_since(before)))
-        del expected
-        row.update(times(variants, bench, args.rounds))
-
-
-def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, bench) -> None:
-    reference = work.model
-    pristine = copy.deepcopy(reference)  # every backend starts from these weights
-    tol = TRAIN_TOL[row["dtype"]]
-
-    def step(m: Callable) -> torch.Tensor:
-        m.zero_grad(set_to_none=True)
-        with torch.autocast(device, dtype=torch.bfloat16) if work.amp else contextlib.nullcontext():
-            loss = work.loss(work(m))
-        loss.backward()
-        return loss.detach()
-
-    with torch.enable_grad():
-        expected = step(reference).float()
-        variants: dict[str, Callable | None] = {"eager": lambda: step(reference)}
-        for backend in args.backends:
-            model = copy.deepcopy(pristine)
-            before = minicomp.report()
-            variants[backend] = None
-            try:
-                compiled = compile_with(backend, model)
-                loss, seconds = timed_first_call(lambda: step(compiled), device)
-                row[f"{backend}_first_call_s"] = round(seconds, 2)
-                loss_err = rel_err(loss.float(), expected)
-                err = max(loss_err, gradient_error(reference, model))
-                wrong = ([f"loss: relative error {loss_err:.3g}"] if loss_err > tol else []) + \
-                    zoo.gradient_mismatches(_ParametersOnly(reference), _ParametersOnly(model), rtol=tol) + \
-                    buffer_mismatches(reference, model, tol)
-                if wrong:
-                    exact = float64_step(work, pristine)
-                    err64, eager64 = gradient_error(exact, model), gradient_error(exact, reference)
-                    row[f"{backend}_train_err_fp64"], row["eager_train_err_fp64"] = float(f"{err64:.3g}"), float(f"{eager64:.3g}")
-                    if err64 <= 2 * eager64:
-                        wrong = []
-                verdict(row, backend, not wrong, err, None if not wrong else f"{len(wrong)} wrong: "
-                        + "; ".join(wrong[:5]) + (" ..." if len(wrong) > 5 else ""))
-                variants[backend] = lambda c=compiled: step(c)
-            except Exception as e:  # noqa: BLE001
-                traceback.print_exc(limit=-4)
-                verdict(row, backend, False, None, "crash: " + condense(e, 600))
-            if backend == "minicomp":
-                row.update(graph_facts(minicomp.reports_since(before)))
-        row.update(times(variants, bench, args.rounds))
-    del pristine
-
+# ------------------------------------------------------------------------------------------ generate
 
 def run_generate(work: Work, row: dict, args: argparse.Namespace, device: str, bench) -> None:
     base, (ids, mask), tokens = work.model, work.args, work.tokens
@@ -596,197 +366,25 @@ def run_generate(work: Work, row: dict, args: argparse.Namespace, device: str, b
         del model
 
 
-def run_case(case: Case, args: argparse.Namespace, device: str, bench) -> dict:
-    row: dict = dict(n=CASES.index(case) + 1, name=case.name, kind=case.kind, dtype=case.dtype)
-    missing = [p for p in case.needs if importlib.util.find_spec(p) is None]
-    if missing:
-        row["error"] = f"skipped: {', '.join(missing)} not installed"
-        return row
-    t0 = time.perf_counter()
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    try:
-        work = case.make(device, args.dry_run)
-        row["shape"] = work.shape
-        {"inference": run_inference, "train": run_training, "generate": run_generate}[case.kind](
-            work, row, args, device, bench)
-    except Exception as e:  # noqa: BLE001 - eager itself failed, or building the row did
-        traceback.print_exc(limit=-4)
-        row["correct"], row["error"] = False, "row failed: " + condense(e, 600)
-    row["minicomp_vs_eager"] = ratio(row.get("minicomp_ms"), row.get("eager_ms"))
-    row["minicomp_vs_inductor"] = ratio(row.get("minicomp_ms"), row.get("inductor_ms"))
-    row["inductor_vs_eager"] = ratio(row.get("inductor_ms"), row.get("eager_ms"))
-    if device == "cuda":
-        row["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
-    row["seconds"] = round(time.perf_counter() - t0, 1)
-    return row
-
-
-def free_memory(device: str) -> None:
-    torch._dynamo.reset()
-    gc.collect()
-    if device == "cuda":
-        torch.cuda.empty_cache()
-
-
-# ------------------------------------------------------------------------------------------ output
-
-def table(rows: list[dict]) -> str:
-    lines = ["| # | row | shape | dtype | eager ms | Inductor ms | minicomp ms | minicomp ÷ eager | "
-             "minicomp ÷ Inductor | max rel. error minicomp / Inductor | kernels | fallback ops | "
-             "first call s Inductor / minicomp |",
-             "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
-    for r in rows:
-        wrong_m = " ✗" if r.get("correct") is False else ""
-        wrong_i = "" if r.get("inductor_correct", True) else " ✗"
-        lines.append(
-            f"| {r['n']} | {r['name']} | {r.get('shape') or ''} | {r['dtype']} | {fmt(r.get('eager_ms'))} | "
-            f"{fmt(r.get('inductor_ms'))}{wrong_i} | {fmt(r.get('minicomp_ms'))}{wrong_m} | "
-            f"{fmt(r.get('minicomp_vs_eager'), '.2f')} | {fmt(r.get('minicomp_vs_inductor'), '.2f')} | "
-            f"{fmt(r.get('max_rel_err'), '.2g')} / {fmt(r.get('inductor_max_rel_err'), '.2g')} | "
-            f"{fmt(r.get('kernels'), 'd')} | {', '.join(r.get('fallback_ops') or []) or '—'} | "
-            f"{fmt(r.get('inductor_first_call_s'), '.1f')} / {fmt(r.get('minicomp_first_call_s'), '.1f')} |")
-    return "\n".join(lines) + "\n"
-
-
-def markdown(meta: dict, rows: list[dict]) -> str:
-    timer = ("time.perf_counter, one call (dry run)" if meta["dry_run"] else
-             f"median of {meta['rounds']} interleaved rounds of triton.testing.do_bench (median, warmup 25 ms, "
-             "rep 100 ms, L2 flushed), plain calls")
-    head = [f"# Cliffs (issue 41's table) — {meta['date']}", "",
-            f"GPU {meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, transformers {meta['transformers']}, "
-            f"timm {meta['timm']}. TF32: matmul {meta['matmul_tf32']}, cuDNN {meta['cudnn_tf32']}. "
-            f"Command: `{meta['command']}`"
-            + "".join(f", then `{c}` (rows not measured before)" for c in meta.get("resumed_with", [])) + ".", "",
-            f"Times: {timer}; training rows: zero_grad + forward + loss + backward (no optimizer step); Llama: "
-            f"ms per new token of the whole `generate` call (median of {GENERATE_CALLS}). ✗: the result differs "
-            "from eager's (inference: max ‖a − b‖/‖b‖ over the outputs above 1e-4 (1e-3: convolutions with cuDNN TF32) and not referred to float64; "
-            "argmax/argmin: any index differs; training: loss or a gradient above 1e-3 fp32, 5e-2 bf16 autocast and not referred to float64; "
-            "Llama: a generated token differs) or the backend crashed (notes). Ratios below 1: minicomp faster. "
-            "Kernels: minicomp's compiled kernels over the row's graphs. First call: wall seconds of the first "
-            "compiled call (caches as found). See `benchmarks/cliffs.py`'s docstring for the rows' definitions.", ""]
-    notes = ["", "Notes: minicomp's fallback ops (counts, reasons), whole-graph fallbacks and errors."]
-    for r in rows:
-        counts, reasons = r.get("fallback_op_counts") or {}, r.get("fallback_reasons") or {}
-        items = [f"{op} ×{counts.get(op, '?')}" + (f" ({reasons[op]})" if op in reasons else "")
-                 for op in r.get("fallback_ops") or []]
-        notes.append(f"- {r['n']}. {r['name']}: fallback ops: " + ("; ".join(items) or "none"))
-        notes += [f"  - whole graph in PyTorch: {w}" for w in r.get("whole_graph_fallbacks") or []]
-        notes += [f"  - {'minicomp' if 'minicomp_first_call_s' in r else 'error'}: {r['error']}"] if r.get("error") else []
-        notes += [f"  - Inductor: {r['inductor_error']}"] if r.get("inductor_error") else []
-        for backend in BACKENDS:
-            if f"{backend}_tokens_equal" in r:
-                notes.append(f"  - {backend}: tokens equal to eager's {r[f'{backend}_tokens_equal']:.1%}")
-            for key, what in (("err_fp64", "error"), ("train_err_fp64", "gradients' error")):
-                if f"{backend}_{key}" in r:
-                    notes.append(f"  - {backend}: {what} against float64 {r[f'{backend}_{key}']:.3g}, eager's "
-                                 f"{r[f'eager_{key}']:.3g}")
-    return "\n".join(head) + "\n" + table(rows) + "\n".join(notes) + "\n"
-
-
-def write_results(meta: dict, rows: list[dict], out: Path, stem: str) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(dict(meta, rows=rows), indent=1))
-    (out / f"{stem}.md").write_text(markdown(meta, rows))
-
-
-def short_table(rows: list[dict]) -> str:
-    lines = [f"{'#':>2} {'row':<52}{'eager ms':>10}{'inductor':>10}{'minicomp':>10}{'mc/eager':>10}{'mc/ind':>10}  correct"]
-    for r in rows:
-        ok = {True: "yes", False: "NO", None: "—"}[r.get("correct")]
-        ind = {True: "", False: " (inductor NO)", None: ""}[r.get("inductor_correct")]
-        lines.append(f"{r['n']:>2} {r['name'][:51]:<52}{fmt(r.get('eager_ms')):>10}{fmt(r.get('inductor_ms')):>10}"
-                     f"{fmt(r.get('minicomp_ms')):>10}{fmt(r.get('minicomp_vs_eager'), '.2f'):>10}"
-                     f"{fmt(r.get('minicomp_vs_inductor'), '.2f'):>10}  {ok}{ind}"
-                     + (f"  [{r['error'][:60]}]" if r.get("error") and r.get("correct") is not True else ""))
-    return "\n".join(lines)
-
-
 # ------------------------------------------------------------------------------------------ main
+
+DESCRIPTION = harness.measures(
+    "; training rows: zero_grad + forward + loss + backward (no optimizer step); Llama: ms per new token of the "
+    f"whole `generate` call (median of {GENERATE_CALLS})",
+    "inference: max ‖a − b‖/‖b‖ over the outputs above 1e-4 and not referred to float64; argmax/argmin: any index "
+    "differs; training: loss or a gradient above 1e-3 fp32, 5e-2 bf16 autocast, and not as close to float64's as "
+    "eager's; Llama: a generated token differs", "cliffs.py")
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--only", action="append", default=[], metavar="SUBSTRING",
-                   help="the rows whose name contains one of these (repeatable, comma-separated)")
-    p.add_argument("--out", default=None, help="folder for cliffs.{json,md} (default benchmarks/results)")
-    p.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes, perf_counter timing")
-    p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 3; dry run 1)")
-    p.add_argument("--no-inductor", action="store_true", help="eager and minicomp only")
-    p.add_argument("--time-limit", type=float, default=None,
-                   help="start no row after this many seconds (default 420 on a GPU, none in a dry run)")
-    p.add_argument("--resume", action="store_true", help="keep the rows of the existing results; measure the rest")
-    args = p.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
-    args.rounds = args.rounds or (1 if args.dry_run else 3)
-    args.time_limit = args.time_limit if args.time_limit is not None else (None if args.dry_run else 420.0)
-    args.backends = [b for b in BACKENDS if not (args.no_inductor and b == "inductor")]
-    return args
-
-
-def selected(args: argparse.Namespace) -> list[Case]:
-    keys = [k.strip().lower() for item in args.only for k in item.split(",") if k.strip()]
-    return [c for c in CASES if not keys or any(k in c.name.lower() for k in keys)]
-
-
-def version(package: str) -> str | None:
-    try:
-        return __import__(package).__version__
-    except ImportError:
-        return None
+    harness.add_arguments(p, time_limit=420, row_timeout=None)
+    return harness.finish_args(p.parse_args(argv), argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    device = "cpu" if args.dry_run else "cuda"
-    if device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA GPU: use --dry-run for a CPU check of the script", file=sys.stderr)
-        return 1
-    cases = selected(args)
-    if not cases:
-        print(f"no row matches --only {args.only}", file=sys.stderr)
-        return 1
-    out, stem = Path(args.out or RESULTS), "cliffs-dry" if args.dry_run else "cliffs"
-    torch.backends.cuda.matmul.allow_tf32 = False  # PyTorch's default, whatever an import did
-    gpu = (torch.cuda.get_device_name() if device == "cuda"
-           else f"none: CPU dry run ({platform.processor() or platform.machine()})")
-    resumed = [a for a in args.argv if a != "--resume"]
-    meta = dict(gpu=gpu, torch=torch.__version__, triton=triton.__version__, transformers=version("transformers"),
-                timm=version("timm"), date=datetime.date.today().isoformat(), dry_run=args.dry_run,
-                rounds=args.rounds, matmul_tf32=torch.backends.cuda.matmul.allow_tf32,
-                cudnn_tf32=torch.backends.cudnn.allow_tf32,
-                command=shlex.join(["python", "benchmarks/cliffs.py", *_without_out(resumed)]))
-    done: dict[str, dict] = {}
-    if args.resume and (out / f"{stem}.json").exists():
-        earlier = json.loads((out / f"{stem}.json").read_text())
-        done = {r["name"]: r for r in earlier["rows"] if not str(r.get("error") or "").startswith("not run")}
-        meta["resumed_with"] = earlier.get("resumed_with", []) + [meta["command"]]
-        meta["command"] = earlier["command"]
-    rows = {c.name: done.get(c.name, dict(n=CASES.index(c) + 1, name=c.name, kind=c.kind, dtype=c.dtype,
-                                          error="not run yet"))
-            for c in CASES if c in cases or c.name in done}  # resumed: the other rows' results stay
-    bench = (lambda fn: cpu_bench(fn, calls=1)) if args.dry_run else gpu_bench
-    start = time.perf_counter()
-    warm_up(device, argparse.Namespace(no_inductor=args.no_inductor))
-    for case in cases:
-        if case.name in done:
-            continue
-        if args.time_limit is not None and time.perf_counter() - start > args.time_limit:
-            rows[case.name]["error"] = f"not run: past --time-limit {args.time_limit:g} s (run again with --resume)"
-            continue
-        rows[case.name] = row = run_case(case, args, device, bench)
-        write_results(meta, list(rows.values()), out, stem)
-        print(f"{row['n']:>2}. {case.name:<52} eager {fmt(row.get('eager_ms'))}  inductor {fmt(row.get('inductor_ms'))}  "
-              f"minicomp {fmt(row.get('minicomp_ms'))} ms  correct {row.get('correct')}/{row.get('inductor_correct')}"
-              f"  ({row['seconds'] if 'seconds' in row else 0:.0f} s)"
-              + (f"  {row['error']}" if row.get("error") else ""), flush=True)
-        free_memory(device)
-        if device_lost(device):
-            print("the CUDA context is lost: the remaining rows run in a new process", flush=True)
-            return subprocess.run([sys.executable, str(Path(__file__).resolve()), *args.argv, "--resume"]).returncode
-    write_results(meta, list(rows.values()), out, stem)
-    print(f"\nwrote {out / stem}.json and .md ({time.perf_counter() - start:.0f} s)\n")
-    print(short_table(list(rows.values())), flush=True)
-    return 0
+    return harness.run(CASES, parse_args(argv), script=Path(__file__).resolve(), stem="cliffs",
+                       title="Cliffs (issue 41's table)", description=DESCRIPTION, runners={"generate": run_generate})
 
 
 if __name__ == "__main__":

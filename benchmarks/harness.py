@@ -1,0 +1,635 @@
+"""The row harness of ``cliffs.py`` and ``corpus.py``: a row's model and inputs (``Work``), its definition
+(``Case``), correctness against eager, timing, and the crash-safe, resumable run that writes a results
+file after every row.
+
+A row runs eager, then each backend (``torch.compile(m)`` for Inductor, ``backend="minicomp"``): the
+first compiled call is checked against eager's result, then the three are timed in interleaved rounds.
+
+* inference: ``max_rel_err`` is the largest ‖a − b‖/‖b‖ (float64) over the output tensors; correct at or
+  below ``models.REL_TOL`` of the row's dtype (fp32 1e-4, bf16 3e-2; fp32 with convolutions while
+  ``torch.backends.cudnn.allow_tf32`` is on, PyTorch's default, 1e-3: cuDNN may run them in TF32, as it
+  did for a channels-last call and not for eager's NCHW one in cliffs row 7). Where it is above, the row's model
+  and inputs run in float64 (TF32 off) referee: correct if no further from float64 than twice eager's own
+  error (skipped for outputs over 2^28 elements). Integer outputs: ``max_rel_err`` is the fraction of
+  values that differ; correct if none does.
+* training: the largest over the loss (‖a − b‖/‖b‖) and every parameter's gradient of ‖a − b‖ /
+  (‖b‖ + 0.01·rms·√n) (``model_zoo.gradient_mismatches``'s measure); correct when at most 1e-3 (fp32) or
+  5e-2 (bf16 autocast) and the floating buffers (BatchNorm running statistics) within the same relative
+  error. Where a gradient or buffer is over, the same step in float64 referees (a value as close to
+  float64's as eager's passes).
+
+The run: each row in its own try/except (a crash is the row's result); the results rewritten after every
+row, the row about to run first marked "interrupted" (a process killed mid-row leaves that mark);
+``--time-limit`` starts no row after that many seconds of the process's life; ``--deadline`` stops a row
+still running then (it says "not run", as do the rows after it: ``--resume`` measures them);
+``--row-timeout`` stops one row that takes longer (a result: "timeout"). ``--resume`` measures only the
+selected rows the results lack (or that say "not run"); ``--merge`` measures the selected rows again and
+keeps the others; without either the file holds the selected rows alone (``--only``: names containing a
+substring; ``--shard I/N``: every N-th of those from the I-th). A crash that loses the CUDA
+context hands the remaining rows to a new process (``--resume``, with the time left).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import datetime
+import gc
+import importlib.util
+import json
+import math
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import triton
+from torch.utils._pytree import tree_leaves
+
+import minicomp
+import model_zoo as zoo
+from common import RESULTS
+from models import REL_TOL, device_lost, graph_facts, times, timed_first_call, warm_up
+TF32_TOL = 1e-3  # fp32 inference of a model with convolutions while cuDNN may use TF32
+from suite import _without_out, condense, cpu_bench, fmt, gpu_bench, ratio
+
+TRAIN_TOL = {"fp32": 1e-3, "bf16": 5e-2}  # training: loss and gradients (see the docstring)
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+REFEREE_MAX_NUMEL = 1 << 28  # float64 referee only for outputs up to this many elements
+BACKENDS = ("inductor", "minicomp")
+NOT_RUN = "not run"          # rows that say this are measured by --resume
+INTERRUPTED = "interrupted: the process ended while this row ran (killed, out of time or crashed)"
+
+
+# ------------------------------------------------------------------------------------------ the rows
+
+@dataclass
+class Work:
+    """A row's model and inputs, built on the device. ``select`` picks the compared tensors from the
+    model's output (inference); ``loss`` makes the training loss of it; ``amp``: bf16 autocast."""
+    model: nn.Module
+    args: tuple
+    shape: str
+    kwargs: dict = field(default_factory=dict)
+    select: Callable[[object], object] = lambda out: out
+    loss: Callable[[object], torch.Tensor] | None = None
+    amp: bool = False
+    tokens: int = 0  # generate: new tokens
+
+    def __call__(self, model: Callable) -> object:
+        return model(*self.args, **self.kwargs)
+
+
+@dataclass
+class Case:
+    name: str
+    kind: str   # "inference", "train" (or a script's own kind: ``run``'s ``runners``)
+    dtype: str  # "fp32", "bf16" (inference in that dtype; training: under bf16 autocast)
+    make: Callable[[str, bool], Work]  # (device, dry) -> Work
+    needs: tuple[str, ...] = ()        # Python packages beyond torch and transformers
+
+
+def randn(*shape: int, device: str, seed: int = 0) -> torch.Tensor:
+    """Standard normal values drawn on the device (gigabyte inputs: no CPU detour)."""
+    return torch.randn(*shape, device=device, generator=torch.Generator(device).manual_seed(seed))
+
+
+def trained(model: nn.Module, device: str, *examples: torch.Tensor) -> nn.Module:
+    """``model_zoo.as_trained`` (seed 0), on the device."""
+    torch.manual_seed(0)
+    return zoo.as_trained(model, *examples).to(device)
+
+
+# ------------------------------------------------------------------------------------------ correctness
+
+def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """‖a − b‖/‖b‖ in float64, a chunk at a time (no float64 copy of a gigabyte tensor)."""
+    a, b = actual.detach().reshape(-1), expected.detach().reshape(-1)
+    diff = norm = 0.0
+    step = 1 << 26
+    for i in range(0, b.numel(), step):
+        x, y = a[i:i + step].double(), b[i:i + step].double()
+        diff += (x - y).pow(2).sum().item()
+        norm += y.pow(2).sum().item()
+    return math.sqrt(diff) / max(math.sqrt(norm), 1e-30)
+
+
+def output_error(actual: object, expected: object) -> tuple[float, bool]:
+    """(the largest error over the output tensors, whether any is a float tensor)."""
+    got, want = tree_leaves(actual), tree_leaves(expected)
+    if len(got) != len(want):
+        raise ValueError(f"{len(got)} output tensors, eager has {len(want)}")
+    worst, floating = 0.0, False
+    for a, b in zip(got, want):
+        if not isinstance(b, torch.Tensor):
+            continue
+        if a.shape != b.shape:
+            raise ValueError(f"output shape {tuple(a.shape)}, eager's {tuple(b.shape)}")
+        if b.is_floating_point():
+            floating = True
+            worst = max(worst, rel_err(a, b))
+        else:  # indices: the fraction that differ
+            worst = max(worst, (a != b).sum().item() / max(b.numel(), 1))
+    return worst, floating
+
+
+def _double(v: object) -> object:
+    return v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
+
+def float64_referee(work: Work, actual: object, expected: object) -> tuple[float, float]:
+    """(the compiled result's error against the row run in float64, eager's own)."""
+    exact_model = copy.deepcopy(work.model).double()
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        exact = work.select(exact_model(*map(_double, work.args), **{k: _double(v) for k, v in work.kwargs.items()}))
+    return output_error(actual, exact)[0], output_error(expected, exact)[0]
+
+
+class _ParametersOnly:
+    """A module seen through its parameters alone: ``model_zoo.gradient_mismatches`` then leaves the
+    buffers to ``buffer_mismatches`` (bf16 autocast rounds BatchNorm's running statistics too)."""
+
+    def __init__(self, module: nn.Module):
+        self.module = module
+
+    def parameters(self):
+        return self.module.parameters()
+
+    def named_parameters(self):
+        return self.module.named_parameters()
+
+    def named_buffers(self):
+        return iter(())
+
+
+def gradient_error(reference: nn.Module, model: nn.Module) -> float:
+    """The largest ‖a − b‖ / (‖b‖ + 0.01·rms·√n) over the parameters' gradients (``gradient_mismatches``)."""
+    grads = [p.grad for p in reference.parameters() if p.grad is not None]
+    rms = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads) / max(sum(g.numel() for g in grads), 1))
+    worst = 0.0
+    for p, q in zip(reference.parameters(), model.parameters()):
+        if p.grad is None or q.grad is None:
+            worst = worst if (p.grad is None) == (q.grad is None) else math.inf
+            continue
+        scale = p.grad.double().norm().item() + 0.01 * rms * p.numel() ** 0.5
+        worst = max(worst, (q.grad.double() - p.grad.double()).norm().item() / max(scale, 1e-30))
+    return worst
+
+
+def buffer_mismatches(reference: nn.Module, model: nn.Module, tol: float, exact: nn.Module | None = None) -> list[str]:
+    """The floating buffers further from eager's than ``tol``, unless as close to ``exact``'s (float64)."""
+    truth = dict(exact.named_buffers()) if exact is not None else {}
+    wrong = []
+    for (name, b), (_, c) in zip(reference.named_buffers(), model.named_buffers()):
+        if not b.is_floating_point() or (err := rel_err(c, b)) <= tol:
+            continue
+        if name in truth and rel_err(c, truth[name]) <= 2 * rel_err(b, truth[name]) + 1e-6:
+            continue
+        wrong.append(f"buffer {name}: relative error {err:.3g}")
+    return wrong
+
+
+# ------------------------------------------------------------------------------------------ one row
+
+class Skip(Exception):
+    """Raised by a row's ``make``: the row cannot run here (its message says why)."""
+
+
+class RowTimeout(BaseException):
+    """A row ran past its time (``--row-timeout``, or the run's ``--deadline``). A BaseException: the
+    per-backend ``except Exception`` lets it through to the row."""
+
+
+def verdict(row: dict, backend: str, ok: bool, err: float | None, error: str | None) -> None:
+    prefix = "" if backend == "minicomp" else "inductor_"
+    row[f"{prefix}correct"], row[f"{prefix}error"] = ok, error
+    row[f"{prefix}max_rel_err"] = None if err is None else float(f"{err:.3g}")
+
+
+def compile_with(backend: str, model: Callable) -> Callable:
+    return torch.compile(model) if backend == "inductor" else torch.compile(model, backend="minicomp")
+
+
+def run_inference(work: Work, row: dict, args: argparse.Namespace, device: str, bench) -> None:
+    model = work.model.eval()
+    tol = REL_TOL[DTYPES[row["dtype"]]]
+    if row["dtype"] == "fp32" and torch.backends.cudnn.allow_tf32 and \
+            any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules()):
+        tol = TF32_TOL  # cuDNN may run the convolutions in TF32 (PyTorch's default), in one layout and not another
+    with torch.no_grad():
+        row["phase"] = "eager"
+        expected = work.select(work(model))
+        variants: dict[str, Callable | None] = {"eager": lambda: work(model)}
+        for backend in args.backends:
+            row["phase"] = backend
+            before = minicomp.report()
+            variants[backend] = None
+            try:
+                compiled = compile_with(backend, model)
+                out, seconds = timed_first_call(lambda: work.select(work(compiled)), device)
+                row[f"{backend}_first_call_s"] = round(seconds, 2)
+                err, floating = output_error(out, expected)
+                ok = err <= (tol if floating else 0.0)
+                if not ok and floating and sum(t.numel() for t in tree_leaves(expected)) <= REFEREE_MAX_NUMEL:
+                    err64, eager64 = float64_referee(work, out, expected)
+                    row[f"{backend}_err_fp64"], row["eager_err_fp64"] = float(f"{err64:.3g}"), float(f"{eager64:.3g}")
+                    ok = err64 <= max(tol, 2 * eager64)
+                del out
+                verdict(row, backend, ok, err, None if ok else f"mismatch: error {err:.3g} > {tol:g}")
+                variants[backend] = lambda c=compiled: work(c)
+            except Exception as e:  # noqa: BLE001 - a crashing backend is a result, not the end of the run
+                traceback.print_exc(limit=-4)
+                verdict(row, backend, False, None, "crash: " + condense(e, 600))
+            if backend == "minicomp":
+                row.update(graph_facts(minicomp.reports_since(before)))
+        del expected
+        row["phase"] = "timing"
+        row.update(times(variants, bench, args.rounds))
+
+
+def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, bench) -> None:
+    reference = work.model
+    pristine = copy.deepcopy(reference)  # every backend starts from these weights
+    tol = TRAIN_TOL[row["dtype"]]
+    exact: list[nn.Module] = []          # the float64 referee's model after its step, made once if needed
+
+    def step(m: Callable, amp: bool = work.amp, cast: Callable = lambda v: v) -> torch.Tensor:
+        m.zero_grad(set_to_none=True)
+        with torch.autocast(device, dtype=torch.bfloat16) if amp else contextlib.nullcontext():
+            loss = work.loss(m(*map(cast, work.args), **{k: cast(v) for k, v in work.kwargs.items()}))
+        loss.backward()
+        return loss.detach()
+
+    def referee() -> nn.Module:
+        if not exact:
+            exact.append(copy.deepcopy(pristine).double())
+            with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+                step(exact[0], amp=False, cast=_double)
+        return exact[0]
+
+    with torch.enable_grad():
+        row["phase"] = "eager"
+        expected = step(reference).float()
+        variants: dict[str, Callable | None] = {"eager": lambda: step(reference)}
+        for backend in args.backends:
+            row["phase"] = backend
+            model = copy.deepcopy(pristine)
+            before = minicomp.report()
+            variants[backend] = None
+            try:
+                compiled = compile_with(backend, model)
+                loss, seconds = timed_first_call(lambda: step(compiled), device)
+                row[f"{backend}_first_call_s"] = round(seconds, 2)
+                loss_err = rel_err(loss.float(), expected)
+                err = max(loss_err, gradient_error(reference, model))
+                wrong = zoo.gradient_mismatches(_ParametersOnly(reference), _ParametersOnly(model), rtol=tol) + \
+                    buffer_mismatches(reference, model, tol)
+                if wrong:  # judged against float64 too: is eager's the closer one?
+                    row[f"{backend}_fp64_referee"] = True
+                    wrong = zoo.gradient_mismatches(_ParametersOnly(reference), _ParametersOnly(model), rtol=tol,
+                                                    exact=_ParametersOnly(referee())) + \
+                        buffer_mismatches(reference, model, tol, exact=referee())
+                wrong = ([f"loss: relative error {loss_err:.3g}"] if loss_err > tol else []) + wrong
+                verdict(row, backend, not wrong, err, None if not wrong else f"{len(wrong)} wrong: "
+                        + "; ".join(wrong[:5]) + (" ..." if len(wrong) > 5 else ""))
+                variants[backend] = lambda c=compiled: step(c)
+            except Exception as e:  # noqa: BLE001
+                traceback.print_exc(limit=-4)
+                verdict(row, backend, False, None, "crash: " + condense(e, 600))
+            if backend == "minicomp":
+                row.update(graph_facts(minicomp.reports_since(before)))
+        exact.clear()
+        row["phase"] = "timing"
+        row.update(times(variants, bench, args.rounds))
+    del pristine
+
+
+RUNNERS = {"inference": run_inference, "train": run_training}
+
+
+def _alarm(seconds: float | None) -> None:
+    """Raise ``RowTimeout`` in this (the main) thread after ``seconds``; None: cancel."""
+    def ring(signum, frame):
+        raise RowTimeout()
+    signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.01) if seconds is not None else 0)
+
+
+def run_case(case: Case, n: int, args: argparse.Namespace, device: str, bench, runners: dict,
+             budget: float | None = None) -> dict:
+    """One row, stopped after ``budget`` seconds (``RowTimeout``): by its own ``--row-timeout`` (a result)
+    or by the run's deadline (the row then says "not run")."""
+    row: dict = dict(n=n, name=case.name, kind=case.kind, dtype=case.dtype)
+    missing = [p for p in case.needs if importlib.util.find_spec(p) is None]
+    if missing:
+        row["error"] = f"skipped: {', '.join(missing)} not installed"
+        return row
+    t0 = time.perf_counter()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    row_limit = args.row_timeout
+    try:
+        _alarm(budget)
+        work = case.make(device, args.dry_run)
+        row["shape"] = work.shape
+        runners[case.kind](work, row, args, device, bench)
+    except RowTimeout:
+        phase = row.get("phase", "building the row")
+        if row_limit is not None and budget is not None and budget >= row_limit:
+            row["correct"], row["error"] = False, f"timeout: over --row-timeout {row_limit:g} s (in {phase})"
+        else:
+            row = dict(n=n, name=case.name, kind=case.kind, dtype=case.dtype,
+                       error=f"{NOT_RUN}: stopped at --deadline {args.deadline:g} s (in {phase}; run again with --resume)")
+    except Skip as e:
+        row["error"] = f"skipped: {e}"
+    except Exception as e:  # noqa: BLE001 - eager itself failed, or building the row did
+        traceback.print_exc(limit=-4)
+        row["correct"], row["error"] = False, "row failed: " + condense(e, 600)
+    finally:
+        _alarm(None)
+    row.pop("phase", None)
+    row["minicomp_vs_eager"] = ratio(row.get("minicomp_ms"), row.get("eager_ms"))
+    row["minicomp_vs_inductor"] = ratio(row.get("minicomp_ms"), row.get("inductor_ms"))
+    row["inductor_vs_eager"] = ratio(row.get("inductor_ms"), row.get("eager_ms"))
+    if device == "cuda":
+        row["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
+    row["seconds"] = round(time.perf_counter() - t0, 1)
+    return row
+
+
+def free_memory(device: str) -> None:
+    torch._dynamo.reset()
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------------------------------ output
+
+def geomean(values: list[float]) -> float | None:
+    return round(math.exp(sum(map(math.log, values)) / len(values)), 3) if values else None
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """The table's verdicts: geomean minicomp ÷ Inductor, rows above 1.10× and 1.25× Inductor's time,
+    rows slower than eager where Inductor is faster than eager, incorrect rows, rows not measured."""
+    timed = [r for r in rows if r.get("minicomp_vs_inductor")]
+    over = lambda x: [r for r in timed if r["minicomp_vs_inductor"] > x]  # noqa: E731
+    cliffs = [r for r in rows if r.get("minicomp_vs_eager") and r["minicomp_vs_eager"] > 1
+              and r.get("inductor_vs_eager") and r["inductor_vs_eager"] < 1]
+    wrong = [r for r in rows if r.get("correct") is False]
+    unmeasured = [r for r in rows if r.get("correct") is None]
+
+    def names(rs: list[dict], key: str | None = "minicomp_vs_inductor") -> str:
+        return "; ".join(f"{r['name']}" + (f" ({r[key]:.2f})" if key and r.get(key) else "") for r in rs) or "none"
+    lines = [f"- geomean minicomp ÷ Inductor: **{fmt(geomean([r['minicomp_vs_inductor'] for r in timed]), '.3f')}** "
+             f"over {len(timed)} rows timed with both (of {len(rows)}); minicomp ÷ eager "
+             f"{fmt(geomean([r['minicomp_vs_eager'] for r in rows if r.get('minicomp_vs_eager')]), '.3f')}",
+             f"- rows above 1.25× Inductor's time: {len(over(1.25))} — {names(sorted(over(1.25), key=lambda r: -r['minicomp_vs_inductor']))}",
+             f"- rows above 1.10× Inductor's time: {len(over(1.10))}; those up to 1.25×: "
+             f"{names(sorted([r for r in over(1.10) if r['minicomp_vs_inductor'] <= 1.25], key=lambda r: -r['minicomp_vs_inductor']))}",
+             f"- rows slower than eager where Inductor is faster than eager: {len(cliffs)} — "
+             f"{names(cliffs, 'minicomp_vs_eager')} (minicomp ÷ eager)",
+             f"- incorrect rows (minicomp): {len(wrong)} — "
+             + ("; ".join(f"{r['name']} ({(r.get('error') or '')[:80]})" for r in wrong) or "none"),
+             f"- rows without a verdict (not run, skipped, or eager failed): {len(unmeasured)}"]
+    return lines
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| # | row | shape | dtype | eager ms | Inductor ms | minicomp ms | minicomp ÷ eager | "
+             "minicomp ÷ Inductor | max rel. error minicomp / Inductor | kernels | fallback ops | "
+             "first call s Inductor / minicomp |",
+             "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        wrong_m = " ✗" if r.get("correct") is False else ""
+        wrong_i = "" if r.get("inductor_correct", True) else " ✗"
+        lines.append(
+            f"| {r['n']} | {r['name']} | {r.get('shape') or ''} | {r['dtype']} | {fmt(r.get('eager_ms'))} | "
+            f"{fmt(r.get('inductor_ms'))}{wrong_i} | {fmt(r.get('minicomp_ms'))}{wrong_m} | "
+            f"{fmt(r.get('minicomp_vs_eager'), '.2f')} | {fmt(r.get('minicomp_vs_inductor'), '.2f')} | "
+            f"{fmt(r.get('max_rel_err'), '.2g')} / {fmt(r.get('inductor_max_rel_err'), '.2g')} | "
+            f"{fmt(r.get('kernels'), 'd')} | {', '.join(r.get('fallback_ops') or []) or '—'} | "
+            f"{fmt(r.get('inductor_first_call_s'), '.1f')} / {fmt(r.get('minicomp_first_call_s'), '.1f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def notes(rows: list[dict]) -> list[str]:
+    """minicomp's fallback ops (counts, reasons), whole-graph fallbacks and errors, per row that has any."""
+    out = ["", "Notes: minicomp's fallback ops (counts, reasons), whole-graph fallbacks and errors."]
+    for r in rows:
+        counts, reasons = r.get("fallback_op_counts") or {}, r.get("fallback_reasons") or {}
+        items = [f"{op} ×{counts.get(op, '?')}" + (f" ({reasons[op]})" if op in reasons else "")
+                 for op in r.get("fallback_ops") or []]
+        lines = [f"  - whole graph in PyTorch: {w}" for w in r.get("whole_graph_fallbacks") or []]
+        lines += [f"  - {'minicomp' if 'minicomp_first_call_s' in r else 'error'}: {r['error']}"] if r.get("error") else []
+        lines += [f"  - Inductor: {r['inductor_error']}"] if r.get("inductor_error") else []
+        for backend in BACKENDS:
+            if f"{backend}_tokens_equal" in r:
+                lines.append(f"  - {backend}: tokens equal to eager's {r[f'{backend}_tokens_equal']:.1%}")
+            if r.get(f"{backend}_fp64_referee"):
+                lines.append(f"  - {backend}: gradients or buffers beyond the tolerance of eager's were judged against "
+                             "the step in float64 (correct: as close to it as eager's)")
+            if f"{backend}_err_fp64" in r:
+                lines.append(f"  - {backend}: error against float64 {r[f'{backend}_err_fp64']:.3g}, eager's "
+                             f"{r['eager_err_fp64']:.3g}")
+        if items or lines:
+            out += [f"- {r['n']}. {r['name']}: fallback ops: " + ("; ".join(items) or "none"), *lines]
+    return out
+
+
+def measures(times: str, wrong: str, script: str) -> str:
+    """The results page's words on its measures: ``times`` (what a row's time covers, beyond plain calls),
+    ``wrong`` (what makes a row ✗)."""
+    return ("Times: median of the rounds (`rounds` in the JSON) of interleaved triton.testing.do_bench (median, "
+            "warmup 25 ms, rep 100 ms, L2 flushed), plain calls (a dry run: time.perf_counter, one call)"
+            f"{times}. ✗: the result differs from eager's ({wrong}) or the backend crashed (notes). Ratios below 1: "
+            "minicomp faster. Kernels: minicomp's compiled kernels over the row's graphs. First call: wall seconds "
+            f"of the first compiled call (caches as found). See `benchmarks/{script}`'s docstring for the rows.")
+
+
+def markdown(meta: dict, rows: list[dict], title: str, description: str) -> str:
+    """The results page: title, machine and command, ``description`` (the script's words on its rows and
+    measures), the summary, the table and the notes."""
+    head = [f"# {title} — {meta['date']}", "",
+            f"GPU {meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, transformers {meta['transformers']}, "
+            f"timm {meta['timm']}. TF32: matmul {meta['matmul_tf32']}, cuDNN {meta['cudnn_tf32']}. "
+            f"Command: `{meta['command']}`"
+            + "".join(f", then `{c}`" for c in meta.get("resumed_with", [])) + ".", "", description, "",
+            "Summary:", "", *summary(rows), ""]
+    return "\n".join(head) + "\n" + table(rows) + "\n".join(notes(rows)) + "\n"
+
+
+def short_table(rows: list[dict]) -> str:
+    lines = [f"{'#':>3} {'row':<52}{'eager ms':>10}{'inductor':>10}{'minicomp':>10}{'mc/eager':>10}{'mc/ind':>10}  correct"]
+    for r in rows:
+        ok = {True: "yes", False: "NO", None: "—"}[r.get("correct")]
+        ind = {True: "", False: " (inductor NO)", None: ""}[r.get("inductor_correct")]
+        lines.append(f"{r['n']:>3} {r['name'][:51]:<52}{fmt(r.get('eager_ms')):>10}{fmt(r.get('inductor_ms')):>10}"
+                     f"{fmt(r.get('minicomp_ms')):>10}{fmt(r.get('minicomp_vs_eager'), '.2f'):>10}"
+                     f"{fmt(r.get('minicomp_vs_inductor'), '.2f'):>10}  {ok}{ind}"
+                     + (f"  [{r['error'][:60]}]" if r.get("error") and r.get("correct") is not True else ""))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ the run
+
+def add_arguments(p: argparse.ArgumentParser, time_limit: float, row_timeout: float | None) -> None:
+    """The options every harness script takes (defaults on a GPU: ``time_limit``, ``row_timeout``)."""
+    p.add_argument("--only", action="append", default=[], metavar="SUBSTRING",
+                   help="the rows whose name contains one of these (repeatable, comma-separated)")
+    p.add_argument("--shard", default=None, metavar="I/N", help="every N-th selected row from the I-th (1-based)")
+    p.add_argument("--out", default=None, help="folder for the results files (default benchmarks/results)")
+    p.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes, perf_counter timing")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 3; dry run 1)")
+    p.add_argument("--no-inductor", action="store_true", help="eager and minicomp only")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help=f"start no row after this many seconds of the process (default {time_limit:g} on a GPU)")
+    p.add_argument("--deadline", type=float, default=None,
+                   help="stop a row still running at this many seconds (default --time-limit + 40 on a GPU)")
+    p.add_argument("--row-timeout", type=float, default=None,
+                   help=f"stop a row after this many seconds: a result (default {row_timeout} on a GPU)")
+    p.add_argument("--resume", action="store_true", help="keep the existing results; measure the selected rows they lack")
+    p.add_argument("--merge", action="store_true", help="keep the existing results; measure the selected rows again")
+    p.set_defaults(gpu_time_limit=time_limit, gpu_row_timeout=row_timeout)
+
+
+def finish_args(args: argparse.Namespace, argv: list[str] | None) -> argparse.Namespace:
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.rounds = args.rounds or (1 if args.dry_run else 3)
+    gpu = not args.dry_run
+    args.time_limit = args.time_limit if args.time_limit is not None else (args.gpu_time_limit if gpu else None)
+    args.deadline = args.deadline if args.deadline is not None else (
+        args.time_limit + 40 if gpu and args.time_limit is not None else None)
+    args.row_timeout = args.row_timeout if args.row_timeout is not None else (args.gpu_row_timeout if gpu else None)
+    args.backends = [b for b in BACKENDS if not (args.no_inductor and b == "inductor")]
+    return args
+
+
+def selected(cases: list[Case], args: argparse.Namespace) -> list[Case]:
+    keys = [k.strip().lower() for item in args.only for k in item.split(",") if k.strip()]
+    chosen = [c for c in cases if not keys or any(k in c.name.lower() for k in keys)]
+    if args.shard:
+        i, n = map(int, args.shard.split("/"))
+        if not 1 <= i <= n:
+            raise SystemExit(f"--shard {args.shard}: want I/N with 1 <= I <= N")
+        chosen = chosen[i - 1::n]
+    return chosen
+
+
+def version(package: str) -> str | None:
+    try:
+        return __import__(package).__version__
+    except ImportError:
+        return None
+
+
+def process_age() -> float:
+    """Seconds since this process started (Linux: /proc; elsewhere: since this module's import)."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        return float(Path("/proc/uptime").read_text().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.perf_counter() - _IMPORTED
+
+
+_IMPORTED = time.perf_counter()
+
+
+def _without(argv: list[str], flags: tuple[str, ...] = ("--resume", "--merge"),
+             options: tuple[str, ...] = ("--time-limit", "--deadline")) -> list[str]:
+    """``argv`` less ``flags`` and ``options`` (each with its value)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in options:
+            skip = True
+        elif a not in flags and not a.startswith(tuple(o + "=" for o in options)):
+            out.append(a)
+    return out
+
+
+def run(cases: list[Case], args: argparse.Namespace, *, script: Path, stem: str, title: str, description: str,
+        runners: dict | None = None) -> int:
+    """Measure the selected ``cases`` into ``<out>/<stem>.{json,md}`` (``<stem>-dry`` in a dry run) and print
+    a short table. ``runners``: kind -> function(work, row, args, device, bench) beyond ``RUNNERS``."""
+    runners = {**RUNNERS, **(runners or {})}
+    device = "cpu" if args.dry_run else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA GPU: use --dry-run for a CPU check of the script", file=sys.stderr)
+        return 1
+    chosen = selected(cases, args)
+    if not chosen:
+        print(f"no row matches --only {args.only} --shard {args.shard}", file=sys.stderr)
+        return 1
+    out, stem = Path(args.out or RESULTS), stem + ("-dry" if args.dry_run else "")
+    torch.backends.cuda.matmul.allow_tf32 = False  # PyTorch's default, whatever an import did
+    gpu = (torch.cuda.get_device_name() if device == "cuda"
+           else f"none: CPU dry run ({platform.processor() or platform.machine()})")
+    rerun = _without(args.argv)
+    meta = dict(gpu=gpu, torch=torch.__version__, triton=triton.__version__, transformers=version("transformers"),
+                timm=version("timm"), date=datetime.date.today().isoformat(), dry_run=args.dry_run,
+                rounds=args.rounds, matmul_tf32=torch.backends.cuda.matmul.allow_tf32,
+                cudnn_tf32=torch.backends.cudnn.allow_tf32,
+                command=shlex.join(["python", f"benchmarks/{script.name}", *_without_out(rerun)]))
+    kept: dict[str, dict] = {}
+    if (args.resume or args.merge) and (out / f"{stem}.json").exists():
+        earlier = json.loads((out / f"{stem}.json").read_text())
+        kept = {r["name"]: r for r in earlier["rows"] if not str(r.get("error") or "").startswith(NOT_RUN)}
+        if args.merge:
+            kept = {k: r for k, r in kept.items() if k not in {c.name for c in chosen}}
+        meta["resumed_with"] = earlier.get("resumed_with", []) + [meta["command"]]
+        meta["command"] = earlier["command"]
+        first = str(earlier.get("date") or meta["date"]).split(" to ")[0]
+        meta["date"] = first if first == meta["date"] else f"{first} to {meta['date']}"
+    number = {c.name: i + 1 for i, c in enumerate(cases)}
+    rows = {c.name: kept.get(c.name, dict(n=number[c.name], name=c.name, kind=c.kind, dtype=c.dtype,
+                                          error=f"{NOT_RUN} yet"))
+            for c in cases if c in chosen or c.name in kept}  # the kept rows stay, in the table's order
+    bench = (lambda fn: cpu_bench(fn, calls=1)) if args.dry_run else gpu_bench
+    warm_up(device, argparse.Namespace(no_inductor=args.no_inductor))
+    write = lambda: write_results(meta, list(rows.values()), out, stem, title, description)  # noqa: E731
+    for case in chosen:
+        if case.name in kept:
+            continue
+        age = process_age()
+        if args.time_limit is not None and age > args.time_limit:
+            rows[case.name]["error"] = f"{NOT_RUN}: past --time-limit {args.time_limit:g} s (run again with --resume)"
+            continue
+        budgets = [b for b in (args.row_timeout, None if args.deadline is None else args.deadline - age) if b is not None]
+        rows[case.name] = dict(rows[case.name], error=INTERRUPTED)
+        write()
+        rows[case.name] = row = run_case(case, number[case.name], args, device, bench, runners,
+                                         min(budgets) if budgets else None)
+        write()
+        print(f"{row['n']:>3}. {case.name:<52} eager {fmt(row.get('eager_ms'))}  inductor {fmt(row.get('inductor_ms'))}  "
+              f"minicomp {fmt(row.get('minicomp_ms'))} ms  correct {row.get('correct')}/{row.get('inductor_correct')}"
+              f"  ({row.get('seconds', 0):.0f} s)" + (f"  {row['error']}" if row.get("error") else ""), flush=True)
+        free_memory(device)
+        if device_lost(device):
+            print("the CUDA context is lost: the remaining rows run in a new process", flush=True)
+            left = [] if args.time_limit is None else ["--time-limit", f"{args.time_limit - process_age():.0f}"]
+            left += [] if args.deadline is None else ["--deadline", f"{args.deadline - process_age():.0f}"]
+            child = [*_without(args.argv), "--resume", *left]
+            return subprocess.run([sys.executable, str(script), *child]).returncode
+    write()
+    print(f"\nwrote {out / stem}.json and .md ({process_age():.0f} s)\n")
+    print(short_table(list(rows.values())), flush=True)
+    print("\n".join(["", *summary(list(rows.values()))]), flush=True)
+    return 0
+
+
+def write_results(meta: dict, rows: list[dict], out: Path, stem: str, title: str, description: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(dict(meta, rows=rows), indent=1))
+    (out / f"{stem}.md").write_text(markdown(meta, rows, title, description))
