@@ -13,6 +13,7 @@ import warnings
 import torch
 import torch.fx as fx
 from torch._decomp import core_aten_decompositions
+from torch._dynamo.utils import counters
 from torch._functorch.aot_autograd import aot_module_simplified
 
 from . import config, graph_cache
@@ -121,6 +122,12 @@ class Backend:
             store = key and graph_cache.plain_inference(gm, g)
             return compiled_graph(g, opts, "inference", sorted(static), notes + done,
                                   functools.partial(graph_cache.remember, key) if store else None)
+        # Counted as Dynamo's own AOTAutograd entry counts (Inductor's, aot_eager's): DDPOptimizer reads
+        # this count to know that a piece of a split graph went through AOTAutograd. Uncounted, it
+        # neither records the piece's forward metadata, which each lazily compiled backward pops
+        # ("expected same # of fw and bw compiles, but found bucket -1"), nor asks the piece for the
+        # fake outputs that the next piece is compiled with.
+        counters["aot_autograd"]["total"] += 1
         return aot_module_simplified(
             gm, example_inputs,
             fw_compiler=lambda g, _: compiled_graph(g, opts, "forward", static_inputs(g, True), notes),
