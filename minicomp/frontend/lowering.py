@@ -89,7 +89,7 @@ class Lowering:
                 traced.append(_traced_strides(val))  # also of views with gaps (layout_plan compares them)
                 sources.append(_storage_of(fx_v).name if isinstance(fx_v, fx.Node) else None)
             else:
-                spec.append(("value", v))
+                spec.append(_value_spec(v, self.args))
         # sources: the FX value of each result (an alias's: its base's); two results of different
         # sources that passes merge (cse) stay two tensors
         self.graph.add("output", nodes, None, spec=spec, strides=strides, sources=sources, traced=traced)
@@ -376,6 +376,27 @@ def _may_alias(fx_value) -> bool:
         return True
     returns = target._schema.returns
     return not (isinstance(k, int) and k < len(returns)) or returns[k].alias_info is not None
+
+
+def _value_spec(value, args) -> tuple[str, Any]:
+    """A result that is no tensor: a Python literal (the wrapper spells it), or a non-tensor input
+    handed back as it came (a DeviceMesh that AOTAutograd saves for the backward of a DTensor graph)."""
+    if _literal(value):
+        return ("value", value)
+    for i, a in enumerate(args):
+        if a is value:
+            return ("input", i)
+    raise TypeError(f"a graph result of type {type(value).__name__} is neither a tensor, a Python literal "
+                    "nor an input handed back")
+
+
+def _literal(value) -> bool:
+    """A value whose ``repr`` the wrapper can print as its result."""
+    if isinstance(value, (list, tuple)):
+        return all(map(_literal, value))
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or type(value) in (bool, int, str) or isinstance(value, torch.dtype)
 
 
 def _flatten(tree):
