@@ -54,6 +54,18 @@ def returns_its_input(target) -> bool:
     return is_wait(target)
 
 
+def is_ordered_node(node) -> bool:
+    """An IR node that runs a collective or a wait (an extern node)."""
+    return node.op == "extern" and is_ordered(node.attrs.get("target"))
+
+
+def program_order(nodes) -> list[tuple]:
+    """The collectives and waits among ``nodes`` (a graph's, in graph order) as consecutive (earlier,
+    later) pairs: the edges that fusion's and launch order's DAGs add to keep them in program order."""
+    ordered = [n for n in nodes if is_ordered_node(n)]
+    return list(zip(ordered, ordered[1:]))
+
+
 def describe(target, args: tuple = ()) -> str:
     """``all_reduce(sum, group 0)``: the op's name with its reduce op and group, for the report."""
     name = _name(target)

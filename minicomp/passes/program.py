@@ -33,7 +33,6 @@ def launch_order(graph: Graph, kernels: list[Kernel]) -> list:
             unit_of[n] = ("k", k)
     dag = nx.DiGraph()
     position = {}
-    previous = None  # the last collective or wait so far
     for pos, n in enumerate(graph.nodes):
         if n.op in ("extern", "getitem"):
             unit_of[n] = ("n", n)
@@ -47,10 +46,7 @@ def launch_order(graph: Graph, kernels: list[Kernel]) -> list:
             src = unit_of.get(terminal(i))
             if src is not None and (src[0], id(src[1])) != key:
                 dag.add_edge((src[0], id(src[1])), key)
-        if n.op == "extern" and collectives.is_ordered(n.attrs.get("target")):
-            if previous is not None:
-                dag.add_edge(previous, key)
-            previous = key
+    dag.add_edges_from((("n", id(a)), ("n", id(b))) for a, b in collectives.program_order(graph.nodes))
     objs = {(u[0], id(u[1])): u for u in unit_of.values()}
     return [objs[k] for k in nx.lexicographical_topological_sort(dag, key=lambda k: position[k])]
 

@@ -14,8 +14,7 @@ def dce(graph: Graph) -> Graph:
     (``ir/collectives.py``)."""
     live: set[int] = set()
     for node in reversed(graph.nodes):
-        if node.op == "output" or id(node) in live or \
-                node.op == "extern" and collectives.is_ordered(node.attrs.get("target")):
+        if node.op == "output" or id(node) in live or collectives.is_ordered_node(node):
             live.add(id(node))
             live.update(id(i) for i in node.inputs)
     graph.nodes = [n for n in graph.nodes if id(n) in live or n.op == "input"]
