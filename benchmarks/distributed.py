@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import statistics
@@ -141,6 +142,9 @@ def _run_backend(row: str, backend: str, device, world: int, steps: int, dry: bo
     """One backend's steps: losses (rank 0's), step times, first step, peak memory."""
     import minicomp
     torch._dynamo.reset()
+    gc.collect()  # the previous backend's model and optimizer state: gone before the peak is measured
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     torch.manual_seed(0)
     model, loss_fn, make = _model(row, dry)
     # tensor parallelism replicates the input: the same data on every rank
