@@ -394,6 +394,15 @@ def test_report_names_the_collectives_and_the_compiled_graph_runs(fake_group):
     assert "collectives (run by PyTorch, in this order): all_gather_into_tensor" in report.summary()
 
 
+def test_a_graph_with_collectives_is_not_captured_in_a_cuda_graph(fake_group):
+    from minicomp.runtime import cuda_graphs
+
+    def fn(x):
+        return (c10d.wait_tensor(c10d.all_reduce(x, "sum", fake_group)) + 1,)
+    facts = cuda_graphs.facts_of_fx(make_fx(fn)(torch.randn(4)), ())
+    assert "_c10d_functional" in facts.uncapturable, facts
+
+
 # --- fake example inputs ------------------------------------------------------------------------------
 
 @contextlib.contextmanager
