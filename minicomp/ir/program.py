@@ -15,7 +15,8 @@ each name may view (a fallback op's result may be a view of its inputs, a ``Tupl
 its op's result);
 ``footprint()`` the planned peak. ``verify()`` checks that every name is defined before it is used and
 not used after it is dropped, that grids are positive and that no storage is reused while something
-may still read it; ``str()`` is the readable form (``program.txt`` in the dumps).
+may still read it; ``str()`` is the readable form (``program.txt`` in the dumps). The steps, the
+buffers and the results are defined in ``program_steps.py``.
 """
 from __future__ import annotations
 
