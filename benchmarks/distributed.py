@@ -6,8 +6,8 @@
     python benchmarks/distributed.py --dry-run --out /tmp/dist-dry.json   # CPU, 2 gloo processes, tiny sizes
 
 One command: the script spawns one process per GPU (NCCL) for each row, so a row that crashes or hangs
-costs only itself; ``--time-limit`` (seconds, whole run) stops a row that would pass it and skips the
-rows after. The results are written after every row (and after every backend of a row).
+costs only itself; ``--row-limit`` stops a row that runs longer (a hang), ``--time-limit`` (seconds, whole
+run) a row that would pass it, and skips the rows after. The results are written after every row (and after every backend of a row).
 
 Rows (random weights, no downloads; every rank starts from the same weights, each rank its own data
 except under tensor parallelism, where the input is replicated):
@@ -250,7 +250,7 @@ def _run_row(row: str, world: int, args, deadline: float) -> dict:
         try:
             while not ctx.join(timeout=max(1.0, min(10.0, deadline - time.time()))):
                 if time.time() >= deadline:
-                    error = "stopped at --time-limit"
+                    error = "stopped at --time-limit or --row-limit"
                     break
         except Exception as e:  # noqa: BLE001 - a rank died: keep what it wrote
             error = f"{type(e).__name__}: {str(e)[-2000:]}"
@@ -314,6 +314,7 @@ def main() -> None:
     parser.add_argument("--world", type=int, default=2, help="processes (GPUs) per row")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--time-limit", type=float, default=450, help="seconds for the whole run")
+    parser.add_argument("--row-limit", type=float, default=240, help="seconds for one row (a hung row stops there)")
     parser.add_argument("--out", default=str(RESULTS / "distributed.json"), help="the JSON; the .md goes beside it")
     parser.add_argument("--warm-caches", action="store_true", help="keep the compile caches as found")
     parser.add_argument("--dry-run", action="store_true", help="CPU, 2 gloo processes, tiny sizes, 4 steps")
@@ -345,7 +346,7 @@ def main() -> None:
                                 "errors": {"run": "skipped: --time-limit reached"}})
         else:
             t = time.time()
-            doc["rows"].append(_run_row(row, world, args, deadline))
+            doc["rows"].append(_run_row(row, world, args, min(deadline, t + args.row_limit)))
             doc["rows"][-1]["row_wall_s"] = round(time.time() - t, 1)
         out.write_text(json.dumps(doc, indent=1) + "\n")
         out.with_suffix(".md").write_text(_markdown(doc))
