@@ -313,14 +313,14 @@ def main() -> None:
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--world", type=int, default=2, help="processes (GPUs) per row")
     parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--time-limit", type=float, help="seconds for the whole run (default 450; dry run 3600)")
+    parser.add_argument("--time-limit", type=float, help="seconds for the whole run (default 420; dry run 3600)")
     parser.add_argument("--row-limit", type=float, help="seconds for one row, a hung one stops there (default 240; "
                                                         "dry run 900: the interpreter is slow)")
     parser.add_argument("--out", default=str(RESULTS / "distributed.json"), help="the JSON; the .md goes beside it")
     parser.add_argument("--warm-caches", action="store_true", help="keep the compile caches as found")
     parser.add_argument("--dry-run", action="store_true", help="CPU, 2 gloo processes, tiny sizes, 4 steps")
     args = parser.parse_args()
-    args.time_limit = args.time_limit or (3600 if args.dry_run else 450)
+    args.time_limit = args.time_limit or (3600 if args.dry_run else 420)
     args.row_limit = args.row_limit or (900 if args.dry_run else 240)
     start = time.time()
     deadline = start + args.time_limit
