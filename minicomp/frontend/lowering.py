@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO, elementwise_dtypes
+from torch._subclasses.fake_tensor import is_fake
 
 from ..ir import ops, views
 from ..ir.graph import Graph, Node, Scalar, extern_call, map_tree, terminal
@@ -66,7 +67,8 @@ class Lowering:
     def _input(self, index: int, value):
         if isinstance(value, torch.Tensor):
             node = self.graph.input(index, _type_of(value), value.stride())
-            node.attrs["aligned16"] = value.data_ptr() % 16 == 0  # TMA needs 16-byte aligned bases
+            # TMA needs 16-byte aligned bases; a fake tensor (no data) is not known to be aligned
+            node.attrs["aligned16"] = not is_fake(value) and value.data_ptr() % 16 == 0
             return node
         return value  # a concrete int / float / bool for a symbolic or scalar argument
 
