@@ -13,6 +13,7 @@ import warnings
 import torch
 import torch.fx as fx
 from torch._decomp import core_aten_decompositions
+from torch._dynamo.utils import counters
 from torch._functorch.aot_autograd import aot_module_simplified
 
 from . import config, graph_cache
@@ -60,6 +61,29 @@ def needs_autograd(gm: fx.GraphModule, example_inputs) -> bool:
     to require grad; that graph then keeps the ``INFERENCE_ONLY`` ops whole, which is only slower.)"""
     return torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in itertools.chain(example_inputs, gm.parameters()))
+
+
+def ddp_split_note(gm: fx.GraphModule, example_inputs) -> str | None:
+    """The report's line for a piece of a graph that Dynamo's DDPOptimizer split at DDP's gradient-bucket
+    boundaries (``torch.compile`` of a ``DistributedDataParallel`` model): which piece, and the
+    parameters whose gradients its backward makes. None for any other graph."""
+    reason = getattr(gm, "compile_subgraph_reason", None)
+    if "DDPOptimizer" not in str(getattr(reason, "reason", "")):
+        return None
+    ddp = getattr(torch._guards.TracingContext.try_get(), "ddp_optimizer_ctx", None)
+    piece = f"piece {ddp.curr_bucket + 2}" if ddp is not None else "a piece"  # counts the pieces before it
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    params = [_parameter_name(name) for name, t in zip(placeholders, example_inputs)
+              if isinstance(t, torch.Tensor) and t.requires_grad and t.is_leaf]
+    shown = ", ".join(params[:4]) + (f", ... ({len(params)})" if len(params) > 4 else "")
+    return (f"DDPOptimizer: {piece} of a graph split at DDP's gradient-bucket boundaries (each piece's backward "
+            f"hands its gradients to DDP's all-reduce as they are made); parameters: {shown or 'none'}")
+
+
+def _parameter_name(placeholder: str) -> str:
+    """``l1.weight`` for Dynamo's placeholder ``l_self_modules_l1_parameters_weight_``."""
+    name = placeholder.removeprefix("l_self_").removeprefix("modules_").replace("_modules_", ".")
+    return name.replace("_parameters_", ".").replace("_buffers_", ".").rstrip("_")
 
 
 class Backend:
@@ -110,6 +134,8 @@ class Backend:
             if opts.freeze and training else []
         if notes:
             warnings.warn(f"minicomp: {notes[0]}")
+        split = ddp_split_note(gm, example_inputs)
+        notes += [split] if split else []
 
         def inference(g, _):
             # a static cache's update in place; not under CUDA graphs (a write inside the graph would
@@ -121,6 +147,12 @@ class Backend:
             store = key and graph_cache.plain_inference(gm, g)
             return compiled_graph(g, opts, "inference", sorted(static), notes + done,
                                   functools.partial(graph_cache.remember, key) if store else None)
+        # Counted as Dynamo's own AOTAutograd entry counts (Inductor's, aot_eager's): DDPOptimizer reads
+        # this count to know that a piece of a split graph went through AOTAutograd. Uncounted, it
+        # neither records the piece's forward metadata, which each lazily compiled backward pops
+        # ("expected same # of fw and bw compiles, but found bucket -1"), nor asks the piece for the
+        # fake outputs that the next piece is compiled with.
+        counters["aot_autograd"]["total"] += 1
         return aot_module_simplified(
             gm, example_inputs,
             fw_compiler=lambda g, _: compiled_graph(g, opts, "forward", static_inputs(g, True), notes),

@@ -27,6 +27,7 @@ from . import validation
 from .errors import MinicompError
 from .frontend.lowering import Lowering
 from .frontend.specialize import specialize
+from .ir import collectives
 from .ir.target import Target
 from .passes.attention import attention
 from .passes.combos import combos
@@ -43,7 +44,7 @@ from .passes.split_reductions import split_reductions
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache, cuda_graphs
 from .runtime.eager_errors import is_eager_error
-from .signatures import LastCall, signature
+from .signatures import LastCall, faking, has_fakes, signature
 from .templates import gemm as gemm_template
 from .tuning import Tuner, tune
 
@@ -158,9 +159,13 @@ class CompiledGraph:
 
     @torch._dynamo.disable  # called inside a compiled frame (a backward): Dynamo must not trace minicomp
     def __call__(self, args):
+        if faking():  # metadata only (DDPOptimizer's compile-time run): never compile for fake tensors
+            return self.gm(*args)
         last = self._last
         if last is not None and last.matches(args):
             return last.fn(args)
+        if has_fakes(args):
+            return self.gm(*args)
         return self.run(args, signature(args))
 
     def run(self, args, key: tuple):
@@ -240,6 +245,8 @@ class CompiledGraph:
         before = dict(cache.stats)
         dump = self._dump_dir()
         rep = reporting.Report(self.name, dump_dir=str(dump) if dump else None)
+        rep.collectives = [collectives.describe(n.target, n.args) for n in self.gm.graph.nodes
+                           if n.op == "call_function" and collectives.is_ordered(n.target)]
         fn = art = None
         try:
             unsupported = _unsupported_devices(args)

@@ -30,7 +30,7 @@ import torch.fx as fx
 from .compiler import CompiledGraph, Options, graph_name
 from .frontend.specialize import has_symbolic_sizes, symbolic, traced_value
 from .report import Fallback, Report, record
-from .signatures import signature
+from .signatures import faking, has_fakes, signature
 
 RECENT = 8     # a dynamic part is compiled for a signature that comes back within this many calls
 MAX_SIZES = 8  # signatures compiled per dynamic part (Dynamo's own recompile limit is 8 too)
@@ -210,6 +210,8 @@ class SizedPart:
         self.compiled: set = set()
 
     def __call__(self, args):
+        if faking() or has_fakes(args):  # metadata only: see CompiledGraph.__call__
+            return self.gm(*args)
         key = signature(args)
         if key in self.compiled:
             return self.graph.run(args, key)

@@ -42,6 +42,7 @@ class Report:
     cache: dict = field(default_factory=dict)
     from_cache: bool = False  # loaded whole from the graph cache (no tracing, no codegen)
     cuda_graph: str | None = None  # reduce-overhead / max-autotune: captured, or why not (one line)
+    collectives: list[str] = field(default_factory=list)  # in program order: all_reduce(sum, group 0), wait_tensor
 
     def summary(self) -> str:
         lines = [f"graph {self.graph}: {len(self.kernels)} kernel(s), {len(self.fallbacks)} fallback op(s), "
@@ -54,6 +55,8 @@ class Report:
         if self.kernels:
             lines.append("kernels:")
             lines += [f"  {k}" for k in self.kernels]
+        if self.collectives:
+            lines.append(f"collectives (run by PyTorch, in this order): {', '.join(self.collectives)}")
         if self.fallbacks:
             lines.append("fallbacks (run by PyTorch):")
             lines += [f"  {f}" for f in self.fallbacks]

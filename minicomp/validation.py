@@ -90,7 +90,7 @@ class Validator:
     def check_graph(self, stage: str, graph: Graph) -> None:
         spec = graph.output.attrs["spec"]
         values = interpreter.run(graph, [same_layout(a) for a in self.inputs])
-        actual = [values[v] if kind == "node" else v for kind, v in spec]
+        actual = [values[v] if kind == "node" else self.inputs[v] if kind == "input" else v for kind, v in spec]
         self._compare(stage, actual)
 
     def check_outputs(self, stage: str, fn) -> None:

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Callable
 
 from ..ir.kernel import checks_indices
-from ..ir.program import (Allocate, EmptyLaunch, ExternCall, Free, KernelLaunch, Literal, Program, TupleItem,
-                          Value, View)
+from ..ir.program import (Allocate, EmptyLaunch, ExternCall, Free, KernelLaunch, Literal, PassedInput, Program,
+                          TupleItem, Value, View)
 from ..ir.types import contiguous_strides
 
 
@@ -85,7 +85,7 @@ def _body(program: Program, launch: Callable[[KernelLaunch, str], str], counters
             lines.append(f"{ind}{step.result} = {_layout(program, step.result, value, step.strides)}")
         else:
             raise TypeError(f"wrapper: unknown program step {step!r}")
-    results = [repr(out.value) if isinstance(out, Literal) else
+    results = [repr(out.value) if isinstance(out, Literal) else str(out) if isinstance(out, PassedInput) else
                value_expr(out.value) + (".clone()" if out.copy else "") for out in program.outputs]
     lines.append(f"{ind}return ({', '.join(results)}{',' if len(results) == 1 else ''})")
     return lines

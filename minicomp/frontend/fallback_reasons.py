@@ -1,8 +1,10 @@
 """Ops that run in PyTorch on purpose, and why (the reason the report gives instead of "no lowering
 rule"). Each is one fused library kernel that minicomp has no template for yet; replacing it with
 minicomp's own kernels is work of a named issue, not an oversight. An op gets a lowering rule by
-leaving this table."""
+leaving this table. Collectives (communication between ranks) stay PyTorch's for good."""
 from __future__ import annotations
+
+from ..ir import collectives
 
 _ATTENTION = ("runs PyTorch's fused attention kernel ({}): one launch that never stores the score "
               "matrix; minicomp's own attention template is issue 18")
@@ -11,6 +13,8 @@ _RNN_CELL = ("PyTorch's fused {} cell: the gates' pointwise math in one CUDA lau
              "PyTorch has no decomposition of it, and its backward reads the kernel's own workspace")
 _RECURRENT = ("PyTorch's recurrent kernels (cuDNN, oneDNN) run the whole sequence; unrolled, every step and layer "
               "is a matrix-vector product and a gate kernel, bound by its launches (frontend/recurrent_op.py)")
+_COLLECTIVE = ("a collective: PyTorch's process group runs it, on every rank in program order; never fused, "
+               "moved across its wait or dropped (ir/collectives.py)")
 _CONVOLUTION = "runs cuDNN's (oneDNN's on the CPU) convolution as an extern call; minicomp's convolution template is the convolution issue"
 
 # op (overload packet) name — aten's bare, other namespaces' qualified ("minicomp::recurrent") -> why it
@@ -37,5 +41,7 @@ DELIBERATE_FALLBACKS: dict[str, str] = {
 
 def deliberate_fallback(target) -> str | None:
     """Why ``target`` (an OpOverload) runs in PyTorch on purpose; None if it is not meant to."""
+    if collectives.is_ordered(target):
+        return _COLLECTIVE
     schema = getattr(target, "_schema", None)
     return DELIBERATE_FALLBACKS.get(schema.name.removeprefix("aten::")) if schema is not None else None

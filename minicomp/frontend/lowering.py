@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO, elementwise_dtypes
+from torch._subclasses.fake_tensor import is_fake
 
 from ..ir import ops, views
 from ..ir.graph import Graph, Node, Scalar, extern_call, map_tree, terminal
@@ -66,7 +67,8 @@ class Lowering:
     def _input(self, index: int, value):
         if isinstance(value, torch.Tensor):
             node = self.graph.input(index, _type_of(value), value.stride())
-            node.attrs["aligned16"] = value.data_ptr() % 16 == 0  # TMA needs 16-byte aligned bases
+            # TMA needs 16-byte aligned bases; a fake tensor (no data) is not known to be aligned
+            node.attrs["aligned16"] = not is_fake(value) and value.data_ptr() % 16 == 0
             return node
         return value  # a concrete int / float / bool for a symbolic or scalar argument
 
@@ -89,7 +91,7 @@ class Lowering:
                 traced.append(_traced_strides(val))  # also of views with gaps (layout_plan compares them)
                 sources.append(_storage_of(fx_v).name if isinstance(fx_v, fx.Node) else None)
             else:
-                spec.append(("value", v))
+                spec.append(_value_spec(v, self.args))
         # sources: the FX value of each result (an alias's: its base's); two results of different
         # sources that passes merge (cse) stay two tensors
         self.graph.add("output", nodes, None, spec=spec, strides=strides, sources=sources, traced=traced)
@@ -376,6 +378,27 @@ def _may_alias(fx_value) -> bool:
         return True
     returns = target._schema.returns
     return not (isinstance(k, int) and k < len(returns)) or returns[k].alias_info is not None
+
+
+def _value_spec(value, args) -> tuple[str, Any]:
+    """A result that is no tensor: a Python literal (the wrapper spells it), or a non-tensor input
+    handed back as it came (a DeviceMesh that AOTAutograd saves for the backward of a DTensor graph)."""
+    if _literal(value):
+        return ("value", value)
+    for i, a in enumerate(args):
+        if a is value:
+            return ("input", i)
+    raise TypeError(f"a graph result of type {type(value).__name__} is neither a tensor, a Python literal "
+                    "nor an input handed back")
+
+
+def _literal(value) -> bool:
+    """A value whose ``repr`` the wrapper can print as its result."""
+    if isinstance(value, (list, tuple)):
+        return all(map(_literal, value))
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or type(value) in (bool, int, str) or isinstance(value, torch.dtype)
 
 
 def _flatten(tree):

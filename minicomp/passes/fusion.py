@@ -22,6 +22,7 @@ from collections import defaultdict
 
 import networkx as nx
 
+from ..ir import collectives
 from ..ir.expr import Affine, Var, index_vars, linear_index, unravel
 from ..ir.attention_backward import siblings
 from ..ir.types import contiguous_strides
@@ -234,6 +235,9 @@ class _Partition:
                 for i in n.inputs:
                     if self.unit(terminal(i)) != self.unit(n):
                         self._dag.add_edge(self.unit(terminal(i)), self.unit(n))
+            # collectives and waits stay in program order: no group may sit between two of them
+            self._dag.add_edges_from((self.unit(a), self.unit(b))
+                                     for a, b in collectives.program_order(self.graph.nodes))
             self._label = {u: k for k, u in enumerate(nx.topological_sort(self._dag))}
             self._ancestors = None
         return self._dag

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import networkx as nx
 
+from ..ir import collectives
 from ..ir.graph import Graph, Node, map_tree, terminal
 from ..ir.kernel import Kernel, StagedLaunch, checks_indices
 from ..ir.layout import buffer_strides, view_as_strided
 from ..ir.program import (Allocate, Buffer, Constant, EmptyLaunch, ExternArg, ExternCall, Input, KernelLaunch,
-                          Literal, Operand, Program, Returned, TupleItem, Value, View)
+                          Literal, Operand, PassedInput, Program, Returned, TupleItem, Value, View)
 from ..templates import template_of
 from .memory_plan import plan_memory
 
@@ -23,8 +24,9 @@ def launch_of_stage(graph: Graph) -> dict[str, StagedLaunch]:
 
 def launch_order(graph: Graph, kernels: list[Kernel]) -> list:
     """Kernels and fallback ops (as ``("k", kernel)`` / ``("n", node)``) in an order that respects
-    their dependencies, as close to the graph's order as it allows. ``kernels``: one per group of
-    ``graph.groups``."""
+    their dependencies, as close to the graph's order as it allows; collectives and their waits in
+    graph order among themselves (every rank issues them alike, ``ir/collectives.py``). ``kernels``:
+    one per group of ``graph.groups``."""
     unit_of = {}
     for k, g in zip(kernels, graph.groups):
         for n in g.nodes:
@@ -44,6 +46,7 @@ def launch_order(graph: Graph, kernels: list[Kernel]) -> list:
             src = unit_of.get(terminal(i))
             if src is not None and (src[0], id(src[1])) != key:
                 dag.add_edge((src[0], id(src[1])), key)
+    dag.add_edges_from((("n", id(a)), ("n", id(b))) for a, b in collectives.program_order(graph.nodes))
     objs = {(u[0], id(u[1])): u for u in unit_of.values()}
     return [objs[k] for k in nx.lexicographical_topological_sort(dag, key=lambda k: position[k])]
 
@@ -168,13 +171,16 @@ class _Builder:
             value = View(value.base, value.shape, tuple(strides), value.offset)
         return ExternArg(value, None)
 
-    def outputs(self) -> list[Returned | Literal]:
+    def outputs(self) -> list[Returned | Literal | PassedInput]:
         out = self.graph.output
         results, returned = [], {}  # node -> the FX value it was returned for first
         sources = out.attrs.get("sources") or [None] * len(out.inputs)
         for kind, value in out.attrs["spec"]:
             if kind == "value":
                 results.append(Literal(value))
+                continue
+            if kind == "input":
+                results.append(PassedInput(value))
                 continue
             node = out.inputs[value]
             first = returned.setdefault(node, sources[value])

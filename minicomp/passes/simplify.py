@@ -3,17 +3,18 @@ from __future__ import annotations
 
 import torch
 
-from ..ir import views
+from ..ir import collectives, views
 from ..ir.graph import Graph, Node, Scalar, compose_view
 from ..ir.interpreter import eval_pointwise
 from ..ir.patterns import Match, Pat, Rule, rewrite, summary
 
 
 def dce(graph: Graph) -> Graph:
-    """Drop nodes nothing uses."""
+    """Drop nodes nothing uses, but never a collective or its wait: other ranks wait for them
+    (``ir/collectives.py``)."""
     live: set[int] = set()
     for node in reversed(graph.nodes):
-        if node.op == "output" or id(node) in live:
+        if node.op == "output" or id(node) in live or collectives.is_ordered_node(node):
             live.add(id(node))
             live.update(id(i) for i in node.inputs)
     graph.nodes = [n for n in graph.nodes if id(n) in live or n.op == "input"]

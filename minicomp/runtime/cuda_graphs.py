@@ -51,6 +51,9 @@ UNCAPTURABLE = {
     "_histogramdd_bin_edges", "index_put_with_bool_mask",
     # read a tensor's value on the host
     "_local_scalar_dense", "item", "equal", "is_nonzero", "allclose", "tolist",
+    # collectives (tensor parallelism's, ir/collectives.py): a replay would issue the communication
+    # outside the process group's own bookkeeping (works, waits, timeouts); not tried on NCCL yet
+    "_c10d_functional", "_c10d_functional_autograd", "c10d_functional",
 }
 """Op packet names (``aten.nonzero.default`` -> ``nonzero``) that cannot be captured: a capture would
 fail on their synchronization, or freeze the value the host read during it."""
