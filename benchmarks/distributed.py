@@ -151,7 +151,9 @@ def _run_backend(row: str, backend: str, device, world: int, steps: int, dry: bo
     g = torch.Generator().manual_seed(1000 + (0 if row.startswith("tp") else dist.get_rank()))
     batches = [make(g, device) for _ in range(steps)]
     step_model, params, autocast = _engine(row, model, backend, device, world)
-    opt = torch.optim.AdamW(params, lr=1e-4)
+    # a tensor-parallel model mixes DTensor and plain parameters (its norms): AdamW's foreach kernels,
+    # PyTorch's default on a GPU only, refuse the mix (the first 2-GPU run, every backend, eager too)
+    opt = torch.optim.AdamW(params, lr=1e-4, foreach=False if row.startswith("tp") else None)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     before = minicomp.report()
