@@ -41,6 +41,7 @@ from .passes.manager import Pass, run_pipeline
 from .passes.schedule import schedule
 from .passes.pipelines import row_pipelines, split_combines
 from .passes.split_reductions import split_reductions
+from .passes.split_scans import split_scans
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache, cuda_graphs
 from .runtime.eager_errors import is_eager_error
@@ -59,6 +60,7 @@ PIPELINE: list[Pass] = [
                                        "indices never negative"),
     Pass("attention", attention, "softmax(q @ kᵀ * scale + mask) @ v written out -> one attention node"),
     Pass("split_reductions", split_reductions, "online softmax for long rows; chunked reductions with few outputs"),
+    Pass("split_scans", split_scans, "long scans over few rows: chunked scans offset by the chunks before"),
     Pass("conv_lowering", conv_lowering, "rewrite chosen convolutions into matmuls over im2col views / window sums"),
     Pass("gemm_backend", gemm_backend, "choose the Triton GEMM template or cuBLAS for each matmul"),
     Pass("fusion", fusion, "group compute nodes into kernels"),

@@ -287,3 +287,46 @@ def test_max_autotune_measures_the_scan_and_reuses_the_winner(cache_dir, looped)
     x = torch.randn(4, 40)
     torch.testing.assert_close(minicomp.compile(fn)(x), fn(x))
     assert any(d.startswith("tuned: k0_cumsum_mul_f32_row40 scan") for d in minicomp.report().decisions)
+
+
+# --- split scans (passes/split_scans.py) ------------------------------------------------------
+
+@pytest.fixture
+def short_split(monkeypatch, looped):
+    """Scans of 64 elements and more split into chunks of at least 8 (on the GPU: 65,536 and 4,096)."""
+    from minicomp.passes import split_scans
+    monkeypatch.setattr(split_scans, "SPLIT_MIN_SCANNED", 64)
+    monkeypatch.setattr(split_scans, "MIN_SCAN_CHUNK", 8)
+
+
+@pytest.mark.parametrize("case", ["cumsum 1-D", "cumsum rows", "cumsum columns", "cumsum odd length int64",
+                                  "cumprod", "cummax", "cummin", "cumsum bf16"])
+def test_a_long_scan_over_few_rows_splits_into_chunks_with_carries(short_split, case):
+    """A cumsum over one long row was one program walking every block in turn (16M elements, H200:
+    12.4 ms; Inductor 0.16): the chunks scan at once and each adds the running total of those before
+    (padding the last chunk with the identity); the result equals eager's."""
+    g = torch.Generator().manual_seed(0)
+    fn, x = {
+        "cumsum 1-D": (lambda x: x.cumsum(0), torch.randn(1000, generator=g)),
+        "cumsum rows": (lambda x: x.cumsum(1), torch.randn(3, 300, generator=g)),
+        "cumsum columns": (lambda x: x.cumsum(0), torch.randn(300, 3, generator=g)),
+        "cumsum odd length int64": (lambda x: x.cumsum(0), torch.randint(-9, 9, (997,), generator=g)),
+        "cumprod": (lambda x: x.cumprod(0), 1 + 0.01 * torch.randn(500, generator=g)),
+        "cummax": (lambda x: x.cummax(0).values, torch.randn(999, generator=g)),
+        "cummin": (lambda x: x.cummin(0).values, torch.randn(999, generator=g)),
+        "cumsum bf16": (lambda x: x.cumsum(-1), torch.randn(2, 640, generator=g).bfloat16()),
+    }[case]
+    report = compile_and_compare(fn, x, rtol=1e-4, atol=1e-4) if x.dtype == torch.float32 else compile_and_compare(fn, x)
+    assert any(d.startswith("split scan:") for d in report.decisions), report.decisions
+
+
+def test_on_the_h200_only_long_scans_over_few_rows_split():
+    """Scheduled for the H200 (nothing runs): one row of 2^24 splits into 1024 chunks of 16,384 (1024 row
+    programs' worth: TARGET_PROGRAMS, chunks of at least MIN_SCAN_CHUNK); 512 rows or a row of 4096 do not."""
+    from tests.test_target import _scheduled
+    from tests.utils import H200
+    cases = (((1 << 24,), 0, True), ((512, 100000), 1, False), ((4, 4096), 1, False))
+    for shape, dim, splits in cases:
+        graph, _ = _scheduled(lambda x: x.cumsum(dim), [torch.empty(shape)], H200)
+        split = [d for d in graph.decisions if d.startswith("split scan:")]
+        assert bool(split) == splits, (shape, graph.decisions)
