@@ -59,9 +59,9 @@ def _chain(group, result: Node, stored: list[Node], elementwise: bool = False) -
     order), when they are at most ``MAX_CHAIN`` cheap pointwise ops; else None. ``elementwise``: every
     reader is a pointwise or reduction kernel, which computes its copy once per element, so any
     pointwise op may be in the chain, up to ``MAX_ELEMENTWISE_CHAIN`` (a GEMM's operand would recompute
-    it on every tile). A GroupNorm
-    after a conv's sigmoid epilogue (issue 41's row 7) then reads the conv's result in its statistics
-    and its normalisation, and the epilogue's own kernel, a read and a write of the tensor, goes."""
+    it on every tile). A GroupNorm after a conv's sigmoid epilogue (issue 41's row 7) then reads the
+    conv's result in its statistics and its normalisation, and the epilogue's own kernel (a read and
+    a write of the tensor) goes."""
     chain, todo = set(), [result]
     while todo:
         n = todo.pop()
