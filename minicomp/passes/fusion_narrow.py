@@ -67,9 +67,10 @@ def _chain(group, result: Node, stored: list[Node], elementwise: bool = False) -
         n = todo.pop()
         if n in chain:
             continue
-        if n.op != "pointwise" or len(chain) == (MAX_ELEMENTWISE_CHAIN if elementwise else MAX_CHAIN) \
-                or not (OPS[n.attrs["fn"]].cheap or elementwise) \
-                or OPS[n.attrs["fn"]].positional or OPS[n.attrs["fn"]].statement:
+        if n.op != "pointwise" or len(chain) == (MAX_ELEMENTWISE_CHAIN if elementwise else MAX_CHAIN):
+            return None
+        op = OPS[n.attrs["fn"]]
+        if not (op.cheap or elementwise and not op.positional):
             return None
         chain.add(n)
         todo += [t for t in map(terminal, n.inputs) if t in group.nodes and t not in stored]
