@@ -41,6 +41,7 @@ from minicomp.passes.pipelines import row_pipelines, split_combines
 from minicomp.passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from minicomp.passes.attention import attention
 from minicomp.passes.split_reductions import split_reductions
+from minicomp.passes.split_scans import split_scans
 from tests.utils import compile_and_compare
 
 F32, CPU = torch.float32, torch.device("cpu")
@@ -1027,7 +1028,8 @@ def test_schedule_load_offsets_match_eager_views(name, fn):
 def test_pipeline_is_a_list_of_named_documented_passes():
     names = ["dce", "cse", "constant_folding", "algebraic_simplification", "concat_chains", "view_folding", "index_checks",
              "attention",
-             "split_reductions", "conv_lowering", "gemm_backend", "fusion", "plain_gemms", "layout_plan", "schedule", "pipelines",
+             "split_reductions", "split_scans", "conv_lowering", "gemm_backend", "fusion", "plain_gemms", "layout_plan",
+             "schedule", "pipelines",
              "split_combines", "tune", "combos"]
     assert minicomp.PIPELINE is PIPELINE
     assert isinstance(PIPELINE, list) and all(isinstance(p, Pass) for p in PIPELINE)
@@ -1035,7 +1037,8 @@ def test_pipeline_is_a_list_of_named_documented_passes():
     assert len({p.name for p in PIPELINE}) == len(PIPELINE)
     assert all(p.doc.strip() and callable(p.run) for p in PIPELINE)
     assert [p.run for p in PIPELINE] == [dce, cse, constant_folding, algebraic_simplification, concat_chains, view_folding,
-                                         index_checks, attention, split_reductions, conv_lowering, gemm_backend, fusion,
+                                         index_checks, attention, split_reductions, split_scans, conv_lowering,
+                                         gemm_backend, fusion,
                                          plain_gemms, layout_plan, schedule, row_pipelines, split_combines, tune,
                                          combos]
     opts = Options()
