@@ -16,14 +16,13 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.utils import counters
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from . import config, graph_cache
+from . import aot_shims, config, graph_cache
 from .compiler import Options
 from .dynamic import compiled_graph
-from .frontend.freeze import freezable_inputs
 from .frozen import FrozenGraph
 from .runtime import cuda_graphs
 from .frontend.interpolate_op import substitute_interpolate
-from .frontend.reinplace import mutated_inputs, reinplace
+from .frontend.reinplace import reinplace
 from .frontend.recurrent_op import substitute_recurrent
 
 
@@ -70,8 +69,8 @@ def ddp_split_note(gm: fx.GraphModule, example_inputs) -> str | None:
     reason = getattr(gm, "compile_subgraph_reason", None)
     if "DDPOptimizer" not in str(getattr(reason, "reason", "")):
         return None
-    ddp = getattr(torch._guards.TracingContext.try_get(), "ddp_optimizer_ctx", None)
-    piece = f"piece {ddp.curr_bucket + 2}" if ddp is not None else "a piece"  # counts the pieces before it
+    number = aot_shims.ddp_piece()
+    piece = f"piece {number}" if number is not None else "a piece"
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     params = [_parameter_name(name) for name, t in zip(placeholders, example_inputs)
               if isinstance(t, torch.Tensor) and t.requires_grad and t.is_leaf]
@@ -141,10 +140,10 @@ class Backend:
             # a static cache's update in place; not under CUDA graphs (a write inside the graph would
             # land in the replay's copy of the input, and recording runs the graph more than once)
             static = set(static_inputs(g, True))
-            done = [] if opts.cudagraphs else reinplace(g, mutated_inputs())
+            done = [] if opts.cudagraphs else reinplace(g, aot_shims.mutated_inputs())
             if opts.freeze:
-                return FrozenGraph(g, opts, freezable_inputs(), sorted(static))
-            store = key and graph_cache.plain_inference(gm, g)
+                return FrozenGraph(g, opts, aot_shims.freezable_inputs(), sorted(static))
+            store = key and aot_shims.plain_inference(gm, g)
             return compiled_graph(g, opts, "inference", sorted(static), notes + done,
                                   functools.partial(graph_cache.remember, key) if store else None)
         # Counted as Dynamo's own AOTAutograd entry counts (Inductor's, aot_eager's): DDPOptimizer reads

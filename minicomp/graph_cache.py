@@ -69,21 +69,6 @@ def key(gm: fx.GraphModule, example_inputs, options: Options) -> str | None:
     return cache.digest(f"{gm.code}|{inputs}|{state}")
 
 
-def plain_inference(dynamo_gm: fx.GraphModule, aten_gm: fx.GraphModule) -> bool:
-    """Whether AOTAutograd adds nothing around this inference graph (read off the metadata of the
-    trace in progress): same inputs and outputs, no mutation, no aliasing, no tokens."""
-    meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
-    placeholders = [n for n in dynamo_gm.graph.nodes if n.op == "placeholder"]
-    aten_inputs = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
-    outputs = next(n for n in aten_gm.graph.nodes if n.op == "output").args[0]
-    try:  # AOTAutograd's metadata is internal: anything unexpected means "not plain"
-        return (meta is not None and len(aten_inputs) == len(placeholders) == len(meta.input_info)
-                and len(outputs) == len(meta.output_info)
-                and not any(i.mutates_data or i.mutates_metadata for i in meta.input_info)
-                and all(o.output_type.name == "non_alias" for o in meta.output_info)
-                and meta.num_intermediate_bases == 0 and not meta.tokens)
-    except (AttributeError, TypeError):
-        return False
 
 
 def remember(key: str, sig: tuple, art: Artifacts, rep: Report) -> None:

@@ -100,18 +100,6 @@ class Frozen:
             return any(p is t for t in self.tensors)
 
 
-def freezable_inputs() -> list[int]:
-    """The inputs of the graph AOTAutograd is compiling now that are parameters or buffers (its
-    static inputs) and that the graph neither mutates nor returns an alias of."""
-    try:  # AOTAutograd's metadata is internal: anything unexpected means "none known"
-        meta = torch._guards.TracingContext.try_get().fw_metadata
-        static = [int(i) for i in meta.static_input_indices]
-        mutated = {i for i, info in enumerate(meta.input_info)
-                   if getattr(info, "mutates_data", False) or getattr(info, "mutates_metadata", False)}
-        aliased = {o.base_idx for o in meta.output_info if getattr(o, "base_idx", None) is not None}
-    except (AttributeError, TypeError, ValueError):
-        return []
-    return [i for i in static if i not in mutated and i not in aliased]
 
 
 def freeze_graph(gm: fx.GraphModule, args: list, freezable: list[int]) -> Frozen:

@@ -19,17 +19,6 @@ aten = torch.ops.aten
 IN_PLACE = {aten.index_put.default: aten.index_put_.default, aten.index_copy.default: aten.index_copy_.default}
 
 
-def mutated_inputs() -> list[int]:
-    """The inputs whose data the graph AOTAutograd is compiling now updates, in the order its first
-    results hold the new values (AOTAutograd's metadata; internal: anything unexpected means none)."""
-    try:
-        meta = torch._guards.TracingContext.try_get().fw_metadata
-        indices = [int(i) for i in meta.mutated_inp_runtime_indices]
-        if all(meta.input_info[i].mutates_data and not meta.input_info[i].mutates_metadata for i in indices):
-            return indices
-    except (AttributeError, TypeError, ValueError, IndexError):
-        pass
-    return []
 
 
 def reinplace(gm: fx.GraphModule, mutated: list[int]) -> list[str]:

@@ -36,6 +36,7 @@ from typing import Callable, Iterable
 import torch
 import torch.fx as fx
 
+from .. import aot_shims
 from .support import own_counters, raw_stream
 
 _same_pointers = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)  # CUDA builds
@@ -151,11 +152,7 @@ def static_input_indices(gm: fx.GraphModule | None = None) -> list[int]:
     if gm is not None:
         return [i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")
                 if (n.meta.get("tensor_dict") or {}).get("_dynamo_static_input_type")]
-    try:  # AOTAutograd's metadata is internal: anything unexpected means "none known"
-        meta = torch._guards.TracingContext.try_get().fw_metadata
-        return [int(i) for i in meta.static_input_indices]
-    except (AttributeError, TypeError, ValueError):
-        return []
+    return aot_shims.static_input_indices()
 
 
 def ineligible(args, facts: GraphFacts) -> str | None:
