@@ -435,7 +435,9 @@ def notes(rows: list[dict]) -> list[str]:
         lines += [f"  - Inductor: {r['inductor_error']}"] if r.get("inductor_error") else []
         for backend in BACKENDS:
             if f"{backend}_tokens_equal" in r:
-                lines.append(f"  - {backend}: tokens equal to eager's {r[f'{backend}_tokens_equal']:.1%}")
+                forced = r.get(f"{backend}_teacher_forced_err")
+                lines.append(f"  - {backend}: tokens equal to eager's {r[f'{backend}_tokens_equal']:.1%}"
+                             + (f"; teacher-forced logits' error {forced:.3g}" if forced is not None else ""))
             if r.get(f"{backend}_fp64_referee"):
                 lines.append(f"  - {backend}: gradients or buffers beyond the tolerance of eager's were judged against "
                              "the step in float64 (correct: as close to it as eager's)")
