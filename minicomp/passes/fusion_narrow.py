@@ -81,7 +81,10 @@ def _saves_bytes(result: Node, chain: list[Node], others: dict) -> bool:
     """Whether no other group reads more bytes per element of ``result`` from the chain's inputs than
     from ``result`` (a broadcast parameter, a per-channel bias, costs its share: next to nothing)."""
     inputs = {terminal(i) for n in chain for i in n.inputs} - set(chain)
-    per_element = lambda t: t.dtype.itemsize * min(1.0, math.prod(t.shape) / max(math.prod(result.shape), 1))  # noqa: E731
+    elements = max(math.prod(result.shape), 1)
+
+    def per_element(t: Node) -> float:
+        return t.dtype.itemsize * min(1.0, math.prod(t.shape) / elements)
     for other in others:
         read = {terminal(i) for n in other.nodes for i in n.inputs} | set(other.nodes)
         if sum(per_element(t) for t in inputs - read) > 1.05 * result.dtype.itemsize:  # (those shares)
