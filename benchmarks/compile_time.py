@@ -111,17 +111,17 @@ class Phases:
 def instrument(phases: Phases, profile: cProfile.Profile | None = None) -> None:
     """Wrap minicomp's phases (module globals the compiler calls through) with timers; ``profile``
     runs during minicomp's compile of each graph (not Dynamo, not the first run)."""
-    from minicomp import assemble, compiler
+    from minicomp.graphs import assemble, compiled, options
     from minicomp.passes import manager
     from minicomp.passes.manager import Pass
 
-    compiler.PIPELINE[:] = [Pass(p.name, phases.timed(f"pass:{p.name}", p.run), p.doc) for p in compiler.PIPELINE]
+    options.PIPELINE[:] = [Pass(p.name, phases.timed(f"pass:{p.name}", p.run), p.doc) for p in options.PIPELINE]
     manager.verify = phases.timed("verify", manager.verify)
-    lowering_run = compiler.Lowering.run
-    compiler.Lowering.run = lambda self: phases.timed("lowering", lowering_run)(self)
+    lowering_run = compiled.Lowering.run
+    compiled.Lowering.run = lambda self: phases.timed("lowering", lowering_run)(self)
     assemble.generate = phases.timed("codegen", assemble.generate)  # the compiler calls both through the module
     assemble.load = phases.timed("load", assemble.load)
-    compile_ = compiler.CompiledGraph._compile
+    compile_ = compiled.CompiledGraph._compile
 
     def profiled(self, args):
         if profile:
@@ -131,9 +131,9 @@ def instrument(phases: Phases, profile: cProfile.Profile | None = None) -> None:
         finally:
             if profile:
                 profile.disable()
-    compiler.CompiledGraph._compile = lambda self, args: phases.timed("minicomp", profiled)(self, args)
-    call = compiler.CompiledGraph.__call__
-    compiler.CompiledGraph.__call__ = lambda self, args: phases.timed("graph call", call)(self, args)
+    compiled.CompiledGraph._compile = lambda self, args: phases.timed("minicomp", profiled)(self, args)
+    call = compiled.CompiledGraph.__call__
+    compiled.CompiledGraph.__call__ = lambda self, args: phases.timed("graph call", call)(self, args)
 
 
 def child(args: argparse.Namespace) -> None:

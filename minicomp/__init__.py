@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from .compiler import MODES, PIPELINE, Options
+from .graphs.options import MODES, PIPELINE, Options
 from .report import Report, report, reports, reports_since
 
 __version__ = "0.1.0"

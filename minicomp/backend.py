@@ -1,5 +1,5 @@
 """The TorchDynamo backend: Dynamo's FX graph -> AOTAutograd (functionalized, decomposed to core
-ATen, split into forward and backward) -> one ``CompiledGraph`` per graph.
+ATen, split into forward and backward) -> one compiled graph per graph (``minicomp/graphs/``).
 
 Registered as the ``minicomp`` entry point of ``torch_dynamo_backends``, so
 ``torch.compile(model, backend="minicomp")`` works without importing minicomp.
@@ -16,10 +16,12 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.utils import counters
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from . import aot_shims, config, graph_cache
-from .compiler import Options
-from .dynamic import compiled_graph
-from .frozen import FrozenGraph
+from . import aot_shims, config
+from .graphs import cached
+from .graphs.base import unboxed
+from .graphs.dynamic import compiled_graph
+from .graphs.frozen import FrozenGraph
+from .graphs.options import Options
 from .runtime import cuda_graphs
 from .frontend.interpolate_op import substitute_interpolate
 from .frontend.reinplace import reinplace
@@ -96,18 +98,18 @@ class Backend:
         if self.options.freeze:  # constants baked from this model's parameters: nothing to share
             return self._trace(gm, example_inputs, None)
         try:
-            key = graph_cache.key(gm, example_inputs, self.options)
+            key = cached.key(gm, example_inputs, self.options)
             static = cuda_graphs.static_input_indices(gm) if self.options.cudagraphs else ()
-            hit = key and graph_cache.lookup(key, rebuild=lambda args: self._trace(gm, args, None),
-                                             options=self.options, static_inputs=static)
+            hit = key and cached.lookup(key, gm, rebuild=lambda args: self._trace(gm, args, None),
+                                        options=self.options, static_inputs=static)
         except config.ConfigError:  # a setting with a value it does not take: not the cache's failure
             raise
         except Exception as e:  # noqa: BLE001 - the cache never fails a model: compile as usual
             warnings.warn(f"minicomp: graph cache skipped ({type(e).__name__}: {e})")
-        return hit or self._trace(gm, example_inputs, key)
+        return unboxed(hit) if hit else self._trace(gm, example_inputs, key)
 
     def _trace(self, gm: fx.GraphModule, example_inputs, key: str | None):
-        """AOTAutograd, then one ``CompiledGraph`` per graph; a plain inference graph with a cache key
+        """AOTAutograd, then one compiled graph per graph; a plain inference graph with a cache key
         is stored in the graph cache once compiled."""
         opts = self.options
         substitute_interpolate(gm)  # kept whole by AOTAutograd, lowered by minicomp (forward and backward)
@@ -145,7 +147,7 @@ class Backend:
                 return FrozenGraph(g, opts, aot_shims.freezable_inputs(), sorted(static))
             store = key and aot_shims.plain_inference(gm, g)
             return compiled_graph(g, opts, "inference", sorted(static), notes + done,
-                                  functools.partial(graph_cache.remember, key) if store else None)
+                                  functools.partial(cached.remember, key) if store else None)
         # Counted as Dynamo's own AOTAutograd entry counts (Inductor's, aot_eager's): DDPOptimizer reads
         # this count to know that a piece of a split graph went through AOTAutograd. Uncounted, it
         # neither records the piece's forward metadata, which each lazily compiled backward pops

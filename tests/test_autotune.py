@@ -92,7 +92,7 @@ def test_tuning_is_a_pass_in_the_dumps_and_the_report(cache_dir, tmp_path, capsy
 
 def _kernels(fn, *args):
     """The scheduled kernels of ``fn`` (the tune pass sees these)."""
-    from minicomp.compiler import PIPELINE
+    from minicomp.graphs.options import PIPELINE
     from minicomp.frontend.lowering import Lowering
     from minicomp.passes.manager import run_pipeline
     seen = []

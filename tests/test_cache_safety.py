@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import minicomp
-from minicomp import config, graph_cache, tuning
+from minicomp import config, tuning
+from minicomp.graphs import cached
 from minicomp.backend import Backend
 from minicomp.runtime import cache
 
@@ -193,7 +194,7 @@ def test_hostile_json_entries_run_no_code_and_cost_a_recompile(cache_dir, tmp_pa
 def test_a_kernel_that_checks_indices_on_a_gpu_keeps_its_launch_options():
     """On a GPU a checking kernel launches with the device-assert options (``debug``, and the overflow
     sanitizer off): its stored entry must decode, or every warm start would recompile the graph."""
-    from minicomp.graph_entry import _decode_kernel
+    from minicomp.graphs.cache_entry import _decode_kernel
     from minicomp.runtime.triton_shims import DEVICE_ASSERTS
     options = {"XBLOCK": 1024, "INTERPRETED": 0, "num_warps": 4, "num_stages": 1, **DEVICE_ASSERTS}
     stored = {"name": "k0_embedding_f32_4x8", "function": "embedding_f32_4x8_0123456789abcdef0123",
@@ -209,7 +210,7 @@ def test_a_constant_is_stored_by_value_with_its_strides(cache_dir):
     report, warned = compile_once(fn, lambda: (torch.randn(4, 3),))
     assert report.from_cache and not warned
 
-    from minicomp.graph_entry import _decode_tensor, _encode_tensor
+    from minicomp.graphs.cache_entry import _decode_tensor, _encode_tensor
     base = torch.randn(4, 6, dtype=torch.bfloat16)
     for t in (base, base.t(), base[1:, ::2], base[0].expand(3, 6), torch.empty(0, 3), torch.tensor(True)):
         back = _decode_tensor(json.loads(json.dumps(_encode_tensor(t))))
@@ -289,10 +290,10 @@ def _other(name: str):
 def test_each_setting_that_changes_generated_code_keys_the_graph_cache(name):
     gm = torch.fx.symbolic_trace(lambda x: x + 1)
     options, x = Backend().options, torch.randn(4, 4)
-    first = graph_cache.key(gm, [x], options)
+    first = cached.key(gm, [x], options)
     with config.patch(**{name: _other(name)}):
-        assert graph_cache.key(gm, [x], options) != first, name
-    assert graph_cache.key(gm, [x], options) == first
+        assert cached.key(gm, [x], options) != first, name
+    assert cached.key(gm, [x], options) == first
 
 
 def test_a_flipped_tf32_flag_is_a_graph_cache_miss(cache_dir):

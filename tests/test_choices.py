@@ -14,7 +14,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from benchmarks.choices import workload
 from minicomp import config
 from minicomp.backend import decompositions
-from minicomp.compiler import PIPELINE
+from minicomp.graphs.options import PIPELINE
 from minicomp.frontend.lowering import Lowering
 from minicomp.ir.choices import LIBRARY, PRECISIONS, RULES, TEMPLATE, picked
 from minicomp.passes.manager import run_pipeline

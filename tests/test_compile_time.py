@@ -12,7 +12,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import minicomp
 from minicomp.backend import decompositions
-from minicomp.compiler import CompiledGraph, Options
+from minicomp.graphs.compiled import CompiledGraph
+from minicomp.graphs.options import Options
 
 from benchmarks.compile_time import UnrolledCell
 

@@ -17,7 +17,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import minicomp
 from minicomp.backend import decompositions
-from minicomp.compiler import PIPELINE
+from minicomp.graphs.options import PIPELINE
 from minicomp.frontend.lowering import Lowering
 from minicomp.ir.kernel import Load
 from minicomp.ir import choices

@@ -7,7 +7,7 @@ from torch._subclasses import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import minicomp
-from minicomp.compiler import MODES, Options
+from minicomp.graphs.options import MODES, Options
 from minicomp.report import Report
 from minicomp.runtime import cuda_graphs, support
 from minicomp.runtime.cuda_graphs import CudaGraphRunner, GraphFacts, facts_of_fx, ineligible

@@ -24,7 +24,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import minicomp
 from minicomp.backend import Backend
-from minicomp.compiler import PIPELINE, CompiledGraph, Options
+from minicomp.graphs.compiled import CompiledGraph
+from minicomp.graphs.options import PIPELINE, Options
 from minicomp.frontend.lowering import Lowering
 from minicomp.ir.program import Allocate, Buffer, ExternArg, ExternCall, Free, Input, KernelLaunch, Program, Returned
 from minicomp.passes.manager import run_pipeline

@@ -1,4 +1,4 @@
-"""Graphs with symbolic sizes (``minicomp/dynamic.py``): parts with static sizes compiled once, parts
+"""Graphs with symbolic sizes (``minicomp/graphs/dynamic.py``): parts with static sizes compiled once, parts
 with symbolic sizes run in PyTorch until a size comes back; every result and gradient as eager's."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minicomp import dynamic
+from minicomp.graphs import dynamic
 
 Report = sys.modules["minicomp.report"]  # the module (``minicomp.report`` is the function)
 

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 import minicomp
-from minicomp import graph_cache
+from minicomp.graphs import cached
 from minicomp.backend import Backend
 from minicomp.runtime import cache
 
@@ -138,13 +138,13 @@ def test_another_input_signature_is_traced_and_compiled(cache_dir):
     [(gm, example)] = seen
     backend = Backend()
     with torch.no_grad():
-        key = graph_cache.key(gm, example, backend.options)
-    hit = graph_cache.lookup(key, rebuild=lambda args: backend._trace(gm, args, None))
+        key = cached.key(gm, example, backend.options)
+    hit = cached.lookup(key, gm, rebuild=lambda args: backend._trace(gm, args, None))
     assert hit is not None
     x = torch.randn(4, 8)
-    check(hit(x)[0], fn(x))
+    check(hit([x])[0], fn(x))
     misaligned = torch.randn(33)[1:].view(4, 8)  # another signature: not 16-byte aligned
-    check(hit(misaligned)[0], fn(misaligned))
+    check(hit([misaligned])[0], fn(misaligned))
     assert hit._traced is not None
 
 
@@ -152,12 +152,12 @@ def test_key_changes_with_tuned_schedules_grad_mode_and_inputs(cache_dir):
     gm = torch.fx.symbolic_trace(lambda x: x + 1)
     options = Backend().options
     x = torch.randn(4, 4)
-    first = graph_cache.key(gm, [x], options)
-    assert first == graph_cache.key(gm, [torch.randn(4, 4)], options)
-    assert first != graph_cache.key(gm, [torch.randn(4, 5)], options)
-    assert first != graph_cache.key(gm, [x.t()], options)
-    assert first != graph_cache.key(gm, [x.half()], options)
+    first = cached.key(gm, [x], options)
+    assert first == cached.key(gm, [torch.randn(4, 4)], options)
+    assert first != cached.key(gm, [torch.randn(4, 5)], options)
+    assert first != cached.key(gm, [x.t()], options)
+    assert first != cached.key(gm, [x.half()], options)
     with torch.no_grad():
-        assert first != graph_cache.key(gm, [x], options)
+        assert first != cached.key(gm, [x], options)
     cache.store_tuned("some-kernel", {"num_warps": 4})
-    assert first != graph_cache.key(gm, [x], options)
+    assert first != cached.key(gm, [x], options)

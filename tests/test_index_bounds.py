@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 import minicomp
 from minicomp.codegen.triton import kernel_source
-from minicomp.compiler import PIPELINE
+from minicomp.graphs.options import PIPELINE
 from minicomp.frontend.lowering import Lowering
 from minicomp.ir import interpreter
 from minicomp.ir.graph import Graph

@@ -22,7 +22,7 @@ from minicomp.passes.conv_lowering import conv_lowering
 from minicomp.passes.gemm_choice import gemm_backend, plain_gemms
 from minicomp.passes.index_checks import index_checks
 from minicomp.backend import Backend
-from minicomp.compiler import PIPELINE, Options
+from minicomp.graphs.options import PIPELINE, Options
 from minicomp.frontend.lowering import Lowering
 from minicomp.ir import views
 from minicomp.ir.expr import Affine, FloorDiv, Mod, Range, Var, evaluate, index_vars, linear_index, unravel

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import minicomp
-from minicomp import assemble
+from minicomp.graphs import assemble
 from minicomp.codegen.wrapper import wrapper_source
 from minicomp.frontend.registry import RULES
 from minicomp.ir.expr import Affine, Var

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import minicomp
-from minicomp.compiler import MinicompError
+from minicomp.errors import MinicompError
 from tests.utils import compile_and_compare, layout_copies
 
 
@@ -54,13 +54,13 @@ def test_strict_mode_raises_minicomp_error_at_the_first_run(monkeypatch):
 
 
 def test_strict_mode_raises_minicomp_error_for_a_compile_failure(monkeypatch):
-    from minicomp import compiler
+    from minicomp.graphs import options
     from minicomp.passes.manager import Pass
 
     def broken(graph):
         raise ValueError("simulated pass failure")
-    monkeypatch.setattr(compiler, "PIPELINE", [Pass("fusion", broken) if p.name == "fusion" else p
-                                               for p in compiler.PIPELINE])
+    monkeypatch.setattr(options, "PIPELINE", [Pass("fusion", broken) if p.name == "fusion" else p
+                                              for p in options.PIPELINE])
     fn = lambda x: x.exp() + 1  # noqa: E731
     x = torch.randn(3)
     with pytest.warns(UserWarning, match="simulated pass failure"):

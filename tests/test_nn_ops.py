@@ -80,7 +80,8 @@ def compile_aten(fn, *args, fallbacks: int = 0, **tol):
     """Trace ``fn`` to aten ops without decompositions (so ops that AOTAutograd would decompose reach
     their own lowering rules), compile the graph and compare every output with eager."""
     from torch.fx.experimental.proxy_tensor import make_fx
-    from minicomp.compiler import CompiledGraph, Options
+    from minicomp.graphs.compiled import CompiledGraph
+    from minicomp.graphs.options import Options
     gm = make_fx(fn)(*args)
     expected = fn(*args)
     expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]

@@ -15,8 +15,8 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from minicomp.backend import decompositions
-from minicomp.assemble import generate, load
-from minicomp.compiler import PIPELINE
+from minicomp.graphs.assemble import generate, load
+from minicomp.graphs.options import PIPELINE
 from minicomp.codegen.helpers import HELPERS
 from minicomp.codegen.spellings import SPELLINGS
 from minicomp.frontend.lowering import Lowering

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import minicomp
-from minicomp.compiler import CompiledGraph, Options
+from minicomp.graphs.compiled import CompiledGraph
+from minicomp.graphs.options import Options
 from minicomp.ir.expr import Var
 from minicomp.ir.kernel import Kernel, Schedule
 from minicomp.ir.program import (Allocate, Buffer, EmptyLaunch, ExternArg, ExternCall, Input, KernelLaunch,

@@ -1,4 +1,4 @@
-"""The per-call check of a compiled graph's specialization (``minicomp/signatures.py``): the cheap
+"""The per-call check of a compiled graph's specialization (``minicomp/graphs/signatures.py``): the cheap
 ``LastCall`` check agrees with the full ``signature`` on what Dynamo leaves to us (alignment, the
 values of non-tensor inputs), and a moved parameter sends the call back to the full check."""
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import minicomp
-from minicomp import signatures
+from minicomp.graphs import signatures
 from minicomp.runtime.support import ensure_layout
-from minicomp.signatures import LastCall, signature
+from minicomp.graphs.signatures import LastCall, signature
 
 
 def _pointers_equal(tensors, pointers, indices):  # what the CUDA build's C helper computes
@@ -43,7 +43,7 @@ def test_last_call_matches_exactly_when_the_signature_would(pointer_check):
     assert not last.matches([w, b, x, 4])                             # a symbolic size changed
     assert not last.matches([w, b, x, 3.0])                           # same value, another type
     assert not last.matches([w, b, x])                                # another arity
-    assert last.matches((w, b, torch.randn(4, 8), 3))                 # a tuple (graph_cache.CachedGraph)
+    assert last.matches((w, b, torch.randn(4, 8), 3))                 # a tuple (cached.CachedGraph)
     moved = torch.randn(65)[1:].view(8, 8)                            # a parameter's storage moved
     assert signature([moved, b, x, 3]) != signature([w, b, x, 3])
     assert not last.matches([moved, b, x, 3])

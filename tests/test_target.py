@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from minicomp.backend import decompositions
-from minicomp.compiler import PIPELINE
+from minicomp.graphs.options import PIPELINE
 from minicomp.frontend.lowering import Lowering
 from minicomp.ir.kernel import Load, Store, TileLoad
 from minicomp.ir.target import INTERPRETER, INTERPRETER_NAME, Target

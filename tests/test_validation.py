@@ -4,9 +4,9 @@ import torch
 import torch.nn.functional as F
 
 import minicomp
-from minicomp.compiler import PIPELINE
+from minicomp.graphs.options import PIPELINE
 from minicomp.passes.manager import Pass
-from minicomp.validation import ValidationError
+from minicomp.graphs.validation import ValidationError
 from tests.utils import compare_gradients, compile_and_compare
 
 

@@ -19,7 +19,7 @@ changing them needs no guard. The graph keeps its inputs (the folded ones are si
 What the rewrites read (``Frozen.sources``) is a guarded assumption: ``Frozen.still_valid(args)``
 compares each source's identity, ``_version`` and data pointer with what they were, and whether an
 optimizer over one of them has stepped since; the caller freezes again when they differ
-(``minicomp/frozen.py``). The optimizer steps are counted by a global post-step hook because fused
+(``minicomp/graphs/frozen.py``). The optimizer steps are counted by a global post-step hook because fused
 optimizers (``Adam(fused=True)``, ``SGD(fused=True)``, ... in torch 2.13) write the parameters without
 bumping ``_version``.
 """

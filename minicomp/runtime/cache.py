@@ -21,7 +21,7 @@ a module by its path (``load``), checking a file's content against its name (``i
 importing it cannot be redirected; writes go to a fresh ``mkstemp`` file (``O_EXCL``, 0600) renamed
 over the name, which replaces a link rather than following it. Data read back (tuned schedules,
 graph entries) is JSON, never unpickled, and is validated by its reader (``tuning.py``,
-``graph_entry.py``) before it reaches generated source.
+``graphs/cache_entry.py``) before it reaches generated source.
 """
 from __future__ import annotations
 
@@ -151,12 +151,12 @@ def load_tuned(key: str) -> dict | None:
 
 
 def store_graph(key: str, entry: dict) -> None:
-    """Write a graph-cache entry (``graph_entry.encode``'s JSON data) under ``<cache>/graphs/<key>.json``."""
+    """Write a graph-cache entry (``graphs/cache_entry.encode``'s JSON data) under ``<cache>/graphs/<key>.json``."""
     _atomic_write(_entry_path("graphs", key), json.dumps(entry, separators=(",", ":"), allow_nan=False))
 
 
 def load_graph(key: str) -> dict | None:
-    """The JSON data stored under ``key`` (``graph_entry.decode`` validates it), or None: absent, or
+    """The JSON data stored under ``key`` (``graphs/cache_entry.decode`` validates it), or None: absent, or
     unreadable (then a warning, and it is rebuilt)."""
     path = _entry_path("graphs", key)
     try:

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import itertools
 import sys
 import time
-import traceback
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -21,62 +18,23 @@ import torch
 import torch.fx as fx
 import triton
 
-from . import assemble, config
-from . import report as reporting
-from . import validation
-from .errors import MinicompError
-from .frontend.lowering import Lowering
-from .frontend.specialize import specialize
-from .ir import collectives
-from .ir.target import Target
-from .passes.attention import attention
-from .passes.combos import combos
-from .passes.conv_lowering import conv_lowering, tunable as conv_tunable
-from .passes.concat_chains import concat_chains
-from .passes.fusion import fusion
-from .passes.gemm_choice import ATEN, gemm_backend, plain_gemms
-from .passes.index_checks import index_checks
-from .passes.layout_plan import layout_plan
-from .passes.manager import Pass, run_pipeline
-from .passes.schedule import schedule
-from .passes.pipelines import row_pipelines, split_combines
-from .passes.split_reductions import split_reductions
-from .passes.split_scans import split_scans
-from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
-from .runtime import cache, cuda_graphs
-from .runtime.eager_errors import is_eager_error
-from .signatures import LastCall, faking, has_fakes, signature
-from .templates import gemm as gemm_template
-from .tuning import Tuner, tune
-
-PIPELINE: list[Pass] = [
-    Pass("dce", dce, "drop nodes nothing uses"),
-    Pass("cse", cse, "merge nodes that compute the same thing"),
-    Pass("constant_folding", constant_folding, "evaluate ops on constant fills"),
-    Pass("algebraic_simplification", algebraic_simplification, "drop copies and round-trip casts"),
-    Pass("concat_chains", concat_chains, "a cat that extends an earlier cat's inputs reads that cat"),
-    Pass("view_folding", view_folding, "compose view chains into one index map"),
-    Pass("index_checks", index_checks, "drop index checks proved to hold (arange, clamp, ...), and wraps of "
-                                       "indices never negative"),
-    Pass("attention", attention, "softmax(q @ kᵀ * scale + mask) @ v written out -> one attention node"),
-    Pass("split_reductions", split_reductions, "online softmax for long rows; chunked reductions with few outputs"),
-    Pass("split_scans", split_scans, "long scans over few rows: chunked scans offset by the chunks before"),
-    Pass("conv_lowering", conv_lowering, "rewrite chosen convolutions into matmuls over im2col views / window sums"),
-    Pass("gemm_backend", gemm_backend, "choose the Triton GEMM template or cuBLAS for each matmul"),
-    Pass("fusion", fusion, "group compute nodes into kernels"),
-    Pass("plain_gemms", plain_gemms, "a matrix product nothing fused into runs in cuBLAS"),
-    Pass("layout_plan", layout_plan, "store the 4-D buffers around convolutions channels-last"),
-    Pass("schedule", schedule, "choose templates and block sizes, build kernels"),
-    Pass("pipelines", row_pipelines, "run row-local kernel chains that re-read an input as one launch"),
-    Pass("split_combines", split_combines, "run a split reduction's partial and combining kernels as one launch"),
-    Pass("tune", tune, "use stored tuned schedules; in max-autotune, measure each kernel's config space"),
-    Pass("combos", combos, "run each layout copy of a graph input in the launch before it"),
-]
-
-MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-"""torch.compile's names: ``reduce-overhead`` captures CUDA graphs, ``max-autotune`` tunes and captures,
-``max-autotune-no-cudagraphs`` only tunes (``Options.autotune``, ``Options.cudagraphs``)."""
-_graph_ids = itertools.count()
+from .. import config
+from ..errors import MinicompError
+from ..frontend.lowering import Lowering
+from ..frontend.specialize import specialize
+from ..ir import collectives
+from ..ir.target import Target
+from ..passes.conv_lowering import tunable as conv_tunable
+from ..passes.gemm_choice import ATEN
+from ..passes.manager import run_pipeline
+from ..report import Fallback, Report, record
+from ..runtime import cache, cuda_graphs
+from ..templates import gemm as gemm_template
+from ..tuning import Tuner
+from . import assemble, validation
+from .base import GraphCallable, recoverable
+from .options import Options
+from .signatures import has_fakes, signature
 
 
 @contextlib.contextmanager
@@ -100,52 +58,20 @@ def _unsupported_devices(args) -> str | None:
         if other else None
 
 
-@dataclass
-class Options:
-    mode: str = "default"
-    dump_dir: str | None = None
-    pipeline: list[Pass] = field(default_factory=lambda: list(PIPELINE))
-    static_outputs: bool = False  # CUDA graphs: return the graph's own output buffers (see cuda_graphs.py)
-    freeze: bool = False  # inference: parameters are constants, batch norm folded (frontend/freeze.py)
+class CompiledGraph(GraphCallable):
+    """An aten FX graph (AOTAutograd's forward, backward or inference graph), compiled for each input
+    signature it is called with."""
 
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"minicomp: unknown mode {self.mode!r}; the modes are {', '.join(MODES)}")
-        self.dump_dir = self.dump_dir or (str(config.dump) if config.dump else None)
-
-    @property
-    def autotune(self) -> bool:
-        """Measure schedules and GEMM backends at compile time (``max-autotune*``)."""
-        return self.mode in ("max-autotune", "max-autotune-no-cudagraphs")
-
-    @property
-    def cudagraphs(self) -> bool:
-        """Run each CUDA specialization as a captured CUDA graph (``reduce-overhead``, ``max-autotune``)."""
-        return self.mode in ("reduce-overhead", "max-autotune")
-
-    @property
-    def strict(self) -> bool:
-        return config.strict
-
-
-def graph_name(kind: str) -> str:
-    return f"graph{next(_graph_ids)}_{kind}"
-
-
-class CompiledGraph:
-    """The callable handed back to AOTAutograd for one (forward or backward) graph."""
-
-    _boxed_call = True
-
-    def __init__(self, gm: fx.GraphModule, options: Options, kind: str = "forward",
-                 on_compiled: Callable | None = None, static_inputs: Iterable[int] = (),
+    def __init__(self, gm: fx.GraphModule, options: Options, kind: str = "forward", name: str | None = None,
+                 notes: Iterable[str] = (), on_compiled: Callable | None = None, static_inputs: Iterable[int] = (),
                  checked_inputs: bool | Iterable[int] = True):
         """``on_compiled(signature, artifacts, report)`` hears of the first specialization compiled
         (what the graph cache stores). ``static_inputs``: inputs at fixed addresses (parameters,
         buffers), which a CUDA graph does not copy. ``checked_inputs``: the inputs whose shape and
         strides Dynamo's guards have checked before a call — all (True: a forward's), none (False: a
         backward's), or these indices (a part of a graph with symbolic sizes, ``dynamic.py``)."""
-        self.gm, self.options, self.kind, self.on_compiled = gm, options, kind, on_compiled
+        super().__init__(gm, options, kind, name, notes)
+        self.on_compiled = on_compiled
         if kind == "backward" or checked_inputs is False:
             self.unchecked: frozenset[int] | None = None  # no LastCall: the full signature every call
         elif checked_inputs is True:
@@ -153,25 +79,16 @@ class CompiledGraph:
         else:
             self.unchecked = frozenset(range(sum(n.op == "placeholder" for n in gm.graph.nodes))) - set(checked_inputs)
         self.static_inputs = frozenset(static_inputs)
-        self.name = graph_name(kind)
         self._specializations: dict[tuple, Callable] = {}
         self._unproven: dict[tuple, tuple] = {}  # compiled, first run stopped by eager's error (a bad index)
-        self._last: LastCall | None = None
-        self.notes: list[str] = []  # decisions made before lowering (freeze), for the report
 
-    @torch._dynamo.disable  # called inside a compiled frame (a backward): Dynamo must not trace minicomp
-    def __call__(self, args):
-        if faking():  # metadata only (DDPOptimizer's compile-time run): never compile for fake tensors
-            return self.gm(*args)
-        last = self._last
-        if last is not None and last.matches(args):
-            return last.fn(args)
-        if has_fakes(args):
+    def call(self, args):
+        if has_fakes(args):  # tensors without data (fake, functional): nothing to compute on
             return self.gm(*args)
         return self.run(args, signature(args))
 
     def run(self, args, key: tuple):
-        """A call whose ``signature`` is ``key`` (``dynamic.SizedPart`` has computed it already)."""
+        """A call whose ``signature`` is ``key``."""
         fn = self._specializations.get(key)
         if fn is not None:
             self._remember(fn, args)
@@ -187,52 +104,30 @@ class CompiledGraph:
             return fn(args)
         try:  # the first run compiles and launches the kernels: its errors are compile errors too
             out = fn(args)
-        except config.ConfigError:  # a setting with a value it does not take: the user must fix it
-            raise
         except Exception as e:  # noqa: BLE001 - never fail the user's model
-            if is_eager_error(e):
-                # the caller's error, as eager would raise it on these values (an index out of range, a
-                # division by zero), not minicomp's: the graph stays compiled, and the next call of this
-                # signature is a first run again
+            if recoverable(e):
+                self._specializations[key] = fallback = self.fall_back(rep, "first run", e)
+                self._remember(fallback, args)
+                return fallback(args)
+            if not isinstance(e, config.ConfigError):
+                # the caller's error, as eager would raise it on these values: the graph stays
+                # compiled, and the next call of this signature is a first run again
                 self._specializations.pop(key, None)
                 self._unproven[key] = (fn, art, rep)
-                raise
-            self._specializations[key] = fallback = self._fall_back(rep, "first run", e)
-            self._remember(fallback, args)
-            return fallback(args)
-        if self.options.cudagraphs:  # captured from the next call on, where it can be
-            facts = cuda_graphs.facts_of_fx(self.gm, self.static_inputs)
-            self._specializations[key] = fn = cuda_graphs.wrap(fn, args, facts, rep, self.options.static_outputs)
+            raise
+        self._specializations[key] = fn = self.captured(fn, args, rep)  # captured from the next call on
         self._remember(fn, args)
         if self.on_compiled and art is not None and len(self._specializations) == 1:
             self.on_compiled(key, art, rep)
         return out
 
     def _remember(self, fn: Callable, args) -> None:
-        """Let the next call skip ``signature`` when it shares this one's (``signatures.LastCall``).
-        Only where Dynamo has checked some tensors (``checked_inputs``); the others are compared in full."""
+        """Only where Dynamo has checked some tensors (``checked_inputs``); the others are compared in full."""
         if self.unchecked is not None:
-            self._last = LastCall(fn, args, self._last, self.unchecked)
+            self.remember(fn, args, self.unchecked)
 
-    def _fall_back(self, rep: reporting.Report, stage: str, error: Exception) -> Callable:
-        """Run this graph in PyTorch from now on, with the stage and the error in the report and one
-        warning (``MINICOMP_STRICT=1``: raise a ``MinicompError`` instead)."""
-        reason = f"{stage}: {type(error).__name__}: {error}"
-        if self.options.strict:
-            if isinstance(error, MinicompError):  # already says what failed
-                raise error
-            raise MinicompError(f"MINICOMP_STRICT: {self.name} failed at {reason}") from error
-        rep.whole_graph_fallback = reason
-        warnings.warn(f"minicomp: {self.name} runs in PyTorch ({reason.splitlines()[0][:300]})")
-        if rep.dump_dir:
-            (Path(rep.dump_dir) / "error.txt").write_text(
-                "".join(traceback.format_exception(type(error), error, error.__traceback__)))
-            (Path(rep.dump_dir) / "summary.txt").write_text(rep.summary())
-        gm = self.gm
-
-        def run_in_pytorch(a):
-            return gm(*a)
-        return run_in_pytorch
+    def graph_facts(self) -> cuda_graphs.GraphFacts:
+        return cuda_graphs.facts_of_fx(self.gm, self.static_inputs)
 
     def _dump_dir(self) -> Path | None:
         if not self.options.dump_dir:
@@ -242,11 +137,11 @@ class CompiledGraph:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def _compile(self, args) -> tuple[Callable, assemble.Artifacts | None, reporting.Report]:
+    def _compile(self, args) -> tuple[Callable, assemble.Artifacts | None, Report]:
         start = time.perf_counter()
         before = dict(cache.stats)
         dump = self._dump_dir()
-        rep = reporting.Report(self.name, dump_dir=str(dump) if dump else None)
+        rep = Report(self.name, dump_dir=str(dump) if dump else None)
         rep.collectives = [collectives.describe(n.target, n.args) for n in self.gm.graph.nodes
                            if n.op == "call_function" and collectives.is_ordered(n.target)]
         fn = art = None
@@ -258,12 +153,12 @@ class CompiledGraph:
         except (validation.ValidationError, config.ConfigError):
             raise
         except Exception as e:  # noqa: BLE001 - never fail the user's model: run this graph in PyTorch
-            fn = self._fall_back(rep, "compile", e)
+            fn = self.fall_back(rep, "compile", e)
         rep.compile_seconds = time.perf_counter() - start
         rep.cache = {k: cache.stats[k] - before.get(k, 0) for k in cache.stats}
         if dump:
             (dump / "summary.txt").write_text(rep.summary())
-        reporting.record(rep)
+        record(rep)
         return fn, art, rep
 
     def _gemm_choices(self, args) -> dict:
@@ -297,7 +192,7 @@ class CompiledGraph:
 
         def measure(choices):
             try:
-                fn, _ = self._build(list(args), None, reporting.Report(self.name), choices)
+                fn, _ = self._build(list(args), None, Report(self.name), choices)
                 return do_bench(lambda: fn(inputs), warmup=10, rep=50)
             except Exception:  # a config that does not fit (shared memory, registers) is skipped
                 return float("inf")
@@ -315,7 +210,7 @@ class CompiledGraph:
                       f"{', '.join(timings)} ms -> {best[node.id]}", file=sys.stderr)
         return best
 
-    def _build(self, args, dump: Path | None, rep: reporting.Report, gemm_choices: dict | None = None):
+    def _build(self, args, dump: Path | None, rep: Report, gemm_choices: dict | None = None):
         if dump:
             (dump / "fx_graph.py").write_text(self.gm.print_readable(print_output=False))
         lowering = Lowering(specialize(self.gm, args), args)  # symbolic sizes made this call's
@@ -330,14 +225,14 @@ class CompiledGraph:
         if self.options.strict and lowering.fallbacks:
             op, reason = lowering.fallbacks[0]
             raise MinicompError(f"MINICOMP_STRICT: {op} falls back to PyTorch ({reason})")
-        rep.fallbacks = [reporting.Fallback(op, reason) for op, reason in lowering.fallbacks]
+        rep.fallbacks = [Fallback(op, reason) for op, reason in lowering.fallbacks]
         rep.decisions = list(dict.fromkeys(self.notes + graph.decisions))
         call, art = self._assemble(graph, graph.kernels, dump, rep)
         if validator:
             validator.check_outputs("codegen (generated kernels)", call)
         return call, art
 
-    def _assemble(self, graph, kernels, dump: Path | None = None, rep: reporting.Report | None = None):
+    def _assemble(self, graph, kernels, dump: Path | None = None, rep: Report | None = None):
         """Generate and store the kernels and the wrapper; return the graph's Executable and the
         artifacts that load it again."""
         art = assemble.generate(graph, kernels, self.name, dump, rep)

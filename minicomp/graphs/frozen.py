@@ -10,31 +10,29 @@ with symbolic sizes is compiled as the backend compiles one unfrozen (``dynamic.
 from __future__ import annotations
 
 import warnings
-from typing import Callable
 
-import torch
 import torch.fx as fx
 
-from .compiler import Options
+from ..frontend.freeze import Frozen, freeze_graph
+from .base import GraphCallable
 from .dynamic import compiled_graph
-from .frontend.freeze import Frozen, freeze_graph
+from .options import Options
 
 MAX_REFREEZES = 8
 
 
-class FrozenGraph:
-    """AOTAutograd's inference callable under ``freeze``: same inputs as ``gm``."""
-
-    _boxed_call = True
+class FrozenGraph(GraphCallable):
+    """AOTAutograd's inference callable under ``freeze``: same inputs as ``gm``. The first frozen graph
+    is compiled under this one's name, each later one under a new name."""
 
     def __init__(self, gm: fx.GraphModule, options: Options, freezable: list[int], static_inputs=()):
-        self.gm, self.options, self.freezable, self.static_inputs = gm, options, freezable, tuple(static_inputs)
+        super().__init__(gm, options, "inference")
+        self.freezable, self.static_inputs = freezable, tuple(static_inputs)
         self.frozen: Frozen | None = None
-        self.compiled: Callable | None = None  # a CompiledGraph, or a DynamicGraph (symbolic sizes)
+        self.compiled: GraphCallable | None = None  # a CompiledGraph, or a DynamicGraph (symbolic sizes)
         self.freezes = 0
 
-    @torch._dynamo.disable  # called inside a compiled frame: Dynamo must not trace minicomp
-    def __call__(self, args):
+    def call(self, args):
         frozen = self.frozen
         if frozen is None or not frozen.still_valid(args):
             if self.compiled is None or frozen is not None:
@@ -56,4 +54,5 @@ class FrozenGraph:
                                 f"({self.freezes} time(s))")
         self.freezes += 1
         self.frozen = frozen if frozen.sources else None
-        self.compiled = compiled_graph(frozen.gm, self.options, "inference", self.static_inputs, frozen.notes)
+        self.compiled = compiled_graph(frozen.gm, self.options, "inference", self.static_inputs, frozen.notes,
+                                       name=None if self.freezes > 1 else self.name)

@@ -7,7 +7,7 @@ Triton versions, the GPU, the state of the tuned-schedule folder and ``config.fi
 setting that changes generated code). Value: the ``Artifacts`` derived
 from the graph's Program (kernel and wrapper files, each launch's argument dtypes and options, fallback
 ops by name, constants; ``assemble.py``), the input signature and the report, stored as JSON that is
-checked field by field when read (``graph_entry.py``); nothing read back is unpickled.
+checked field by field when read (``cache_entry.py``); nothing read back is unpickled.
 
 Only plain inference graphs are stored: no input is mutated, no output aliases an input, no effect
 tokens or subclasses, so AOTAutograd adds nothing around the compiled graph and calling the stored
@@ -30,15 +30,16 @@ import torch
 import torch.fx as fx
 import triton
 
-from . import config, validation
+from .. import config
+from . import validation
+from ..report import Report, record
+from ..runtime import cache, cuda_graphs
+from ..runtime.executable import Executable
 from .assemble import Artifacts, load
-from .compiler import Options, graph_name
-from .graph_entry import Entry, decode, encode
-from .report import Report, record
-from .runtime import cache, cuda_graphs
-from .runtime.executable import Executable
-from .runtime.eager_errors import is_eager_error
-from .signatures import LastCall, signature
+from .base import GraphCallable, graph_name, recoverable
+from .cache_entry import Entry, decode, encode
+from .options import Options
+from .signatures import signature
 
 
 def enabled(options: Options) -> bool:
@@ -85,11 +86,12 @@ def remember(key: str, sig: tuple, art: Artifacts, rep: Report) -> None:
         warnings.warn(f"minicomp: could not store graph-cache entry {key}: {e}")
 
 
-def lookup(key: str, rebuild: Callable, options: Options | None = None,
+def lookup(key: str, gm: fx.GraphModule, rebuild: Callable, options: Options | None = None,
            static_inputs=()) -> CachedGraph | None:
-    """The stored graph, loaded and ready to call, or None (no entry, or a damaged one). With
-    ``options.cudagraphs`` it is captured in a CUDA graph from its second call on (``static_inputs``:
-    the Dynamo graph's parameters and buffers, not copied)."""
+    """The stored graph, loaded and ready to call, or None (no entry, or a damaged one). ``gm``: the
+    Dynamo graph (run as it is under fake tensors); ``rebuild(args)``: its AOTAutograd callable for
+    another signature. With ``options.cudagraphs`` it is captured in a CUDA graph from its second call
+    on (``static_inputs``: the Dynamo graph's parameters and buffers, not copied)."""
     start, before = time.perf_counter(), dict(cache.stats)
     data = cache.load_graph(key)
     if data is None:
@@ -110,62 +112,52 @@ def lookup(key: str, rebuild: Callable, options: Options | None = None,
                  from_cache=True, cache={k: cache.stats[k] - before.get(k, 0) for k in cache.stats})
     rep.compile_seconds = time.perf_counter() - start
     record(rep)
-    capture = None
-    if options is not None and options.cudagraphs:
-        capture = cuda_graphs.facts_of_ops([f.op for f in entry.fallbacks], static_inputs)
-    return CachedGraph(entry.signature, fn, rebuild, rep, capture, bool(options and options.static_outputs))
+    return CachedGraph(gm, options or Options(), entry.signature, fn, rebuild, rep, static_inputs)
 
 
-class CachedGraph:
-    """What the backend hands Dynamo on a hit: the stored wrapper for the stored input signature;
-    any other signature goes through AOTAutograd and the compiler (``rebuild(args)``) once. If the
-    stored wrapper fails at its first run (as a fresh compile's failure runs the graph in PyTorch),
-    every call is rebuilt instead, with a warning."""
+class CachedGraph(GraphCallable):
+    """What the backend hands Dynamo on a hit (through ``base.unboxed``): the stored wrapper for the
+    stored input signature; any other signature goes through AOTAutograd and the compiler
+    (``rebuild(args)``) once. If the stored wrapper fails at its first run (as a fresh compile's
+    failure runs the graph in PyTorch), every call is rebuilt instead, with a warning. Where CUDA
+    graphs are on, its first call runs plainly, then ``captured`` decides."""
 
-    def __init__(self, sig: tuple, fn: Executable, rebuild: Callable, report: Report | None = None,
-                 capture: cuda_graphs.GraphFacts | None = None, static_outputs: bool = False):
-        """``capture``: the graph's facts where CUDA graphs are on (its first call runs plainly, then
-        ``cuda_graphs.wrap`` decides), else None."""
-        self.signature, self.fn, self.rebuild = sig, fn, rebuild
-        self.report, self._capture, self._static_outputs = report, capture, static_outputs
+    def __init__(self, gm: fx.GraphModule, options: Options, sig: tuple, fn: Executable, rebuild: Callable,
+                 report: Report, static_inputs=()):
+        super().__init__(gm, options, "inference", report.graph)
+        self.signature, self.fn, self.rebuild, self.report = sig, fn, rebuild, report
+        self.static_inputs = frozenset(static_inputs)
         self._traced: Callable | None = None
-        self._last: LastCall | None = None  # the stored signature's last call (Dynamo checked its tensors)
         self._ran = False  # the stored wrapper has run once without an error
 
-    @torch._dynamo.disable  # called inside a compiled frame (a backward): Dynamo must not trace minicomp
-    def __call__(self, *args):
-        last = self._last
-        if last is not None and last.matches(args):
-            return self.fn(list(args))
+    def call(self, args):
         if self.signature is not None and signature(args) == self.signature:
             if not self._ran:
                 return self._first_run(args)
-            self._last = LastCall(self.fn, args, last)
-            return self.fn(list(args))
+            self.remember(self.fn, args)
+            return self.fn(args)
         if self._traced is None:
             self._traced = self.rebuild(list(args))
         return self._traced(*args)
 
-
     def _first_run(self, args):
         fn = self.fn
         try:
-            out = fn(list(args))
-        except config.ConfigError:
-            raise
+            out = fn(args)
         except Exception as e:  # noqa: BLE001 - a stored graph never fails the model: compile it
-            if is_eager_error(e):  # the caller's error (a bad index): the next call runs it again
+            if not recoverable(e):  # a setting's bad value, the caller's error (a bad index): raise
                 raise
             warnings.warn(f"minicomp: a graph from the graph cache failed at its first run "
                           f"({type(e).__name__}: {e}); compiling it instead")
             self.signature = None
-            return self(*args)
+            return self.call(args)
         self._ran = True
-        self._last = LastCall(fn, args)
-        if self._capture is not None:  # the first call runs plainly; wrap decides with its arguments
-            self.fn = cuda_graphs.wrap(fn, args, self._capture, self.report, self._static_outputs)
-            self._capture = None
+        self.fn = self.captured(fn, args, self.report)
+        self.remember(fn, args)
         return out
+
+    def graph_facts(self) -> cuda_graphs.GraphFacts:
+        return cuda_graphs.facts_of_ops([f.op for f in self.report.fallbacks], self.static_inputs)
 
 
 @functools.cache

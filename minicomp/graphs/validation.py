@@ -8,9 +8,9 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from . import config
-from .ir import interpreter
-from .ir.graph import Graph
+from .. import config
+from ..ir import interpreter
+from ..ir.graph import Graph
 
 
 class ValidationError(AssertionError):

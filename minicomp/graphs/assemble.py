@@ -9,18 +9,18 @@ from typing import NamedTuple
 
 import torch
 
-from . import config
-from . import report as reporting
-from .codegen.naming import content_named_source
-from .codegen.wrapper import wrapper_source
-from .errors import MinicompError
-from .ir.graph import map_tree
-from .ir.kernel import Kernel, StagedLaunch
-from .ir.program import ExternCall, Operand, Program
-from .passes.program import build_program, launch_options
-from .runtime import cache, triton_shims
-from .runtime.executable import Executable
-from .runtime.support import InputRef, extern_call
+from .. import config
+from ..report import KernelInfo, Report
+from ..codegen.naming import content_named_source
+from ..codegen.wrapper import wrapper_source
+from ..errors import MinicompError
+from ..ir.graph import map_tree
+from ..ir.kernel import Kernel, StagedLaunch
+from ..ir.program import ExternCall, Operand, Program
+from ..passes.program import build_program, launch_options
+from ..runtime import cache, triton_shims
+from ..runtime.executable import Executable
+from ..runtime.support import InputRef, extern_call
 
 
 class StoredKernel(NamedTuple):
@@ -45,7 +45,7 @@ class Artifacts:
 
 
 def generate(graph, kernels: list[Kernel], graph_name: str, dump: Path | None = None,
-             rep: reporting.Report | None = None) -> Artifacts:
+             rep: Report | None = None) -> Artifacts:
     """Build and verify the graph's Program (``kernels``: the graph's, or the autotuner's variant),
     write the kernels' and the wrapper's source to the cache (and the dump folder). Kernels are named
     by content (``codegen/naming.py``): launches of the same code share one file."""
@@ -117,12 +117,12 @@ def _externs(program: Program) -> dict[int, tuple]:
     return out
 
 
-def _kernel_info(k: Kernel | StagedLaunch, path: str, function: str) -> reporting.KernelInfo:
+def _kernel_info(k: Kernel | StagedLaunch, path: str, function: str) -> KernelInfo:
     if isinstance(k, StagedLaunch):
         origins = tuple(dict.fromkeys(o for s in k.stages for o in s.origins))
-        return reporting.KernelInfo(k.name, k.kind, origins, path, sum(s.bytes_moved for s in k.stages), function,
+        return KernelInfo(k.name, k.kind, origins, path, sum(s.bytes_moved for s in k.stages), function,
                                     tuple(s.name for s in k.stages))
-    return reporting.KernelInfo(k.name, k.schedule.kind, k.origins, path, k.bytes_moved, function)
+    return KernelInfo(k.name, k.schedule.kind, k.origins, path, k.bytes_moved, function)
 
 
 def _arg_dtypes(k: Kernel | StagedLaunch) -> list[torch.dtype]:

@@ -27,10 +27,11 @@ from typing import Callable
 import torch
 import torch.fx as fx
 
-from .compiler import CompiledGraph, Options, graph_name
-from .frontend.specialize import has_symbolic_sizes, symbolic, traced_value
-from .report import Fallback, Report, record
-from .signatures import faking, has_fakes, signature
+from ..frontend.specialize import has_symbolic_sizes, symbolic, traced_value
+from ..report import Fallback, Report, record
+from .base import GraphCallable
+from .compiled import CompiledGraph
+from .options import Options
 
 RECENT = 8     # a dynamic part is compiled for a signature that comes back within this many calls
 MAX_SIZES = 8  # signatures compiled per dynamic part (Dynamo's own recompile limit is 8 too)
@@ -88,12 +89,12 @@ def _replay_views(parts: list[Part], order: dict[fx.Node, int]) -> list[Part]:
     return parts
 
 
-class DynamicGraph:
+class DynamicGraph(GraphCallable):
     """AOTAutograd's callable for a graph with symbolic sizes: same inputs and results as ``gm``."""
 
-    _boxed_call = True
-
-    def __init__(self, gm: fx.GraphModule, options: Options, kind: str, static_inputs=(), notes=()):
+    def __init__(self, gm: fx.GraphModule, options: Options, kind: str, name: str | None = None, notes=(),
+                 static_inputs=()):
+        super().__init__(gm, options, kind, name, notes)
         self.parts = split_by_symbols(gm)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         n_inputs = len(placeholders)  # the inputs' slots first: a call's arguments fill them
@@ -117,7 +118,6 @@ class DynamicGraph:
             if a not in output.all_input_nodes:
                 self.parts[k].release.append(slot[a])
         self.result, self.slot, self.n_slots = output.args[0], slot, len(slot)
-        self.name = graph_name(kind)
         static = set(static_inputs)
         nodes = {i: n for n, i in slot.items()}
         for k, part in enumerate(self.parts):
@@ -125,14 +125,14 @@ class DynamicGraph:
             part_static = [j for j, i in enumerate(part.inputs) if i in static]
             # Dynamo's guards checked the graph's inputs exactly where their sizes are static
             checked = False if part.dynamic else [j for j, i in enumerate(part.inputs) if i < n_inputs]
-            graph = CompiledGraph(sub, options, kind, static_inputs=part_static, checked_inputs=checked)
-            graph.name = f"{self.name}_part{k}"
-            graph.notes = list(notes) + [f"dynamic shapes: part {k + 1} of {len(self.parts)} of a graph with "
-                                         f"symbolic sizes; {'its sizes vary' if part.dynamic else 'static sizes: compiled once'}"]
-            part.run = SizedPart(sub, graph) if part.dynamic else graph
-        self._report(options, notes)
+            name = f"{self.name}_part{k}"
+            part_notes = self.notes + [f"dynamic shapes: part {k + 1} of {len(self.parts)} of a graph with symbolic "
+                                       f"sizes; {'its sizes vary' if part.dynamic else 'static sizes: compiled once'}"]
+            part.run = SizedPart(sub, options, kind, name, part_notes, part_static) if part.dynamic else \
+                CompiledGraph(sub, options, kind, name, part_notes, static_inputs=part_static, checked_inputs=checked)
+        self._report()
 
-    def _report(self, options: Options, notes) -> None:
+    def _report(self) -> None:
         """One report for the split: the ops of the dynamic parts and why they run in PyTorch."""
         rep = Report(self.name)
         why = (f"symbolic sizes (dynamic shapes): runs in PyTorch; compiled for a size that comes back "
@@ -141,15 +141,14 @@ class DynamicGraph:
                       if n.op == "call_function" and not _bookkeeping(n))
         rep.fallbacks = [Fallback(op, why) for op in ops]
         n_static = sum(not p.dynamic for p in self.parts)
-        rep.decisions = list(notes) + [
+        rep.decisions = list(self.notes) + [
             f"dynamic shapes: split into {len(self.parts)} parts: {n_static} with static sizes (compiled "
             f"once), {len(self.parts) - n_static} with symbolic sizes ({sum(ops.values())} ops)"]
-        if options.cudagraphs and n_static < len(self.parts):
+        if self.options.cudagraphs and n_static < len(self.parts):
             rep.cuda_graph = "not captured: dynamic shapes: the parts with symbolic sizes run uncaptured"
         record(rep)
 
-    @torch._dynamo.disable  # called inside a compiled frame: Dynamo must not trace minicomp
-    def __call__(self, args):
+    def call(self, args):
         values = list(args) + [None] * (self.n_slots - len(args))
         if isinstance(args, list):
             args.clear()  # boxed: the inputs are ours now (freed as their last reader finishes)
@@ -190,34 +189,29 @@ def _subgraph(gm: fx.GraphModule, part: Part, nodes: dict[int, fx.Node]) -> fx.G
 
 
 def compiled_graph(gm: fx.GraphModule, options: Options, kind: str, static_inputs=(), notes=(),
-                   on_compiled: Callable | None = None):
+                   on_compiled: Callable | None = None, name: str | None = None) -> GraphCallable:
     """``gm``'s callable: a ``DynamicGraph`` where it has symbolic sizes, else one ``CompiledGraph``
     (``on_compiled``: its ``CompiledGraph`` argument). ``notes``: decisions made before lowering."""
     if has_symbolic_sizes(gm):
-        return DynamicGraph(gm, options, kind, static_inputs, notes)
-    graph = CompiledGraph(gm, options, kind, on_compiled, static_inputs)
-    graph.notes = list(notes)
-    return graph
+        return DynamicGraph(gm, options, kind, name, notes, static_inputs)
+    return CompiledGraph(gm, options, kind, name, notes, on_compiled, static_inputs)
 
 
-class SizedPart:
+class SizedPart(CompiledGraph):
     """A dynamic part: run in PyTorch, compiled for a signature that comes back within ``RECENT``
-    calls while fewer than ``MAX_SIZES`` are compiled."""
+    calls while fewer than ``MAX_SIZES`` are compiled. Dynamo has checked none of its inputs."""
 
-    def __init__(self, gm: fx.GraphModule, graph: CompiledGraph):
-        self.gm, self.graph = gm, graph
+    def __init__(self, gm: fx.GraphModule, options: Options, kind: str, name: str, notes=(), static_inputs=()):
+        super().__init__(gm, options, kind, name, notes, static_inputs=static_inputs, checked_inputs=False)
         self.recent: deque = deque(maxlen=RECENT)
         self.compiled: set = set()
 
-    def __call__(self, args):
-        if faking() or has_fakes(args):  # metadata only: see CompiledGraph.__call__
-            return self.gm(*args)
-        key = signature(args)
-        if key in self.compiled:
-            return self.graph.run(args, key)
-        if len(self.compiled) < MAX_SIZES:
-            if key in self.recent:
-                self.compiled.add(key)
-                return self.graph.run(args, key)
-            self.recent.append(key)
-        return self.gm(*args)
+    def run(self, args, key: tuple):
+        if key not in self.compiled:
+            if len(self.compiled) >= MAX_SIZES:
+                return self.gm(*args)
+            if key not in self.recent:
+                self.recent.append(key)
+                return self.gm(*args)
+            self.compiled.add(key)
+        return super().run(args, key)

@@ -36,10 +36,10 @@ from dataclasses import dataclass
 import torch
 
 from .assemble import Artifacts, StoredKernel
-from .report import Fallback, KernelInfo
-from .runtime import cache
-from .runtime.support import InputRef
-from .runtime.triton_shims import DEVICE_ASSERTS
+from ..report import Fallback, KernelInfo
+from ..runtime import cache
+from ..runtime.support import InputRef
+from ..runtime.triton_shims import DEVICE_ASSERTS
 
 VERSION = 1
 DTYPES = {name: getattr(torch, name) for name in (
