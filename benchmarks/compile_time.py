@@ -20,6 +20,7 @@ Triton's interpreter, so ``load`` is only an import: the GPU's Triton compile is
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import cProfile
 import json
 import os
@@ -113,9 +114,8 @@ def instrument(phases: Phases, profile: cProfile.Profile | None = None) -> None:
     runs during minicomp's compile of each graph (not Dynamo, not the first run)."""
     from minicomp.graphs import assemble, compiled, options
     from minicomp.passes import manager
-    from minicomp.passes.manager import Pass
 
-    options.PIPELINE[:] = [Pass(p.name, phases.timed(f"pass:{p.name}", p.run), p.doc) for p in options.PIPELINE]
+    options.PIPELINE[:] = [dataclasses.replace(p, run=phases.timed(f"pass:{p.name}", p.run)) for p in options.PIPELINE]
     manager.verify = phases.timed("verify", manager.verify)
     lowering_run = compiled.Lowering.run
     compiled.Lowering.run = lambda self: phases.timed("lowering", lowering_run)(self)

@@ -11,7 +11,7 @@ import minicomp
 from minicomp.ir.kernel import Schedule
 from minicomp.passes.fusion import Group
 from minicomp.templates import template_of
-from minicomp.tuning import structural_key
+from minicomp.passes.tune import structural_key
 
 
 def _fn(x):
@@ -52,8 +52,15 @@ def test_a_damaged_tuned_entry_is_ignored(cache_dir):
     assert report.whole_graph_fallback is None and not any(d.startswith("tuned") for d in report.decisions)
 
 
+def test_tuned_schedules_are_keyed_with_the_caches_digest():
+    """The tune pass (a pass: it imports no runtime) hashes as the cache does, so stored keys stay valid."""
+    from minicomp.passes import tune
+    from minicomp.runtime import cache
+    assert tune.digest("k0_relu_f32_300|NVIDIA H200|3.4.0") == cache.digest("k0_relu_f32_300|NVIDIA H200|3.4.0")
+
+
 def test_structural_key_ignores_names_but_not_shapes_or_dtypes(monkeypatch):
-    import minicomp.tuning as tuning
+    import minicomp.passes.tune as tuning
     keys = []
     monkeypatch.setattr(tuning, "structural_key", lambda k, t: keys.append(structural_key(k, t)) or keys[-1])
 
@@ -108,7 +115,7 @@ def _kernels(fn, *args):
 
 
 def test_structural_hash_canonicalizes_names_and_ids_but_sees_every_statement():
-    from minicomp.tuning import structural_hash
+    from minicomp.passes.tune import structural_hash
     emb = torch.randn(10, 16)
     ids = torch.randint(0, 10, (3, 4))
     (a,) = _kernels(lambda e, i: torch.nn.functional.embedding(i, e).sum(-1), emb, ids)

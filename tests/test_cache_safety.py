@@ -14,9 +14,10 @@ import pytest
 import torch
 
 import minicomp
-from minicomp import config, tuning
+from minicomp import config
 from minicomp.graphs import cached
 from minicomp.backend import Backend
+from minicomp.passes import tune as tuning
 from minicomp.runtime import cache
 
 

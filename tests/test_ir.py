@@ -35,7 +35,7 @@ from minicomp.passes.fusion import NotFusable, check_group, fusion, is_compute, 
 from minicomp.passes.manager import Pass, run_pipeline
 from minicomp.passes.schedule import schedule
 from minicomp.passes.layout_plan import layout_plan
-from minicomp.tuning import tune
+from minicomp.passes.tune import tune
 from minicomp.passes.combos import combos
 from minicomp.passes.pipelines import row_pipelines, split_combines
 from minicomp.passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
@@ -1062,6 +1062,23 @@ def test_run_pipeline_follows_the_list_it_is_given():
     g = run_pipeline(lower(fn, x), [*custom[:1], _spy(without_cse), *custom[1:]])
     assert with_cse == [1] and without_cse == [2]
     assert_same(run(g, [x]), fn(x), "without cse")
+
+
+def test_a_pass_takes_what_it_needs_from_run_pipeline_not_from_the_graph():
+    """``Pass.needs``: the tune pass's inputs and builder come as an argument (None where the caller has
+    none: the pass then does nothing); the graph holds no closure."""
+    seen = []
+
+    def needy(g, tuning=None):
+        seen.append(tuning)
+        return g
+    needs = Pass("needy", needy, "records what it was handed", needs=("tuning",))
+    g = lower(lambda x: x + 1, torch.randn(3))
+    run_pipeline(g, [needs], tuning="handed")
+    run_pipeline(g, [needs])
+    assert seen == ["handed", None]
+    assert [p.name for p in PIPELINE if p.needs] == ["tune"]
+    assert not hasattr(g, "tuner")
 
 
 def test_backend_compiles_with_a_modified_pipeline(cache_dir, monkeypatch):

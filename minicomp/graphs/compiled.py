@@ -29,8 +29,8 @@ from ..passes.gemm_choice import ATEN
 from ..passes.manager import run_pipeline
 from ..report import Fallback, Report, record
 from ..runtime import cache, cuda_graphs
+from ..passes.tune import Tuning
 from ..templates import gemm as gemm_template
-from ..tuning import Tuner
 from . import assemble, validation
 from .base import GraphCallable, recoverable
 from .options import Options
@@ -216,12 +216,11 @@ class CompiledGraph(GraphCallable):
         lowering = Lowering(specialize(self.gm, args), args)  # symbolic sizes made this call's
         graph = lowering.run()
         graph.gemm_choices = dict(gemm_choices or {})
-        graph.tuner = Tuner(self.options.autotune, args, lambda g, kernels: self._assemble(g, kernels)[0])
+        tuning = Tuning(self.options.autotune, args, self._executable, cache.load_tuned, cache.store_tuned)
         validator = validation.Validator(self.gm, args) if validation.enabled() else None
         if validator:
             validator.check_graph("lowering", graph)
-        graph = run_pipeline(graph, self.options.pipeline, dump, validator and validator.check_graph)
-        graph.tuner = None  # it holds the inputs: the graph must not keep them alive
+        graph = run_pipeline(graph, self.options.pipeline, dump, validator and validator.check_graph, tuning=tuning)
         if self.options.strict and lowering.fallbacks:
             op, reason = lowering.fallbacks[0]
             raise MinicompError(f"MINICOMP_STRICT: {op} falls back to PyTorch ({reason})")
@@ -231,6 +230,10 @@ class CompiledGraph(GraphCallable):
         if validator:
             validator.check_outputs("codegen (generated kernels)", call)
         return call, art
+
+    def _executable(self, graph, kernels):
+        """The graph with these kernels (the tune pass's variant of them), as a callable."""
+        return self._assemble(graph, kernels)[0]
 
     def _assemble(self, graph, kernels, dump: Path | None = None, rep: Report | None = None):
         """Generate and store the kernels and the wrapper; return the graph's Executable and the

@@ -20,7 +20,7 @@ from ..passes.pipelines import row_pipelines, split_combines
 from ..passes.split_reductions import split_reductions
 from ..passes.split_scans import split_scans
 from ..passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
-from ..tuning import tune
+from ..passes.tune import tune
 
 PIPELINE: list[Pass] = [
     Pass("dce", dce, "drop nodes nothing uses"),
@@ -42,7 +42,8 @@ PIPELINE: list[Pass] = [
     Pass("schedule", schedule, "choose templates and block sizes, build kernels"),
     Pass("pipelines", row_pipelines, "run row-local kernel chains that re-read an input as one launch"),
     Pass("split_combines", split_combines, "run a split reduction's partial and combining kernels as one launch"),
-    Pass("tune", tune, "use stored tuned schedules; in max-autotune, measure each kernel's config space"),
+    Pass("tune", tune, "use stored tuned schedules; in max-autotune, measure each kernel's config space",
+         needs=("tuning",)),
     Pass("combos", combos, "run each layout copy of a graph input in the launch before it"),
 ]
 

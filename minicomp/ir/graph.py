@@ -136,9 +136,6 @@ class Graph:
         self.staged_launches: list[StagedLaunch] = []
         # every pass: what it decided and why, for the report ("not fused: ...", "split: ...")
         self.decisions: list[str] = []
-        # the compiler -> tune: whether to measure, the inputs to time with and how to assemble a variant
-        # (``tuning.Tuner``; None: the tune pass does nothing); dropped after the pipeline
-        self.tuner: Any = None
         # lowering: where the kernels run (decisions read it; the interpreter for hand-built graphs)
         self.target: Target = INTERPRETER
 

@@ -11,13 +11,14 @@ warning (in max-autotune, measured again). The key leaves out ``config.fingerpri
 change what a kernel computes (convolution and attention lowering, TF32) change its IR and so its
 structural hash, and any schedule of the template's space is correct whatever the others
 (``index_checks`` only adds checks), so a winner stays valid; a graph's GEMM choices, keyed by the
-graph, do take it (``compiler.py``). In ``max-autotune`` a kernel without an entry is
+graph, do take it (``graphs/compiled.py``). In ``max-autotune`` a kernel without an entry is
 timed under each config of its template's space, the whole graph running with the other kernels
-fixed, and the winner is stored. Without a ``Tuner`` (``graph.tuner``: no inputs to time with) the
-pass does nothing.
+fixed, and the winner is stored.
 
-The pass needs to run whole graphs, so it lives beside ``compiler.py`` rather than in ``passes/``:
-the compiler hands it a ``Tuner`` whose ``assemble`` turns a graph and its kernels into a callable.
+The pass needs what the graph does not hold: the inputs to time with, a way to turn the graph and a
+variant of its kernels into a callable (codegen and loading, above the passes) and the tuned-schedule
+store (the runtime's cache). The compiler hands them to it as a ``Tuning`` through ``run_pipeline``
+(``Pass.needs``); without one (a pipeline run on a graph alone) the pass does nothing.
 GEMM kernels are tuned here too (``GEMM_CONFIGS``, on the GPU); whether a matmul runs in the template
 or in cuBLAS changes the graph (``passes/gemm_choice.py``), so the compiler's GEMM tuner measures
 those two per matmul, each a whole build in which this pass tunes the template's kernel.
@@ -25,6 +26,7 @@ those two per matmul, each a whole build in which this pass tunes the template's
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import sys
 import time
@@ -35,31 +37,32 @@ from typing import Callable
 import torch
 import triton
 
-from . import config
-from .ir.expr import Affine, Range, Var
-from .ir.graph import Graph
-from .ir.kernel import Indirect, Kernel, Schedule
-from .ir.target import Target
-from .passes.program import launch_of_stage
-from .runtime import cache
-from .templates import Context, template_of
+from .. import config
+from ..ir.expr import Affine, Range, Var
+from ..ir.graph import Graph
+from ..ir.kernel import Indirect, Kernel, Schedule
+from ..ir.target import Target
+from ..templates import Context, template_of
+from .program import launch_of_stage
 
 
 @dataclass
-class Tuner:
+class Tuning:
     """What the ``tune`` pass needs from the compiler: whether to measure (``Options.autotune``), the
-    graph's inputs (shapes, dtypes and integer values for random ones) and ``assemble(graph, kernels)``
-    -> the graph's callable."""
+    graph's inputs (shapes, dtypes and integer values for random ones), ``build(graph, kernels)`` ->
+    the graph's callable with these kernels, and the tuned-schedule store (``runtime/cache.py``'s
+    ``load_tuned`` and ``store_tuned``: JSON data by key)."""
     autotune: bool
     args: list
-    assemble: Callable[[Graph, list[Kernel]], Callable]
+    build: Callable[[Graph, list[Kernel]], Callable]
+    load: Callable[[str], dict | None]
+    store: Callable[[str, dict], None]
 
 
-def tune(graph: Graph) -> Graph:
+def tune(graph: Graph, tuning: Tuning | None = None) -> Graph:
     """Use a stored tuned schedule for every kernel that has one; in max-autotune, measure the
     template's config space for the others and store the winners."""
-    tuner: Tuner | None = graph.tuner
-    if tuner is None:
+    if tuning is None:
         return graph
     kernels, groups = graph.kernels, graph.groups
     ctx = Context(graph.target, graph.layouts, graph.gemm_choices)
@@ -69,16 +72,16 @@ def tune(graph: Graph) -> Graph:
         if not template.tunes(kernel) or kernel.name in staged:  # a staged launch fixes its stages' blocks
             continue
         key = structural_key(kernel, graph.target)
-        tuned = cache.load_tuned(key)
+        tuned = tuning.load(key)
         sched = None
         if tuned is not None:
             sched, why = checked_schedule(tuned, kernel.schedule, template.config_space(group, kernel.schedule))
             if sched is None:
                 warnings.warn(f"minicomp: tuned schedule tuned/{key}.json for {kernel.name} ignored ({why}); "
-                              f"{'measuring again' if tuner.autotune else 'keeping the heuristic'}")
-        if sched is None and tuner.autotune:
-            sched = _measure(graph, i, ctx, tuner)
-            cache.store_tuned(key, {"blocks": sched.blocks, "num_warps": sched.num_warps,
+                              f"{'measuring again' if tuning.autotune else 'keeping the heuristic'}")
+        if sched is None and tuning.autotune:
+            sched = _measure(graph, i, ctx, tuning)
+            tuning.store(key, {"blocks": sched.blocks, "num_warps": sched.num_warps,
                                     "num_stages": sched.num_stages, "persistent": sched.persistent})
         if sched is None:
             continue
@@ -122,14 +125,14 @@ def checked_schedule(data: dict, heuristic: Schedule, space: list[Schedule]) -> 
     return sched, ""
 
 
-def _measure(graph: Graph, i: int, ctx: Context, tuner: Tuner) -> Schedule:
+def _measure(graph: Graph, i: int, ctx: Context, tuning: Tuning) -> Schedule:
     """Time kernel ``i`` of the graph under each config of its template's space (the whole graph
     runs, the other kernels fixed; inputs rotate through three random sets so no candidate finds
     its data in L2); return the fastest config."""
     kernels, group = graph.kernels, graph.groups[i]
     template, heuristic = template_of(kernels[i]), kernels[i].schedule
     sets = [[torch.randn_like(a) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-             for a in tuner.args] for _ in range(3)]
+             for a in tuning.args] for _ in range(3)]
     rotation = itertools.cycle(sets)
     timings, best, best_ms = [], heuristic, float("inf")
     space = [c for c in template.config_space(group, heuristic)
@@ -138,7 +141,7 @@ def _measure(graph: Graph, i: int, ctx: Context, tuner: Tuner) -> Schedule:
         trial = list(kernels)
         try:
             trial[i] = template.kernel(group, ctx, candidate)
-            fn = tuner.assemble(graph, trial)
+            fn = tuning.build(graph, trial)
             ms = _time_ms(lambda: fn(next(rotation)), graph.target)
         except Exception:  # a config that does not compile or fit is skipped
             ms = float("inf")
@@ -202,10 +205,16 @@ def structural_hash(kernel: Kernel) -> str:
         for section, group in (("outer", phase.outer), ("inner", phase.inner), ("reduce", phase.reductions)):
             lines += [f"{section} {type(s).__name__} " + " ".join(canon(getattr(s, f.name))
                                                                   for f in dataclasses.fields(s)) for s in group]
-    return cache.digest("\n".join(lines))
+    return digest("\n".join(lines))
 
 
 def structural_key(kernel: Kernel, target: Target) -> str:
     """What a tuned schedule is stored under: the kernel's structural hash, the GPU (``target.name``)
     and Triton's version (a winner on one GPU or compiler says nothing about another)."""
-    return cache.digest(f"{structural_hash(kernel)}|{target.name}|{triton.__version__}")
+    return digest(f"{structural_hash(kernel)}|{target.name}|{triton.__version__}")
+
+
+def digest(text: str) -> str:
+    """The runtime cache's digest (``runtime/cache.digest``, which a test holds it to): the keys of
+    schedules stored earlier stay theirs."""
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
