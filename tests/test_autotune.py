@@ -9,7 +9,7 @@ import torch
 
 import minicomp
 from minicomp.ir.kernel import Schedule
-from minicomp.passes.fusion import Group
+from minicomp.ir.graph import Group
 from minicomp.templates import template_of
 from minicomp.passes.tune import structural_key
 

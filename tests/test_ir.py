@@ -31,7 +31,8 @@ from minicomp.ir.interpreter import run
 from minicomp.ir.kernel import Load, Store
 from minicomp.ir.types import TensorType, contiguous_strides
 from minicomp.ir.verifier import VerificationError, verify
-from minicomp.passes.fusion import NotFusable, check_group, fusion, is_compute, terminal
+from minicomp.ir.placement import NotFusable, check_group
+from minicomp.passes.fusion import fusion, is_compute, terminal
 from minicomp.passes.manager import Pass, run_pipeline
 from minicomp.passes.schedule import schedule
 from minicomp.passes.layout_plan import layout_plan

@@ -25,7 +25,7 @@ EVERYWHERE = ("config", "aot_shims")
 ALLOWED = {
     "ir": ("ir",),
     "frontend": ("frontend", "ir"),
-    "templates": ("templates", "ir", "passes.fusion"),
+    "templates": ("templates", "ir"),
     "passes": ("passes", "ir", "templates"),
     "codegen": ("codegen", "ir", "templates"),
     "runtime": ("runtime",),

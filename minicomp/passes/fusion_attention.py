@@ -8,7 +8,6 @@ a reduction, a scan, a matrix product or another attention.
 """
 from __future__ import annotations
 
-from ..ir.expr import Affine, Var, index_vars
 from ..ir.graph import Group, Node, terminal
 from ..ir.ops import OPS
 
@@ -29,7 +28,7 @@ MAX_ATTENTION_PROLOGUE_OPS = 10
 def attention_feeders(nodes) -> frozenset[Node]:
     """The pointwise nodes that reach an attention's operands through pointwise ops and views only: the
     candidates of its prologue, which ``check_group`` lets compute a cheap op at one more index
-    (``fusion.MAX_CHEAP_PLACEMENTS``: rotate_half after a cast)."""
+    (``placement.MAX_CHEAP_PLACEMENTS``: rotate_half after a cast)."""
     out, todo = set(), [i for n in nodes if n.op == "attention" for i in n.inputs]
     while todo:
         n = todo.pop()
@@ -38,17 +37,6 @@ def attention_feeders(nodes) -> frozenset[Node]:
         out.add(n)
         todo.extend(n.inputs)
     return frozenset(n for n in out if n.op == "pointwise")
-
-
-def attention_operand_indices(node: Node) -> list[tuple]:
-    """Where an attention reads its operands, in the template's own variables: q at (batch, m, d),
-    k at (batch, n, dk), v at (batch, nv, e), the mask at (batch, m, n)."""
-    q, k, v, *mask = node.inputs
-    batch = tuple(Affine.of(var) for var in index_vars(q.shape[:-2], "ab"))
-    m, d, n, dk, nv, e = (Affine.of(Var(name, size)) for name, size in (
-        ("am", q.shape[-2]), ("ad", q.shape[-1]), ("an", k.shape[-2]), ("adk", k.shape[-1]),
-        ("anv", v.shape[-2]), ("ae", v.shape[-1])))
-    return [(*batch, m, d), (*batch, n, dk), (*batch, nv, e)] + [(*batch, m, n)] * len(mask)
 
 
 def attention_refusal(a: Group, b: Group, rule: str) -> tuple[str, str] | None:

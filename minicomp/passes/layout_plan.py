@@ -23,7 +23,7 @@ from ..ir.expr import Affine, index_vars
 from ..ir.graph import Graph, Group, Node, terminal, through_views
 from ..ir.layout import channels_last_strides, memory_order, same_strides, view_as_strided
 from ..ir.types import contiguous_strides, is_float
-from .fusion import NotFusable, check_group
+from ..ir.placement import NotFusable, check_group
 from .schedule import plan_layouts
 
 CONV = torch.ops.aten.convolution.default
@@ -280,7 +280,7 @@ def _face_from(dims: dict | None, role_vars, node: Node) -> tuple[int, ...] | No
 
 def _group_maps(group: Group) -> dict[Node, dict] | None:
     """For a kernel: each buffer it reads or stores -> its dims' variables (``_dim_map``), from
-    ``fusion.check_group``'s placements."""
+    ``placement.check_group``'s placements."""
     try:
         placements = check_group(group.nodes, group.shape, group.axes, group.stores)
     except NotFusable:

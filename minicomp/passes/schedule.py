@@ -9,7 +9,7 @@ from ..ir.graph import Graph, Node
 from ..ir.layout import is_dense, strides_through_view
 from ..ir.kernel import Kernel
 from ..templates import Context, choose
-from .fusion import Group
+from ..ir.graph import Group
 
 STORED = ("pointwise", "reduce", "scan", "gather", "attention", "attention_grad")  # results a kernel stores
 

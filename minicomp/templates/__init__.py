@@ -5,14 +5,14 @@
 (``pointwise``). Kernels carry their template's name (``Schedule.template``); codegen, the wrapper and
 the autotuner look the object up with ``template_of``.
 
-Dependencies: ``ir`` <- ``passes.fusion`` (groups) <- ``templates`` <- the ``schedule`` pass, codegen
-(which hands its printer to the template's printing methods) and ``tuning``. Templates never import
-codegen or the passes after fusion.
+Dependencies: ``ir`` (groups and their placements: ``ir/placement.py``) <- ``templates`` <- the passes
+(``schedule``, ``tune``, ...) and codegen (which hands its printer to the template's printing
+methods). Templates import neither.
 """
 from __future__ import annotations
 
 from ..ir.kernel import Kernel
-from ..passes.fusion import Group
+from ..ir.graph import Group
 from . import attention, attention_backward, gemm, pointwise, reduction, scan, tiled
 from .base import Context, Template
 

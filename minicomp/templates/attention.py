@@ -23,7 +23,7 @@ import torch
 from ..ir.expr import Affine, Var, unravel
 from ..ir.kernel import Kernel, Load, Schedule
 from ..ir.target import Target
-from ..passes.fusion import Group
+from ..ir.graph import Group
 from .base import Context, Template, cdiv
 from .emitter import Emitter, finish_kernel, pow2
 from .reduction import FLOAT_SUM

@@ -28,7 +28,7 @@ import torch
 from ..ir.expr import Affine, Var, unravel
 from ..ir.kernel import Kernel, Schedule
 from ..ir.target import Target
-from ..passes.fusion import Group
+from ..ir.graph import Group
 from .attention import LOG2E, head_grid, head_ids, mask_scores
 from .base import Context, Template, cdiv
 from .emitter import Emitter, finish_kernel, pow2

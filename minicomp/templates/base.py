@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..ir.kernel import Kernel, Schedule
 from ..ir.target import INTERPRETER, Target
-from ..passes.fusion import Group
+from ..ir.graph import Group
 
 
 @dataclass

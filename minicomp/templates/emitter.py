@@ -11,14 +11,14 @@ import re
 import torch
 
 from ..ir.expr import Affine, Range, Var, index_vars, linear_index, unravel
-from ..ir.graph import Node, Scalar, compose_gather, compose_view, indirect_vars, terminal
+from ..ir.graph import Group, Node, Scalar, compose_gather, compose_view, indirect_vars, terminal
 from ..ir.kernel import (Compute, IndexCheck, IndexValue, Indirect, Kernel, KernelArg, Load, Masked, Phase, Reduce,
                          Schedule, Store)
 from ..ir.ops import OPS
 from ..ir.target import Target
 from ..ir.layout import buffer_strides
 from ..ir.types import short_dtype
-from ..passes.fusion import Group, canonical_index
+from ..ir.placement import canonical_index
 
 INT32_LIMIT = 2**31 - 1
 

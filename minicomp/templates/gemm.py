@@ -17,7 +17,8 @@ from ..ir.expr import Affine, Var, index_vars, unravel
 from ..ir.kernel import Dot, Kernel, Load, Schedule, TileLoad
 from ..ir.ops import OPS
 from ..ir.target import Target
-from ..passes.fusion import Group, canonical_index, operand_indices
+from ..ir.graph import Group
+from ..ir.placement import canonical_index, operand_indices
 from .base import Context, Template, cdiv
 from .emitter import Emitter, finish_kernel, pow2
 

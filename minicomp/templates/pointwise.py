@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..ir.kernel import Kernel, Schedule
-from ..passes.fusion import Group
+from ..ir.graph import Group
 from .base import Context, Template, fill_sms
 from .emitter import build_rows, pow2
 

@@ -18,12 +18,12 @@ import torch
 
 from ..ir.kernel import Kernel, Load, Reduce, Schedule
 from ..ir.expr import Affine, index_vars, linear_index
-from ..ir.graph import through_views
+from ..ir.graph import Group, through_views
 from ..ir.layout import buffer_strides
 from ..ir.ops import reduce_identity
 from ..ir.types import is_float
 from ..ir.target import Target
-from ..passes.fusion import Group, NotFusable, check_group
+from ..ir.placement import NotFusable, check_group
 from .base import Context, Template, fill_sms
 from .emitter import build_rows, pow2, walk_order
 from .pointwise import MIN_BLOCK

@@ -15,11 +15,11 @@ import math
 import torch
 
 from ..ir.expr import index_vars
-from ..ir.graph import Node
+from ..ir.graph import Group, Node
 from ..ir.kernel import IndexValue, Kernel, Scan, Schedule
 from ..ir.ops import scan_identity
 from ..ir.target import Target
-from ..passes.fusion import Group, canonical_index
+from ..ir.placement import canonical_index
 from .base import Context, Template
 from .emitter import Emitter, dim_mapping, finish_kernel, flat_vars, pow2
 from .reduction import combine_fn

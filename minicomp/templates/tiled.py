@@ -6,7 +6,7 @@ import math
 
 from ..ir.expr import Affine, index_vars
 from ..ir.kernel import Kernel, Load, Schedule
-from ..passes.fusion import Group
+from ..ir.graph import Group
 from .base import Context, Template, cdiv
 from .emitter import Emitter, build_rows, pow2, walk_order
 
