@@ -7,6 +7,16 @@ import torch
 os.environ.setdefault("MINICOMP_POISON", "1")
 
 
+def pytest_collection_modifyitems(config, items):
+    """A test marked ``gpu`` (``@pytest.mark.gpu``, or ``gpu(reason=...)``) skips without a CUDA device."""
+    if torch.cuda.is_available():
+        return
+    for item in items:
+        marker = item.get_closest_marker("gpu")
+        if marker is not None:
+            item.add_marker(pytest.mark.skip(reason=marker.kwargs.get("reason", "needs a CUDA device")))
+
+
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
     torch._dynamo.reset()

@@ -400,7 +400,7 @@ GPU_CASES = {  # input, weight, stride, padding, groups
 }
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["nchw", "cl"])
 @pytest.mark.parametrize("dtype", [BF16, F32, F16], ids=["bf16", "f32", "f16"])
 @pytest.mark.parametrize("name", GPU_CASES)

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 import minicomp
 from tests.utils import assigned, compile_and_compare
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+pytestmark = pytest.mark.gpu
 
 
 def rms_norm(x, w):

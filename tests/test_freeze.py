@@ -226,7 +226,7 @@ def test_frozen_model_follows_optimizer_steps(name):
     _frozen_follows_optimizer_steps(OPTIMIZERS[name], "cpu")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (fused Adam's CUDA kernel)")
+@pytest.mark.gpu(reason="needs CUDA (fused Adam's CUDA kernel)")
 def test_frozen_model_follows_fused_adam_steps_on_cuda():
     _frozen_follows_optimizer_steps(OPTIMIZERS["adam-fused"], "cuda")
 

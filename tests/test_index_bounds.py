@@ -311,7 +311,7 @@ def test_the_device_assert_survives_compilation_only_with_debug(tmp_path):
     assert counts == [0, 1], counts
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_a_bad_index_on_the_gpu_is_a_device_assert_not_a_read():
     """On the GPU: valid indices give eager's result; a bad one stops the kernel (a device-side
     assert; in a child: it leaves the CUDA context unusable) and surfaces as an IndexError."""

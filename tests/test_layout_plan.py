@@ -273,7 +273,7 @@ class Depthwise(torch.nn.Module):
         return self.project(torch.nn.functional.hardswish(self.bn2(self.dw(y))))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's result layout: needs CUDA")
+@pytest.mark.gpu(reason="cuDNN's result layout: needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("make", [Net, Depthwise])
 @pytest.mark.parametrize("freeze", [False, True])

@@ -503,7 +503,7 @@ def test_a_reuse_of_another_shape_reinterprets_the_storage():
     torch.testing.assert_close(d, ((x + 1) * 2 - 1).view(2, 4).sum(1))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.gpu
 def test_cuda_peak_memory_of_a_chain_is_at_most_eagers(monkeypatch):
     """On the GPU, through PyTorch's caching allocator: the planned chain's peak (free and reuse, or
     free only) is at most eager's and below the unplanned one's."""
