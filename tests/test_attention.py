@@ -336,6 +336,7 @@ def test_float64_is_not_fused():
     assert not fused(report)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["gpt2"])  # Llama's (GQA, rotary) took 15 s here: tests/test_models.py runs it
 def test_hugging_face_eager_attention_is_fused(model):
     transformers = pytest.importorskip("transformers")
@@ -607,6 +608,7 @@ def test_a_padding_masks_computation_joins_the_kernel(dtype):
     assert "computes mask from" in prologues(report)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
 def test_llama_rotary_and_mask_fuse_into_the_attention_kernel(impl):
     """A 1-layer HF Llama (GQA, rotary), no KV cache: 17 kernels before attention-prologue, 15 with

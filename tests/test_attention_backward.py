@@ -68,6 +68,7 @@ def test_bool_mask_with_a_row_that_sees_nothing():
     assert_lowered(compare_gradients(sdpa(), q, k, v, keep, requires_grad=[True, True, True, False]))
 
 
+@pytest.mark.slow
 def test_float_mask():
     q, k, v = qkv(tq=17, tk=33)
     bias = torch.randn(2, 2, 17, 33)
@@ -79,6 +80,7 @@ def test_float_mask():
     assert not any(k in templates(reports) for k in ("attention_dq", "attention_dkdv"))
 
 
+@pytest.mark.slow
 def test_bf16_and_grouped_bf16():
     assert_lowered(compare_gradients(sdpa(is_causal=True), *qkv(tq=33, d=32, dtype=torch.bfloat16)))
     assert_lowered(compare_gradients(sdpa(enable_gqa=True), *qkv(b=1, h=2, hkv=1, tq=17, dtype=torch.bfloat16)))
@@ -155,6 +157,7 @@ def test_the_forward_stores_one_log_sum_exp_per_row():
     assert set(stores) == {"out", "lse"} and "eindex" in stores["out"] and "eindex" not in stores["lse"], stores
 
 
+@pytest.mark.slow
 def test_one_grid_axis_past_cudas_limit_on_the_second(monkeypatch):
     """The three kernels' grid is (row blocks, batch x heads); with more batch x heads than CUDA allows
     on the second axis, one axis (pid // blocks, pid % blocks). Forward and gradients match both
@@ -194,6 +197,7 @@ def test_references_match_autograd():
 
 # --- a model ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_gpt2_training_step_matches_eager():
     pytest.importorskip("transformers")
     from benchmarks import model_zoo as zoo

@@ -69,6 +69,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_convolution_matches_eager(ir, name):
     xs, ws, stride, padding, dilation, groups, bias, dtype, cl, decision = CASES[name]
@@ -122,6 +123,7 @@ def test_a_grouped_convolution_too_narrow_for_tensor_cores_stays_extern_and_says
         assert "cuDNN/oneDNN extern" in conv_decisions(report)[0]
 
 
+@pytest.mark.slow
 def test_grouped_conv_bn_relu_is_one_gemm_kernel_per_image_and_group(ir):
     """RegNet's grouped 3x3 (16 channels per group here): the product is batched over images and
     groups, batch norm and relu are its epilogue, the store goes to eager's NCHW strides."""
@@ -134,6 +136,7 @@ def test_grouped_conv_bn_relu_is_one_gemm_kernel_per_image_and_group(ir):
     assert {"convolution.default", "relu.default"} <= set(gemm.ops) and "2x2x16x20" in gemm.name, report.summary()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("freeze", [False, True], ids=["default", "freeze"])
 def test_a_grouped_convolution_in_the_ir_among_library_convolutions_reads_their_channels_last_buffers(
         monkeypatch, freeze):
@@ -204,6 +207,7 @@ def test_ieee_fp32_product_sent_to_cublas_reads_a_copied_im2col(ir, monkeypatch)
     assert any("cuBLAS via aten" in d for d in report.decisions), report.summary()
 
 
+@pytest.mark.slow
 def test_training_gradients_through_the_ir_forward(ir):
     """The forward's convolutions (3x3, depthwise before a training-mode batch norm, grouped, strided
     1x1) run in the IR; the backward keeps convolution_backward (cuDNN)."""

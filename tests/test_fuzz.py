@@ -536,6 +536,7 @@ def run_property(program: Program, check=check_program, folder: Path = REGRESSIO
 _SEED = os.environ.get("MINICOMP_FUZZ_SEED")  # another fixed sample than CI's (derandomized) one
 
 
+@pytest.mark.slow
 @settings(max_examples=int(os.environ.get("MINICOMP_FUZZ_EXAMPLES", "25")), derandomize=_SEED is None,
           deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @(seed(int(_SEED)) if _SEED else lambda test: test)  # a seed would override derandomize
@@ -544,6 +545,7 @@ def test_random_programs_match_eager(program: Program):
     run_property(program)
 
 
+@pytest.mark.slow
 @settings(max_examples=int(os.environ.get("MINICOMP_FUZZ_GRAD_EXAMPLES", "12")), derandomize=_SEED is None,
           deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @(seed(int(_SEED)) if _SEED else lambda test: test)
@@ -605,6 +607,7 @@ def test_program_source_is_a_reproducer():
     check_program(program)
 
 
+@pytest.mark.slow
 def test_failures_are_saved_shrunk_and_replay(tmp_path, monkeypatch):
     # A fake property that "fails" on any program using exp: Hypothesis shrinks it, and only the
     # final, minimal example is written.

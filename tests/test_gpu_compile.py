@@ -123,6 +123,7 @@ CASES = {  # name: (function, inputs, templates that must be among its kernels)
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_kernels_compile_for_sm90(case, tmp_path, monkeypatch):
     monkeypatch.setenv("MINICOMP_ATTENTION", "1")  # SDPA's ops too (PyTorch's by default on GPUs)

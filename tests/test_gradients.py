@@ -42,6 +42,7 @@ def test_sdpa_attn_mask(dtype, mask_dtype):
                       q, k, v, mask, requires_grad=[True, True, True, False])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_attention_block(dtype):
     """SDPA between compiled kernels: projections in, repeated kv heads (GQA by hand), projection out."""
@@ -149,6 +150,7 @@ def _compare_training_step(make_model, ids):
                                    **grad_tolerances(torch.float32))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_gpt2_training_step(attn):
     transformers = pytest.importorskip("transformers")
@@ -158,6 +160,7 @@ def test_gpt2_training_step(attn):
     _compare_training_step(lambda: transformers.GPT2LMHeadModel(config).train(), torch.randint(0, 64, (2, 8)))
 
 
+@pytest.mark.slow
 def test_llama_gqa_training_step():
     """Grouped-query attention (4 query heads, 2 kv heads) through SDPA; one layer keeps it quick."""
     transformers = pytest.importorskip("transformers")

@@ -98,6 +98,7 @@ def test_the_first_call_with_a_bad_index_leaves_the_graph_compiled():
     assert minicomp.report().whole_graph_fallback is None
 
 
+@pytest.mark.slow
 def test_huge_indices_raise_and_never_crash_the_process():
     """100_000_000 and -100_000_000 point far outside the tensor: a read there would crash the process,
     so the check must come before the load (in a child process: a crash fails the test, not pytest)."""

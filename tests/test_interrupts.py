@@ -43,6 +43,7 @@ STAGED = {  # fn, input shape, the decision that says it is one staged launch
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(STAGED))
 def test_interrupted_staged_launch_leaves_later_calls_right(kind, monkeypatch):
     fn, shape, decision = STAGED[kind]

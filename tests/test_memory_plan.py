@@ -450,6 +450,7 @@ class _WritesHalf:
         return launch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("poison", ["1", "0"])
 def test_poisoning_reaches_reused_buffers_of_a_compiled_graph(poison, monkeypatch):
     """The generated wrapper poisons a reused buffer: a kernel writing half of one leaves NaN (and

@@ -49,16 +49,19 @@ def cases(mode: str) -> list:
     return [pytest.param(s, id=s.name, marks=marks(s)) for s in SPECS]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", cases("forward"))
 def test_forward_matches_eager(spec):
     check_forward(spec, BATCH)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", cases("training"))
 def test_training_step_matches_eager(spec):
     check_training_step(spec, BATCH)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_TRANSFORMERS, reason="needs transformers")
 def test_llama_bf16_forward_matches_eager():
     # the suite runs Llama in bf16: bf16 GEMMs, RMSNorm's fp32 upcast, RoPE in bf16. Its bf16 causal
@@ -157,6 +160,7 @@ def test_gradient_referee_takes_eagers_spread_from_its_alternatives():
     assert "against float64 0.012" in failure and "eager's 0.001/0.002" in failure  # every eager run's error
 
 
+@pytest.mark.slow
 def test_training_step_compiled_as_one_function():
     # the other common way to compile training: the whole step, backward included, is one compiled function
     spec = next(s for s in SPECS if s.name == "convnext-block")
@@ -197,6 +201,7 @@ def test_as_trained_gives_every_constant_initialised_scale_a_value_that_counts()
     assert not model.training and bn.running_var.ne(1).all()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_TRANSFORMERS, reason="transformers is not installed")
 @pytest.mark.parametrize("name", ["qwen2", "distilbert"])
 def test_more_architectures_match_eager_in_forward_and_gradients(name, monkeypatch):

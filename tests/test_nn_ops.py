@@ -51,6 +51,7 @@ def _max_paren_depth(source: str) -> int:
     return best
 
 
+@pytest.mark.slow
 def test_cat_of_many_inputs():
     """A cat of 210 inputs: one nested tl.where per input exceeded Python's 200 parentheses."""
     xs = [torch.randn(2, 1 + k % 3, 3) for k in range(210)]
@@ -60,11 +61,13 @@ def test_cat_of_many_inputs():
             assert _max_paren_depth(f.read()) < 12
 
 
+@pytest.mark.slow
 def test_cat_of_40_inputs_backward():
     xs = [torch.randn(2, 1 + k % 3, 3) for k in range(40)]
     compare_with_grads(lambda *xs: torch.cat([torch.sin(x) for x in xs], 1) * 2, *xs)
 
 
+@pytest.mark.slow
 def test_dense_chain_of_cats_backward():
     """DenseNet-like: every layer concatenates all the features before it; forward and backward."""
     def dense(x):
@@ -297,6 +300,7 @@ def test_native_group_norm_outputs(dtype):
     compile_aten(lambda x: aten.native_group_norm(x, None, None, 2, 6, 15, 2, 1e-2), x)
 
 
+@pytest.mark.slow
 def test_group_and_instance_norm_backward():
     gn = torch.nn.GroupNorm(3, 6)
     inorm = torch.nn.InstanceNorm2d(6, affine=True)
@@ -317,6 +321,7 @@ MAX_POOLS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MAX_POOLS))
 def test_max_pool2d_with_indices(name):
     """Values and indices (flat positions in the input's H*W plane) exactly as eager; gradients."""
@@ -326,6 +331,7 @@ def test_max_pool2d_with_indices(name):
     compare_with_grads(lambda x: F.max_pool2d(x, **kw), x)
 
 
+@pytest.mark.slow
 def test_max_pool2d_ties_bf16_and_3d_input():
     x = torch.randint(-2, 3, (3, 7, 5)).to(torch.bfloat16)  # many equal values: the first wins
     compile_and_compare(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), x, atol=0, rtol=0)

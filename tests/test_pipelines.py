@@ -73,6 +73,7 @@ def test_nan_inf_and_all_masked_rows_in_a_pipeline():
     assert _pipelined(report.decisions)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fn", [lambda x: torch.softmax(x, -1), lambda x: x / x.sum(-1, keepdim=True)])
 def test_kept_counters_count_on_from_the_last_launch(fn, monkeypatch):
     # on a GPU a pipeline's counters are never reset: launch e waits for (e+1) times a row's

@@ -144,6 +144,7 @@ def test_eval_mode_dropout_is_not_applied_when_gradients_are_recomputed():
     assert "recurrent_backward.default" in [f.op for r in minicomp.reports() for f in r.fallbacks]
 
 
+@pytest.mark.slow
 def test_a_transformers_model_with_lstms_trains_as_eager():
     """Encodec (transformers' audio codec: convolutions, weight norm, an LSTM in encoder and decoder,
     a quantizer Dynamo breaks the graph at): the output and every parameter's gradient against eager."""

@@ -327,6 +327,7 @@ def test_zero_dim_input():
     compile_and_compare(lambda x: (x.sum(), x.amax(), x.max()), torch.tensor(-7, dtype=torch.int32))
 
 
+@pytest.mark.slow
 def test_long_rows_looped_reduction():
     x = torch.rand(2, LONG) * 4 - 1
     compile_and_compare(lambda x: (x.sum(1), x.amax(1), x.amin(-1), x.mean(1, keepdim=True) + x), x)
@@ -336,16 +337,19 @@ def test_long_rows_var():
     compile_and_compare(lambda x: x.var(1), torch.rand(2, LONG) * 4 - 1)
 
 
+@pytest.mark.slow
 def test_long_rows_softmax():
     x = torch.randn(2, LONG) * 4
     # softmax values are tiny: compare relatively so a wrong normalizer cannot pass
     compile_and_compare(lambda x: (x.softmax(-1), x.log_softmax(-1)), x, atol=1e-9, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_long_rows_sum_of_ints():
     compile_and_compare(lambda x: (x.sum(1), x.amax(1)), randint(2, LONG, low=-1000, high=1000, dtype=torch.int32))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_long_rows_low_precision(dtype):
     compile_and_compare(lambda x: (x.amax(1), x.sum(1)), torch.randn(2, LONG, dtype=dtype))

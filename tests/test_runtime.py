@@ -106,6 +106,7 @@ CACHE_CHILD = """
 
 # --- 1. entry point ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_entry_point_backend_without_importing_minicomp():
     proc = run_child("""
         import json, sys
@@ -132,6 +133,7 @@ def test_entry_point_backend_without_importing_minicomp():
     assert res["kernels"] >= 1, res
 
 
+@pytest.mark.slow
 def test_import_registers_the_backend_where_no_entry_point_does():
     # minicomp on PYTHONPATH but not installed: no entry point announces it to Dynamo
     proc = run_child("""
@@ -389,6 +391,7 @@ def test_cache_writes_kernel_files_under_cache_dir(cache_dir):
     assert report.cache["written"] >= 1, report.cache
 
 
+@pytest.mark.slow
 def test_cache_second_process_writes_nothing_and_corrupt_files_are_rebuilt(cache_dir):
     env = {"MINICOMP_CACHE_DIR": cache_dir}
     first = last_json(run_child(CACHE_CHILD, **env))
@@ -429,6 +432,7 @@ def _cache_child_fn(x, y):  # the same function as CACHE_CHILD's ``fn``
     return torch.relu(x) * 0.5 + y.sum(-1, keepdim=True)
 
 
+@pytest.mark.slow
 def test_cache_corrupt_kernel_is_rebuilt(cache_dir):
     # Populate the cache in this process: kernel files are named by content only, so the child
     # compiling the same function looks for the very same kernel files.
@@ -509,6 +513,7 @@ def _concurrent_cache_worker(cache_dir: str, barrier, results, seed: int) -> Non
     results.put(out)
 
 
+@pytest.mark.slow
 def test_cache_concurrent_writers_share_one_cache_dir(cache_dir):
     import multiprocessing as mp
     import queue

@@ -100,6 +100,7 @@ def test_persistent_softmax_sum_of_a_middle_axis(looped_rows):
     assert any(d.startswith("online softmax:") for d in minicomp.report().decisions)
 
 
+@pytest.mark.slow
 def test_long_softmax_rows_on_the_h200_loop_per_row_unless_few(monkeypatch):
     """Kernel IR for the H200 (nothing runs): many long rows take one looped program per row whose
     first loop reads x once for both statistics, the second normalizes (3 passes); 64 rows keep the
@@ -225,6 +226,7 @@ def _one_pass(reports) -> bool:
     return any("moments over" in d and "one pass in" in d for r in reports for d in r.decisions)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(MOMENT_NORMS))
 def test_norm_statistics_in_one_pass(name):
     """Mean and variance from one read of x per chunk, the chunks combined with Chan's formula: the
@@ -237,6 +239,7 @@ def test_norm_statistics_in_one_pass(name):
     assert _one_pass(compare_gradients(fn, x, w, b, **tol))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(MOMENT_NORMS))
 def test_bf16_norm_statistics_in_one_pass(name):
     """bf16 outputs and the gradients of x, weight and bias against the float64 results of the same
@@ -263,6 +266,7 @@ def test_bf16_norm_statistics_in_one_pass(name):
             assert error <= max(2 * eager_error, 2e-2 * exact.abs().max().item()), (k, error, eager_error)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(2, 8, 4, 4), (2, 8, 9, 11)])
 def test_bf16_group_norm_backward_compiles(shape):
     """The backward of a bf16 GroupNorm with bf16 weights compiles (compare_gradients: no graph falls
@@ -275,6 +279,7 @@ def test_bf16_group_norm_backward_compiles(shape):
     assert any(r.graph.endswith("_backward") for r in reports), [r.graph for r in reports]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_saved_statistics_of_chunked_norms_are_atens(dtype):
     """The mean and rstd the native ops return (their backward reads them), from chunked moments, in
