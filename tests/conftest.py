@@ -5,6 +5,9 @@ import torch
 
 # Every buffer minicomp allocates starts as garbage, so an unwritten element cannot pass as correct.
 os.environ.setdefault("MINICOMP_POISON", "1")
+# CPU graphs run minicomp's kernels in Triton's interpreter (by default they run in PyTorch), so every
+# CPU test exercises the real codegen.
+os.environ.setdefault("MINICOMP_CPU", "interpret")
 
 
 @pytest.fixture(autouse=True)
