@@ -199,16 +199,7 @@ class CompiledGraph:
         except config.ConfigError:  # a setting with a value it does not take: the user must fix it
             raise
         except Exception as e:  # noqa: BLE001 - never fail the user's model
-            if is_eager_error(e):
-                # the caller's error, as eager would raise it on these values (an index out of range, a
-                # division by zero), not minicomp's: the graph stays compiled, and the next call of this
-                # signature is a first run again
-                self._specializations.pop(key, None)
-                self._unproven[key] = (fn, art, rep)
-                raise
-            self._specializations[key] = fallback = self._fall_back(rep, "first run", e)
-            self._remember(fallback, args)
-            return fallback(args)
+            return self._first_run_failed(key, args, e, (fn, art, rep))
         if self.options.cudagraphs:  # captured from the next call on, where it can be
             facts = cuda_graphs.facts_of_fx(self.gm, self.static_inputs)
             self._specializations[key] = fn = cuda_graphs.wrap(fn, args, facts, rep, self.options.static_outputs)
@@ -216,6 +207,29 @@ class CompiledGraph:
         if self.on_compiled and art is not None and len(self._specializations) == 1:
             self.on_compiled(key, art, rep)
         return out
+
+    def _first_run_failed(self, key: tuple, args, error: Exception, compiled: tuple):
+        """The first run of a specialization raised ``error``. Where eager raises on these values too (an
+        index out of range a kernel caught, ``is_eager_error``; or a float64 input into a float32
+        model, which eager rejects as well), it is the caller's error, raised as eager raises it, not
+        minicomp's: the graph stays compiled, and the next call of this signature is a first run again.
+        Otherwise the graph runs in PyTorch from now on (``_fall_back``), and this call's results are
+        eager's."""
+        if is_eager_error(error):
+            self._unproven_again(key, compiled)
+            raise error
+        try:
+            out = self.gm(*args)
+        except Exception as eager:  # noqa: BLE001 - eager's own error on the caller's values
+            self._unproven_again(key, compiled)
+            raise eager from None  # eager's error alone: minicomp's attempt is no part of it
+        self._specializations[key] = fallback = self._fall_back(compiled[2], "first run", error)
+        self._remember(fallback, args)
+        return out
+
+    def _unproven_again(self, key: tuple, compiled: tuple) -> None:
+        self._specializations.pop(key, None)
+        self._unproven[key] = compiled
 
     def _remember(self, fn: Callable, args) -> None:
         """Let the next call skip ``signature`` when it shares this one's (``signatures.LastCall``).
