@@ -44,7 +44,7 @@ from .passes.split_reductions import split_reductions
 from .passes.split_scans import split_scans
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache, cuda_graphs
-from .runtime.eager_errors import is_eager_error
+from .runtime.eager_errors import is_eager_error, same_as_eager
 from .signatures import LastCall, faking, has_fakes, signature
 from .templates import gemm as gemm_template
 from .tuning import Tuner, tune
@@ -209,23 +209,28 @@ class CompiledGraph:
         return out
 
     def _first_run_failed(self, key: tuple, args, error: Exception, compiled: tuple):
-        """The first run of a specialization raised ``error``. Where eager raises on these values too (an
-        index out of range a kernel caught, ``is_eager_error``; or a float64 input into a float32
-        model, which eager rejects as well), it is the caller's error, raised as eager raises it, not
-        minicomp's: the graph stays compiled, and the next call of this signature is a first run again.
-        Otherwise the graph runs in PyTorch from now on (``_fall_back``), and this call's results are
-        eager's."""
+        """The first run of a specialization raised ``error``. Where eager raises it on these values too
+        (an index out of range a kernel caught, ``is_eager_error``; or a float64 input into a float32
+        model, ``same_as_eager``), it is the caller's error, raised as eager raises it, not minicomp's:
+        the graph stays compiled, and the next call of this signature is a first run again. Otherwise
+        the graph runs in PyTorch from now on (``_fall_back``), and this call's results are eager's."""
         if is_eager_error(error):
             self._unproven_again(key, compiled)
             raise error
         try:
             out = self.gm(*args)
-        except Exception as eager:  # noqa: BLE001 - eager's own error on the caller's values
+        except Exception as eager:  # noqa: BLE001 - eager fails too: whose error is it?
+            if not same_as_eager(error, eager):
+                self._run_in_pytorch_from_now(key, args, compiled[2], error)
+                raise
             self._unproven_again(key, compiled)
             raise eager from None  # eager's error alone: minicomp's attempt is no part of it
-        self._specializations[key] = fallback = self._fall_back(compiled[2], "first run", error)
-        self._remember(fallback, args)
+        self._run_in_pytorch_from_now(key, args, compiled[2], error)
         return out
+
+    def _run_in_pytorch_from_now(self, key: tuple, args, rep: reporting.Report, error: Exception) -> None:
+        self._specializations[key] = fallback = self._fall_back(rep, "first run", error)
+        self._remember(fallback, args)
 
     def _unproven_again(self, key: tuple, compiled: tuple) -> None:
         self._specializations.pop(key, None)

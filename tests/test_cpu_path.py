@@ -156,3 +156,13 @@ def test_a_callers_dtype_error_is_eagers_not_a_fallback():
     assert minicomp.report().whole_graph_fallback is None  # the float64 graph is not marked failed
     x = torch.randn(4, 16)  # the float32 graph still runs its kernels
     torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_only_eagers_own_error_is_the_callers():
+    from minicomp.runtime.eager_errors import same_as_eager
+    dtype = "mat1 and mat2 must have the same dtype, but got Double and Float"
+    assert same_as_eager(RuntimeError(dtype), RuntimeError(dtype))
+    assert not same_as_eager(RuntimeError("out of resources"), RuntimeError(dtype))
+    assert not same_as_eager(ValueError(dtype), RuntimeError(dtype))
+    fault = "CUDA error: an illegal memory access was encountered"  # sticky: eager's launch raises it too
+    assert not same_as_eager(RuntimeError(fault), RuntimeError(fault))
