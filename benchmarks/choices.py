@@ -29,6 +29,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+os.environ.setdefault("MINICOMP_CPU", "interpret")  # on the CPU: minicomp's kernels, in Triton's interpreter
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

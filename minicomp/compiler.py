@@ -44,7 +44,7 @@ from .passes.split_reductions import split_reductions
 from .passes.split_scans import split_scans
 from .passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
 from .runtime import cache, cuda_graphs
-from .runtime.eager_errors import is_eager_error
+from .runtime.eager_errors import is_eager_error, same_as_eager
 from .signatures import LastCall, faking, has_fakes, signature
 from .templates import gemm as gemm_template
 from .tuning import Tuner, tune
@@ -107,10 +107,14 @@ class Options:
     pipeline: list[Pass] = field(default_factory=lambda: list(PIPELINE))
     static_outputs: bool = False  # CUDA graphs: return the graph's own output buffers (see cuda_graphs.py)
     freeze: bool = False  # inference: parameters are constants, batch norm folded (frontend/freeze.py)
+    cpu: str | None = None  # CPU tensors: "pytorch" or "interpret" (None: ``config.cpu``, MINICOMP_CPU)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"minicomp: unknown mode {self.mode!r}; the modes are {', '.join(MODES)}")
+        cpu_choices = config.SETTINGS["cpu"].choices
+        if self.cpu is not None and self.cpu not in cpu_choices:
+            raise ValueError(f"minicomp: unknown cpu {self.cpu!r}; one of {', '.join(cpu_choices)}")
         self.dump_dir = self.dump_dir or (str(config.dump) if config.dump else None)
 
     @property
@@ -122,6 +126,11 @@ class Options:
     def cudagraphs(self) -> bool:
         """Run each CUDA specialization as a captured CUDA graph (``reduce-overhead``, ``max-autotune``)."""
         return self.mode in ("reduce-overhead", "max-autotune")
+
+    @property
+    def cpu_runs(self) -> str:
+        """What runs a graph on CPU tensors: ``"pytorch"`` or ``"interpret"`` (this option, else the setting)."""
+        return self.cpu or config.cpu
 
     @property
     def strict(self) -> bool:
@@ -190,16 +199,7 @@ class CompiledGraph:
         except config.ConfigError:  # a setting with a value it does not take: the user must fix it
             raise
         except Exception as e:  # noqa: BLE001 - never fail the user's model
-            if is_eager_error(e):
-                # the caller's error, as eager would raise it on these values (an index out of range, a
-                # division by zero), not minicomp's: the graph stays compiled, and the next call of this
-                # signature is a first run again
-                self._specializations.pop(key, None)
-                self._unproven[key] = (fn, art, rep)
-                raise
-            self._specializations[key] = fallback = self._fall_back(rep, "first run", e)
-            self._remember(fallback, args)
-            return fallback(args)
+            return self._first_run_failed(key, args, e, (fn, art, rep))
         if self.options.cudagraphs:  # captured from the next call on, where it can be
             facts = cuda_graphs.facts_of_fx(self.gm, self.static_inputs)
             self._specializations[key] = fn = cuda_graphs.wrap(fn, args, facts, rep, self.options.static_outputs)
@@ -207,6 +207,34 @@ class CompiledGraph:
         if self.on_compiled and art is not None and len(self._specializations) == 1:
             self.on_compiled(key, art, rep)
         return out
+
+    def _first_run_failed(self, key: tuple, args, error: Exception, compiled: tuple):
+        """The first run of a specialization raised ``error``. Where eager raises it on these values too
+        (an index out of range a kernel caught, ``is_eager_error``; or a float64 input into a float32
+        model, ``same_as_eager``), it is the caller's error, raised as eager raises it, not minicomp's:
+        the graph stays compiled, and the next call of this signature is a first run again. Otherwise
+        the graph runs in PyTorch from now on (``_fall_back``), and this call's results are eager's."""
+        if is_eager_error(error):
+            self._unproven_again(key, compiled)
+            raise error
+        try:
+            out = self.gm(*args)
+        except Exception as eager:  # noqa: BLE001 - eager fails too: whose error is it?
+            if not same_as_eager(error, eager):
+                self._run_in_pytorch_from_now(key, args, compiled[2], error)
+                raise
+            self._unproven_again(key, compiled)
+            raise eager from None  # eager's error alone: minicomp's attempt is no part of it
+        self._run_in_pytorch_from_now(key, args, compiled[2], error)
+        return out
+
+    def _run_in_pytorch_from_now(self, key: tuple, args, rep: reporting.Report, error: Exception) -> None:
+        self._specializations[key] = fallback = self._fall_back(rep, "first run", error)
+        self._remember(fallback, args)
+
+    def _unproven_again(self, key: tuple, compiled: tuple) -> None:
+        self._specializations.pop(key, None)
+        self._unproven[key] = compiled
 
     def _remember(self, fn: Callable, args) -> None:
         """Let the next call skip ``signature`` when it shares this one's (``signatures.LastCall``).

@@ -122,6 +122,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
             "store inference graphs whole and load them in later processes (graph_cache.py)"),
     Setting("dump", "MINICOMP_DUMP", None, "path", False,
             "write every graph's IR, kernels, wrapper and summary under this folder"),
+    Setting("cpu", "MINICOMP_CPU", "pytorch", "choice", False,
+            "what runs a graph on CPU tensors: pytorch (PyTorch's own CPU kernels, the whole graph), interpret "
+            "(minicomp's Triton kernels in Triton's interpreter: to see them run and to test them; ~1,000x "
+            "slower than eager)", ("pytorch", "interpret")),
     Setting("strict", "MINICOMP_STRICT", False, "bool", False,
             "raise a MinicompError where a graph or an op would fall back to PyTorch"),
     Setting("verify", "MINICOMP_VERIFY", False, "bool", False,

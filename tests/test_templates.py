@@ -46,7 +46,7 @@ class SmallPointwise(Pointwise):
         return (1,)
 
 
-def test_a_new_template_is_one_object_in_the_list(monkeypatch, cache_dir, capsys):
+def test_a_new_template_is_one_object_in_the_list(monkeypatch, cache_dir, capsys, tuning_in_the_interpreter):
     monkeypatch.setattr(templates, "TEMPLATES", [SmallPointwise()] + templates.TEMPLATES)
     report = compile_and_compare(lambda x: x.sin() * 2, torch.randn(3, 7), kernels=1)
     assert report.kernels[0].template == "small_pointwise"
