@@ -108,6 +108,8 @@ class Options:
     pipeline: list[Pass] = field(default_factory=lambda: list(PIPELINE))
     static_outputs: bool = False  # CUDA graphs: return the graph's own output buffers (see cuda_graphs.py)
     freeze: bool = False  # inference: parameters are constants, batch norm folded (frontend/freeze.py)
+    # minicomp.explain: reports also list the traced graph's aten ops and every IR node's origin
+    explain: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -321,7 +323,8 @@ class CompiledGraph:
             (dump / "fx_graph.py").write_text(self.gm.print_readable(print_output=False))
         lowering = Lowering(specialize(self.gm, args), args)  # symbolic sizes made this call's
         graph = lowering.run()
-        rep.fx_ops, rep.node_origins = fx_ops(lowering.gm), {n.id: n.origin for n in graph.nodes}
+        if self.options.explain:
+            rep.fx_ops, rep.node_origins = fx_ops(lowering.gm), {n.id: n.origin for n in graph.nodes}
         graph.gemm_choices = dict(gemm_choices or {})
         graph.tuner = Tuner(self.options.autotune, args, lambda g, kernels: self._assemble(g, kernels)[0])
         validator = validation.Validator(self.gm, args) if validation.enabled() else None
@@ -334,7 +337,8 @@ class CompiledGraph:
             raise MinicompError(f"MINICOMP_STRICT: {op} falls back to PyTorch ({reason})")
         rep.fallbacks = [reporting.Fallback(op, reason) for op, reason in lowering.fallbacks]
         rep.decisions = list(dict.fromkeys(self.notes + graph.decisions))
-        rep.node_origins.update((n.id, n.origin) for n in graph.nodes)
+        if self.options.explain:
+            rep.node_origins.update((n.id, n.origin) for n in graph.nodes)
         rep.externs = [reporting.Fallback(n.origin[0] if n.origin else str(n.attrs["target"]), n.attrs.get("reason", ""))
                        for n in graph.nodes if n.op == "extern"]
         call, art = self._assemble(graph, graph.kernels, dump, rep)

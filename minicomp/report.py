@@ -50,9 +50,9 @@ class Report:
     from_cache: bool = False  # loaded whole from the graph cache (no tracing, no codegen)
     cuda_graph: str | None = None  # reduce-overhead / max-autotune: captured, or why not (one line)
     collectives: list[str] = field(default_factory=list)  # in program order: all_reduce(sum, group 0), wait_tensor
-    # for ``minicomp.explain``: the traced graph's aten ops (``frontend/provenance.FxOp``), what every
-    # IR node id came from (``Node.origin``: decisions name nodes by id), and the ops the compiled graph
-    # runs in PyTorch (fallbacks, and the cuBLAS/cuDNN calls passes chose), each with its reason
+    # for ``minicomp.explain`` (``Options.explain``): the traced graph's aten ops (``frontend/provenance.FxOp``)
+    # and what every IR node id came from (``Node.origin``: decisions name nodes by id); always: the ops
+    # the compiled graph runs in PyTorch (fallbacks, and the cuBLAS/cuDNN calls passes chose) and why
     fx_ops: list = field(default_factory=list)
     node_origins: dict[int, tuple[str, ...]] = field(default_factory=dict)
     externs: list[Fallback] = field(default_factory=list)

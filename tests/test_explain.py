@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 import minicomp
+from minicomp import config
 from minicomp.__main__ import main
 from minicomp.explain import device_peaks, timing
 from minicomp.explain.device_peaks import Peaks
@@ -80,6 +81,19 @@ def test_bytes_and_flops_are_the_hand_computed_ones():
     assert (softmax.info.bytes_read, softmax.info.bytes_written, softmax.flops) == (m * n * 4, m * n * 4, 5 * m * n)
     assert (pointwise.info.bytes_read, pointwise.info.bytes_written, pointwise.flops) == (rows * cols * 4,) * 2 + (2 * rows * cols,)
     assert pointwise.intensity == 2 * rows * cols / (2 * rows * cols * 4)
+
+
+def test_a_convolution_as_a_product_counts_its_im2col_terms():
+    n, c, h, w, out, kh = 2, 3, 6, 6, 4, 3
+
+    def fn(x, weight):
+        return torch.nn.functional.conv2d(x, weight, padding=1)
+    with config.patch(conv="ir"):  # the IR's batched matmul over an im2col view (oneDNN's on the CPU otherwise)
+        e = minicomp.explain(fn, torch.randn(n, c, h, w), torch.randn(out, c, kh, kh))
+    (k,) = e.kernels
+    # the product's K is c·kh·kw; the im2col view is read from the input buffer itself
+    assert k.flops == 2 * n * out * h * w * c * kh * kh
+    assert (k.info.bytes_read, k.info.bytes_written) == ((n * c * h * w + out * c * kh * kh) * 4, n * out * h * w * 4)
 
 
 class _Page(HTMLParser):

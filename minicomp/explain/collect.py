@@ -71,7 +71,7 @@ def collect(model, args: tuple, kwargs: dict, mode: str = "default") -> Collecte
     before = report()
     with tempfile.TemporaryDirectory(prefix="minicomp-explain-") as dump, torch.no_grad(), \
             config.patch(graph_cache=False, **(CPU_SETTINGS if device.type == "cpu" else {})):
-        recorder = _Recorder(Backend(mode=mode, dump_dir=dump))
+        recorder = _Recorder(Backend(mode=mode, dump_dir=dump, explain=True))
         compiled = torch.compile(model, backend=recorder)
         compiled(*args, **kwargs)
         graphs = [_graph_run(r) for r in reports_since(before)]

@@ -7,12 +7,10 @@ PyTorch runs is grey; one that no kernel computes (folded into a view, simplifie
 Clicking an op shows its kernel (the page's script reads ``data-kernel``)."""
 from __future__ import annotations
 
-from html import escape
-
 import networkx as nx
 
 from ..report import Report
-from .words import op_name
+from .words import esc, op_name
 
 BOX_W, BOX_H, GAP_X, GAP_Y, MARGIN = 118, 22, 14, 30, 10
 MAX_DRAWN = 4000  # ops: beyond this a drawing is too large to read (the tables still list every kernel)
@@ -40,10 +38,10 @@ def drawing(rep: Report, colours: dict[str, str]) -> str:
         fill = colours.get(f"{rep.graph}/{kernel}") if kernel else PYTORCH if op.name in pytorch else NOTHING
         runs = kernel or ("runs in PyTorch" if op.name in pytorch else "no kernel (folded away)")
         where = f"\n{op.source}" if op.source else ""
-        data = f' data-kernel="{escape(f"{rep.graph}/{kernel}")}"' if kernel else ""
+        data = f' data-kernel="{esc(f"{rep.graph}/{kernel}")}"' if kernel else ""
         parts.append(f'<g class="op"{data}><rect x="{x}" y="{y}" width="{BOX_W}" height="{BOX_H}" rx="4" '
                      f'fill="{fill}"/><text x="{x + BOX_W / 2}" y="{y + 15}" text-anchor="middle">'
-                     f'{escape(op_name(op.op)[:17])}</text><title>{escape(op.op)}: {escape(runs)}{escape(where)}'
+                     f'{esc(op_name(op.op)[:17])}</text><title>{esc(op.op)}: {esc(runs)}{esc(where)}'
                      f'</title></g>')
     parts.append("</svg>")
     return "\n".join(parts)

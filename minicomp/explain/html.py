@@ -4,21 +4,18 @@ summary, the roofline chart, then per graph its drawing, a table of its kernels 
 or an op: the kernel's IR and Triton source), what runs in PyTorch and the fusions not taken."""
 from __future__ import annotations
 
-import html
-import re
 from typing import TYPE_CHECKING
 
 from . import text
 from .drawing import drawing
 from .roofline import chart, key
-from .words import SEPARATE, count, op_name, percent, readable, seconds, size
+from .words import SEPARATE, count, esc, op_name, percent, readable, seconds, size
 
 if TYPE_CHECKING:
     from .collect import GraphRun
     from .explanation import Explanation
 
 GOLDEN_ANGLE = 137.508  # degrees: successive kernels' hues stay far apart
-_SCHEME = re.compile(r"\bhttps?://", re.I)
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -45,11 +42,6 @@ document.addEventListener('click', function (event) {
   if (detail) { detail.hidden = false; detail.scrollIntoView({block: 'nearest'}); }
 });
 """
-
-
-def esc(value) -> str:
-    """Text for the page: escaped, and no URL scheme (the page links to nothing outside itself)."""
-    return html.escape(_SCHEME.sub("", str(value)))
 
 
 def render(e: "Explanation") -> str:

@@ -6,10 +6,9 @@ are drawn."""
 from __future__ import annotations
 
 import math
-from html import escape
 
 from .figures import KernelFigures
-from .words import count, percent, seconds
+from .words import count, esc, percent, seconds
 
 WIDTH, HEIGHT = 640, 400
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 20, 50  # margins: room for the axes' labels
@@ -90,10 +89,10 @@ def _roof(axes: _Axes, peaks, product_math: str) -> str:
     points = [(lo, peaks.bandwidth * lo), (ridge, top), (hi, top)]
     path = " ".join(f"{axes.x(x):.1f},{axes.y(y):.1f}" for x, y in points)
     name = "float32 (CUDA cores)" if product_math == "float32" else product_math
-    return (f'<polyline points="{path}" class="roof"><title>{escape(name)}: {count(top, "FLOP/s")}, '
+    return (f'<polyline points="{path}" class="roof"><title>{esc(name)}: {count(top, "FLOP/s")}, '
             f'ridge {ridge:.3g} FLOP/B</title></polyline>'
             f'<text x="{WIDTH - RIGHT - 4}" y="{axes.y(top) - 4:.1f}" class="tick" text-anchor="end">'
-            f'{escape(name)} {count(top, "FLOP/s")}</text>')
+            f'{esc(name)} {count(top, "FLOP/s")}</text>')
 
 
 def _point(axes: _Axes, k: KernelFigures, colour: str, on_roof: bool) -> str:
@@ -101,5 +100,5 @@ def _point(axes: _Axes, k: KernelFigures, colour: str, on_roof: bool) -> str:
     y = axes.y(k.achieved_flops) if on_roof and k.achieved_flops else (TOP + HEIGHT - BOTTOM) / 2
     time = seconds(k.seconds) if k.seconds is not None else "time not measured"
     share = f", {percent(k.share_of_limit)} of the limit ({k.bound}-bound)" if k.share_of_limit is not None else ""
-    return (f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="6" fill="{colour}" data-kernel="{escape(key(k))}">'
-            f'<title>{escape(k.info.name)}: {time}{share}; {k.intensity:.3g} FLOP/B</title></circle>')
+    return (f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="6" fill="{colour}" data-kernel="{esc(key(k))}">'
+            f'<title>{esc(k.info.name)}: {time}{share}; {k.intensity:.3g} FLOP/B</title></circle>')

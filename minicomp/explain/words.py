@@ -2,6 +2,7 @@
 source line they came from, fusion rule tags (``[cycle]``) become sentences, and numbers get units."""
 from __future__ import annotations
 
+import html
 import re
 
 from ..passes.fusion import MAX_PLACEMENTS, RULES
@@ -30,6 +31,7 @@ FUSIONS = dict(RULES)
 SEPARATE = "kept apart:"  # the opening of a fusion not taken  # what each fusion rule fuses, in passes/fusion.py's words
 
 _NODE = re.compile(r"%(\d+)")
+_SCHEME = re.compile(r"\bhttps?://", re.I)
 _FUSION_NOTE = re.compile(r"(not fused|fused): %(\d+) -> %(\d+) \[([\w-]+)\] ?(.*)", re.S)
 
 
@@ -97,3 +99,8 @@ def seconds(s: float) -> str:
 def percent(share: float) -> str:
     """``41%``; a share under 1% keeps two digits (``0.025%``: a launch far from its roof)."""
     return f"{share:.0%}" if share >= 0.01 else f"{share * 100:.2g}%"
+
+
+def esc(value) -> str:
+    """Text for the HTML page: escaped, and without URL schemes (the page refers to nothing outside itself)."""
+    return html.escape(_SCHEME.sub("", str(value)))

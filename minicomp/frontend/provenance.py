@@ -7,6 +7,7 @@ report's eager-versus-minicomp comparison and its drawing of the graph.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -21,11 +22,17 @@ _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in [^\n]*\n(?P
 
 def source_of(node: fx.Node) -> Source | None:
     """The innermost frame of the user's code that made ``node`` (None: no stack trace kept)."""
-    frames = list(_FRAME.finditer(node.meta.get("stack_trace") or ""))
+    frame = _innermost(node.meta.get("stack_trace") or "")
+    return Source(*frame, _module_path(node)) if frame else None
+
+
+@functools.lru_cache(maxsize=4096)  # the ops of one line share its stack trace: parsed once
+def _innermost(stack_trace: str) -> tuple[str, int, str] | None:
+    frames = list(_FRAME.finditer(stack_trace))
     if not frames:
         return None
     last = frames[-1]
-    return Source(last["file"], int(last["line"]), last["code"].strip(), _module_path(node))
+    return last["file"], int(last["line"]), last["code"].strip()
 
 
 def _module_path(node: fx.Node) -> str:
