@@ -13,6 +13,7 @@ from ..report import Report
 from .words import esc, op_name
 
 BOX_W, BOX_H, GAP_X, GAP_Y, MARGIN = 118, 22, 14, 30, 10
+BOW = 6  # pixels to the side per layer a long edge spans
 MAX_DRAWN = 4000  # ops: beyond this a drawing is too large to read (the tables still list every kernel)
 PYTORCH, NOTHING = "#c8c8c8", "#ffffff"
 
@@ -26,12 +27,10 @@ def drawing(rep: Report, colours: dict[str, str]) -> str:
     pytorch = {getattr(e.op, "fx", "") for e in rep.externs}
     graph = _op_graph(rep)
     position = _layout(graph)
-    width = max(x for x, _ in position.values()) + BOX_W + MARGIN
+    width = max(x for x, _ in position.values()) + BOX_W + MARGIN + _widest_bow(graph, position)
     height = max(y for _, y in position.values()) + BOX_H + MARGIN
     parts = [f'<svg class="graph" width="{width}" height="{height}" viewBox="0 0 {width} {height}">']
-    for a, b in graph.edges:
-        (xa, ya), (xb, yb) = position[a], position[b]
-        parts.append(f'<line x1="{xa + BOX_W / 2}" y1="{ya + BOX_H}" x2="{xb + BOX_W / 2}" y2="{yb}" class="edge"/>')
+    parts += [_edge(position[a], position[b]) for a, b in graph.edges]
     for op in ops:
         x, y = position[op.name]
         kernel = kernel_of.get(op.name)
@@ -45,6 +44,24 @@ def drawing(rep: Report, colours: dict[str, str]) -> str:
                      f'</title></g>')
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def _widest_bow(graph: nx.DiGraph, position) -> int:
+    """Room on the right for the long edges' bows."""
+    spans = [round((position[b][1] - position[a][1]) / (BOX_H + GAP_Y)) for a, b in graph.edges]
+    return int(0.1 * BOX_W + 0.75 * BOW * max(spans, default=0))
+
+
+def _edge(start: tuple[int, int], end: tuple[int, int]) -> str:
+    """From the bottom of one box to the top of another; an edge over more than one layer bows out to
+    the right (BOW per layer it spans), so that it does not run hidden behind the boxes between."""
+    (xa, ya), (xb, yb) = start, end
+    x1, y1, x2, y2 = xa + BOX_W / 2, ya + BOX_H, xb + BOX_W / 2, yb
+    layers = round((yb - ya) / (BOX_H + GAP_Y))
+    if layers <= 1:
+        return f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" class="edge"/>'
+    bow = BOX_W * 0.8 + BOW * layers  # (a cubic's bulge is 3/4 of its control points' offset: past the box)
+    return f'<path d="M{x1},{y1} C{x1 + bow},{y1} {x2 + bow},{y2} {x2},{y2}" fill="none" class="edge"/>'
 
 
 def _op_graph(rep: Report) -> nx.DiGraph:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import text
-from .drawing import drawing
+from .drawing import NOTHING, PYTORCH, drawing
 from .roofline import chart, key
 from .words import SEPARATE, count, esc, op_name, percent, readable, seconds, size
 
@@ -28,7 +28,7 @@ tr[data-kernel] { cursor: pointer; } tr[data-kernel]:hover { background: #f3f7ff
 .drawing { overflow: auto; max-height: 70vh; border: 1px solid #eee; }
 svg text { font: 11px system-ui, sans-serif; } svg .tick { fill: #555; } svg .label { fill: #333; font-size: 12px; }
 svg .plot { fill: #fff; stroke: #999; } svg .grid { stroke: #eee; } svg .roof { fill: none; stroke: #c33; stroke-width: 2; }
-svg .edge { stroke: #aaa; } svg .op rect { stroke: #666; } svg [data-kernel] { cursor: pointer; }
+svg .edge { stroke: #aaa; fill: none; } svg .op rect { stroke: #666; } svg [data-kernel] { cursor: pointer; }
 svg .point { stroke: #333; }
 .detail { border: 1px solid #cde; padding: .5em 1em; margin: 1em 0; background: #fbfdff; }
 """
@@ -71,7 +71,10 @@ def graph_section(e: "Explanation", g: "GraphRun", colours: dict[str, str]) -> l
            f"eager: {t.eager_kernels} kernel(s) moving {esc(size(t.eager_bytes))}.</p>"]
     if rep.whole_graph_fallback:
         out.append(f"<p><b>The whole graph runs in PyTorch:</b> {esc(rep.whole_graph_fallback.splitlines()[0])}</p>")
-    out.append(f'<div class="drawing">{drawing(rep, colours)}</div>')
+    out.append(f'<p class="legend">Each aten op coloured by its kernel (click: the kernel); <span class="swatch" '
+               f'style="background:{PYTORCH}"></span>runs in PyTorch; <span class="swatch" style="background:{NOTHING};'
+               f'border:1px solid #666"></span>no kernel (folded away). Views and graph inputs are not drawn.</p>'
+               f'<div class="drawing">{drawing(rep, colours)}</div>')
     out += kernel_table(e, rep.graph, colours)
     for k in e.figures[rep.graph]:
         out.append(f'<div class="detail" id="detail-{esc(key(k))}" hidden><h3>{esc(k.info.name)}</h3>'

@@ -50,7 +50,7 @@ def chart(kernels: list[KernelFigures], colours: dict[str, str]) -> str:
     if peaks is not None:
         parts += [_roof(axes, peaks, m) for m in maths]
     for k in kernels:
-        parts.append(_point(axes, k, colours.get(key(k), "#888"), on_roof=peaks is not None and k in timed))
+        parts.append(_point(axes, k, colours.get(key(k), "#888"), on_roof=peaks is not None and k.seconds is not None))
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -96,8 +96,11 @@ def _roof(axes: _Axes, peaks, product_math: str) -> str:
 
 
 def _point(axes: _Axes, k: KernelFigures, colour: str, on_roof: bool) -> str:
-    x = axes.x(k.intensity) if k.intensity > 0 else LEFT
-    y = axes.y(k.achieved_flops) if on_roof and k.achieved_flops else (TOP + HEIGHT - BOTTOM) / 2
+    x = axes.x(k.intensity) if k.intensity > 0 else LEFT  # (a copy: no FLOPs, at the left edge)
+    if not on_roof:
+        y = (TOP + HEIGHT - BOTTOM) / 2  # not measured: one line across the middle
+    else:
+        y = axes.y(k.achieved_flops) if k.achieved_flops else HEIGHT - BOTTOM
     time = seconds(k.seconds) if k.seconds is not None else "time not measured"
     share = f", {percent(k.share_of_limit)} of the limit ({k.bound}-bound)" if k.share_of_limit is not None else ""
     return (f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="6" fill="{colour}" data-kernel="{esc(key(k))}">'
