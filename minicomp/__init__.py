@@ -3,6 +3,7 @@
     compiled = minicomp.compile(model)            # or torch.compile(model, backend="minicomp")
     compiled(x)
     print(minicomp.report())                      # kernels, fallbacks and decisions
+    minicomp.explain(model, x).save("report.html")  # per kernel: source lines, bytes, FLOPs, roofline
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Callable
 import torch
 
 from .compiler import MODES, PIPELINE, Options
+from .explain import Explanation, explain  # (the function named like its package: minicomp.explain is it)
 from .report import Report, report, reports, reports_since
 
 __version__ = "0.1.0"
@@ -63,4 +65,4 @@ def _register_backend() -> None:
 
 _register_backend()
 
-__all__ = ["compile", "report", "reports", "reports_since", "Report", "Options", "PIPELINE", "MODES"]
+__all__ = ["compile", "explain", "Explanation", "report", "reports", "reports_since", "Report", "Options", "PIPELINE", "MODES"]

@@ -26,6 +26,7 @@ from . import report as reporting
 from . import validation
 from .errors import MinicompError
 from .frontend.lowering import Lowering
+from .frontend.provenance import fx_ops
 from .frontend.specialize import specialize
 from .ir import collectives
 from .ir.target import Target
@@ -108,6 +109,8 @@ class Options:
     static_outputs: bool = False  # CUDA graphs: return the graph's own output buffers (see cuda_graphs.py)
     freeze: bool = False  # inference: parameters are constants, batch norm folded (frontend/freeze.py)
     cpu: str | None = None  # CPU tensors: "pytorch" or "interpret" (None: ``config.cpu``, MINICOMP_CPU)
+    # minicomp.explain: reports also list the traced graph's aten ops and every IR node's origin
+    explain: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -348,6 +351,8 @@ class CompiledGraph:
             (dump / "fx_graph.py").write_text(self.gm.print_readable(print_output=False))
         lowering = Lowering(specialize(self.gm, args), args)  # symbolic sizes made this call's
         graph = lowering.run()
+        if self.options.explain:
+            rep.fx_ops, rep.node_origins = fx_ops(lowering.gm), {n.id: n.origin for n in graph.nodes}
         graph.gemm_choices = dict(gemm_choices or {})
         graph.tuner = Tuner(self.options.autotune, args, lambda g, kernels: self._assemble(g, kernels)[0])
         validator = validation.Validator(self.gm, args) if validation.enabled() else None
@@ -360,6 +365,10 @@ class CompiledGraph:
             raise MinicompError(f"MINICOMP_STRICT: {op} falls back to PyTorch ({reason})")
         rep.fallbacks = [reporting.Fallback(op, reason) for op, reason in lowering.fallbacks]
         rep.decisions = list(dict.fromkeys(self.notes + graph.decisions))
+        if self.options.explain:
+            rep.node_origins.update((n.id, n.origin) for n in graph.nodes)
+        rep.externs = [reporting.Fallback(n.origin[0] if n.origin else str(n.attrs["target"]), n.attrs.get("reason", ""))
+                       for n in graph.nodes if n.op == "extern"]
         call, art = self._assemble(graph, graph.kernels, dump, rep)
         if validator:
             validator.check_outputs("codegen (generated kernels)", call)

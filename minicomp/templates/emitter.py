@@ -11,12 +11,14 @@ import re
 import torch
 
 from ..ir.expr import Affine, Range, Var, index_vars, linear_index, unravel
+from ..ir.cost import flops, product_math
 from ..ir.graph import Node, Scalar, compose_gather, compose_view, indirect_vars, terminal
 from ..ir.kernel import (Compute, IndexCheck, IndexValue, Indirect, Kernel, KernelArg, Load, Masked, Phase, Reduce,
                          Schedule, Store)
 from ..ir.ops import OPS
 from ..ir.target import Target
 from ..ir.layout import buffer_strides
+from ..ir.origin import provenance
 from ..ir.types import short_dtype
 from ..passes.fusion import Group, canonical_index
 
@@ -252,6 +254,8 @@ def finish_kernel(group: Group, em: Emitter, sched: Schedule, flat: dict, mappin
     kernel = Kernel(kernel_name(group), flat, args, [p for p in em.phases if p.outer or p.inner or p.reductions],
                     sched, origins(group))
     kernel.bytes_moved = sum(math.prod(a.node.shape) * a.node.dtype.itemsize for a in args)
+    kernel.covers, kernel.flops, kernel.product_math = provenance(group.nodes), flops(group.nodes), \
+        product_math(group.nodes)
     return kernel
 
 
