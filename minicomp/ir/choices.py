@@ -38,7 +38,8 @@ host-bound rows more (attention.md's T=1024 rows)."""
 PRECISIONS = {  # a row's setting: (dtype, the torch globals of that setting, as config.patch takes them)
     "fp32-ieee": (torch.float32, dict(cuda_matmul_allow_tf32=False, float32_matmul_precision="highest",
                                       cudnn_allow_tf32=False)),
-    "tf32": (torch.float32, dict(cuda_matmul_allow_tf32=True, float32_matmul_precision="highest",
+    # (torch ties the two matmul flags: "highest" turns allow_tf32 off again, so TF32 says "high")
+    "tf32": (torch.float32, dict(cuda_matmul_allow_tf32=True, float32_matmul_precision="high",
                                  cudnn_allow_tf32=True)),
     "fp16": (torch.float16, {}),
     "bf16": (torch.bfloat16, {}),
