@@ -164,10 +164,24 @@ def _gemm(p: Product, target: Target) -> tuple[str, str]:
     return TEMPLATE, "tensor-core template with the epilogue fused"
 
 
-def _plain_gemm(target: Target) -> tuple[str, str]:
+PLAIN_TEMPLATE_MAX_FLOPS = 2**35
+"""16-bit 2-D products nothing fused into of fewer FLOPs (under ~50 µs) run in the template: measured faster
+at 8192x1024x1024 (2^34: 0.053 vs 0.064 ms). Bigger ones keep cuBLAS: a tie at 4096³ (2^37), and less GPU
+time for Llama b8's plain products (its LM head, 1024x32000x768, is 2^35.6: docs/architecture.md)."""
+
+
+def _plain_gemm(p: Product, target: Target) -> tuple[str, str]:
     if not target.is_cuda:
         return TEMPLATE, "CPU: the template runs in Triton's interpreter"
-    return LIBRARY, "nothing fused into it: cuBLAS is faster than the plain template and needs no compile"
+    if p.dtype == torch.float32:
+        return LIBRARY, "fp32 with nothing fused: cuBLAS (TF32 where allowed); the template is not measured faster"
+    if p.batch > 1:
+        return LIBRARY, "a batched product with nothing fused: cuBLAS's batched kernel (the template not measured)"
+    flops = 2 * p.m * p.n * p.k
+    if flops < PLAIN_TEMPLATE_MAX_FLOPS:
+        return TEMPLATE, f"{flops / 1e9:.1f} GFLOP with nothing fused: the template measured faster at this size"
+    return LIBRARY, (f"{flops / 1e9:.0f} GFLOP with nothing fused: cuBLAS ties or beats the template from "
+                     f"{PLAIN_TEMPLATE_MAX_FLOPS / 1e9:.0f} GFLOP and needs no compile")
 
 
 # --- attention: the flash template, or cuBLAS products around a fused softmax / PyTorch's SDPA -----
@@ -249,7 +263,11 @@ SE = ("benchmarks/results/experiments.md, 'Where cuDNN's conversion kernels came
       "EfficientNet-B0 b32 bf16, GPU ms, the rule off and on in one process")
 GROUPED = ("benchmarks/results/experiments.md, 'What moved: grouped convolutions in the IR' (2026-11-24): whole "
            "RegNetY-016 b32 bf16, GPU ms; cuDNN (NCHW, with copies) in session 13's run, the IR in session 14's")
+CHOICES_MD = ("benchmarks/results/choices.md (python benchmarks/choices.py; 2026-11-28): ms per call, median of "
+              "3 interleaved do_bench rounds; batch-32 convolutions from an NCHW input")
 T, L = TEMPLATE, LIBRARY
+NO_TF32 = ("2026-11-28's run set TF32 off for products (PRECISIONS' flags, fixed since) and measured IEEE "
+           "numbers here: not used")
 CL_OPEN = ("the graph alone now plans channels-last, where the rule keeps cuDNN unmeasured (the IR was measured "
            "against MINICOMP_CONV=cudnn the day layout_plan changed: NCHW or NHWC cuDNN not recorded); re-measure")
 
@@ -291,11 +309,16 @@ GEMM_ROWS = (
     Row("fp16", mm(8192, 4096, 4096, "bias+gelu"), None, None, L, ""),
 )
 PLAIN_GEMM_ROWS = (  # (fp32 IEEE products went to cuBLAS before fusion: the gemm rule)
-    Row("bf16", mm(4096, 4096, 4096), 0.219, 0.195, L, GEMM_MD),
-    Row("bf16", mm(8192, 1024, 1024), None, None, L, "",
-        "Llama's bias-free projections; whole Llama b8: 0.68 -> 0.56 ms GPU per forward (docs/architecture.md)"),
-    Row("fp16", mm(4096, 4096, 4096), None, None, L, ""),
-    Row("tf32", mm(4096, 4096, 4096), None, None, L, ""),
+    Row("bf16", mm(4096, 4096, 4096), 0.1936, 0.1884, L, CHOICES_MD, "gemm.md (2026-11-23): 0.219 vs 0.195"),
+    Row("bf16", mm(8192, 1024, 1024), 0.0529, 0.0638, T, CHOICES_MD, "a bias-free projection of 8192 tokens"),
+    Row("bf16", mm(4096, 2048, 1024), None, None, T, "", "under PLAIN_TEMPLATE_MAX_FLOPS"),
+    Row("bf16", mm(8192, 2048, 1024), None, None, L, "", "at PLAIN_TEMPLATE_MAX_FLOPS"),
+    Row("bf16", mm(8192, 1024, 4096), None, None, L, "", "a longer K"),
+    Row("bf16", mm(1024, 32000, 768), None, None, L, "", "Llama b8's LM head"),
+    Row("fp16", mm(4096, 4096, 4096), 0.2038, 0.2002, L, CHOICES_MD),
+    Row("fp16", mm(8192, 1024, 1024), None, None, T, ""),
+    Row("tf32", mm(4096, 4096, 4096), None, None, L, "", NO_TF32 + " (the gemm rule's pick)"),
+    Row("tf32", mm(8192, 1024, 1024), None, None, L, ""),
 )
 ATTENTION_ROWS = (
     Row("fp32-ieee", att(8, 12, 512, 64, True), 36.25, 13.382, L, CLIFFS,
