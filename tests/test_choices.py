@@ -87,12 +87,14 @@ def test_each_setting_gives_lowering_its_precision():
             assert config.cudnn_allow_tf32 == (setting != "fp32-ieee"), setting
 
 
-def test_a_rule_change_fails_the_table_test(monkeypatch):
+@pytest.mark.parametrize("name", list(RULES))
+def test_a_rule_change_fails_the_table_test(monkeypatch, name):
     """The check above is not vacuous: flipping a rule's decision breaks its rows."""
-    rule = RULES["gemm"]
+    rule = RULES[name]
     row = rule.table[0]
-    monkeypatch.setattr(rule, "decide", lambda *facts: (LIBRARY, "flipped"))
-    assert decided(rule, row) == [LIBRARY] != [row.picks]
+    flipped = LIBRARY if row.picks == TEMPLATE else TEMPLATE
+    monkeypatch.setattr(rule, "decide", lambda *facts: (flipped, "flipped"))
+    assert decided(rule, row) == [flipped] != [row.picks]
     monkeypatch.undo()
     assert decided(rule, row) == [row.picks]
 

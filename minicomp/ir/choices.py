@@ -144,9 +144,11 @@ class ConvFacts:
 # --- GEMM: the template with its epilogue, or cuBLAS and the epilogue as a kernel of its own -------
 
 HEAVY_MIN_MK = 2**20
-HOST_BOUND_ROWS = 64
-"""Products of at most this many rows (batch x M) keep the template however few its tiles: such a
-call is host-bound and the fused epilogue saves a launch (the GPT-2 block at 64 tokens)."""
+HOST_BOUND_ROWS = {torch.float16: 256, torch.bfloat16: 256, torch.float32: 64}
+"""Products of at most this many rows (batch x M) keep the template however few its tiles: their one
+launch ends before cuBLAS's path has launched its epilogue kernel (bf16 196x384x1536, 6 tiles: 0.015 vs
+0.022 ms; the GPT-2 block at 64 tokens). 16-bit: two 128-row tiles; fp32 tiles take about 4x as long
+(TF32: half the MMA rate over twice the bytes), so one 64-row tile."""
 
 
 def _gemm(p: Product, target: Target) -> tuple[str, str]:
@@ -159,7 +161,7 @@ def _gemm(p: Product, target: Target) -> tuple[str, str]:
     if p.heavy and p.m * p.k >= HEAVY_MIN_MK:
         return LIBRARY, f"epilogue {list(p.heavy)} would stall the tensor cores: cuBLAS + a separate epilogue kernel"
     # The template's tiles neither shrink nor split K: a small product leaves SMs idle
-    if p.tiles < target.sm_count and p.batch * p.m > HOST_BOUND_ROWS:
+    if p.tiles < target.sm_count and p.batch * p.m > HOST_BOUND_ROWS.get(p.dtype, 64):
         return LIBRARY, f"{p.tiles} template tiles for {target.sm_count} SMs: cuBLAS sizes its tiles to the product"
     return TEMPLATE, "tensor-core template with the epilogue fused"
 
@@ -246,12 +248,7 @@ def _conv(c: ConvFacts, target: Target) -> tuple[str, str]:
 # --- the measurement tables --------------------------------------------------------------------------
 # Where the numbers come from (H200, torch 2.11, triton 3.6). Times are ms per call unless a note says
 # otherwise; "library" in a row is what the rule's library side ran in that measurement.
-GEMM_MD = "benchmarks/results/gemm.md (python benchmarks/gemm.py; 2026-11-23)"
-WAVES = ("benchmarks/results/experiments/gemm-wave-tiles.json (2026-11-24; a throwaway script with the cases of "
-         "python benchmarks/gemm_tiles.py): do_bench; library = eager (cuBLAS, then its add kernels)")
-GELU = "commit 46c1b2a's comment: three runs of python benchmarks/gemm.py (raw output not kept)"
 SMALL = "commit e532caa's comment: ConvNeXt-T b1 bf16 products, profiler GPU time (raw output not kept)"
-SHORT = "commit e2c48d2's comment: the GPT-2 block of benchmarks/overhead.py at B1 T64 bf16 (raw output not kept)"
 ATTN_MD = "benchmarks/results/attention.md (python3 benchmarks/attention.py; 2026-11-24)"
 CLIFFS = ("library: benchmarks/results/cliffs.md (python benchmarks/cliffs.py; 2026-11-28); template: issue 41's "
           "table (the same row before commit 68738a9, another run)")
@@ -268,6 +265,7 @@ CHOICES_MD = ("benchmarks/results/choices.md (python benchmarks/choices.py; 2026
 T, L = TEMPLATE, LIBRARY
 NO_TF32 = ("2026-11-28's run set TF32 off for products (PRECISIONS' flags, fixed since) and measured IEEE "
            "numbers here: not used")
+SUSPECT = "re-measure: both sides several times their neighbours' at equal work"
 CL_OPEN = ("the graph alone now plans channels-last, where the rule keeps cuDNN unmeasured (the IR was measured "
            "against MINICOMP_CONV=cudnn the day layout_plan changed: NCHW or NHWC cuDNN not recorded); re-measure")
 
@@ -285,28 +283,30 @@ def conv(n, cin, hw, cout, kernel, stride=1, groups=1, epilogue="bn+relu") -> di
 
 
 GEMM_ROWS = (
-    Row("bf16", mm(8192, 768, 3072, "bias+residual"), 0.0671, 0.0822, T, WAVES, "GPT-2 MLP down-projection"),
-    Row("bf16", mm(8192, 768, 768, "bias+residual"), 0.0368, 0.0465, T, WAVES, "GPT-2 attention projection"),
-    Row("bf16", mm(8192, 2304, 768, "bias"), 0.0570, 0.0969, T, WAVES, "GPT-2 qkv projection"),
-    Row("bf16", mm(4096, 4096, 4096, "bias+residual"), 0.1956, 0.2464, T, WAVES),
-    Row("bf16", mm(25088, 1536, 384, "bias"), 0.0635, 0.1541, T, WAVES, "ConvNeXt-T b32 MLP"),
-    Row("bf16", mm(50176, 64, 256, "bias+residual"), 0.0351, 0.0303, T, WAVES,
-        "ResNet-50 b32 1x1 as a product; template: the schedule of that run",
-        open="library 1.16x faster, with eager's unfused adds; re-measure (benchmarks/choices.py)"),
-    Row("bf16", mm(8192, 4096, 4096, "bias+gelu"), 0.476, 0.452, L, GELU,
-        "one of three runs: the others 0.426 vs 0.440 and 0.502 vs 0.452; in gemm.md's MLP block max-autotune "
-        "picked the template for 8192x4096x1024 + gelu (block 0.261 vs 0.263 ms: a tie)"),
-    Row("bf16", mm(196, 384, 1536, "bias"), 0.0118, 0.0052, L, SMALL, "6 template tiles for 132 SMs"),
-    Row("bf16", mm(784, 192, 768, "bias"), 0.0127, 0.0050, L, SMALL, "8 template tiles"),
-    Row("bf16", mm(64, 768, 768, "bias+residual"), 0.330, 0.338, T, SHORT,
-        "whole block, ms per call (template 0.247-0.330 over runs; 9 launches vs 14)"),
-    Row("fp32-ieee", mm(4096, 4096, 4096, "bias+residual"), None, None, L, ""),
-    Row("fp32-ieee", mm(8192, 768, 3072, "bias+residual"), None, None, L, ""),
-    Row("tf32", mm(4096, 4096, 4096, "bias+residual"), None, None, T, ""),
-    Row("tf32", mm(8192, 4096, 4096, "bias+gelu"), None, None, L, ""),
-    Row("tf32", mm(196, 384, 1536, "bias"), None, None, L, ""),
-    Row("fp16", mm(4096, 4096, 4096, "bias+residual"), None, None, T, ""),
-    Row("fp16", mm(8192, 4096, 4096, "bias+gelu"), None, None, L, ""),
+    Row("bf16", mm(8192, 768, 3072, "bias+residual"), 0.0666, 0.0720, T, CHOICES_MD, "GPT-2 MLP down-projection"),
+    Row("bf16", mm(8192, 768, 768, "bias+residual"), 0.0481, 0.0606, T, CHOICES_MD, "GPT-2 attention projection"),
+    Row("bf16", mm(8192, 2304, 768, "bias"), 0.0559, 0.0663, T, CHOICES_MD, "GPT-2 qkv projection"),
+    Row("bf16", mm(4096, 4096, 4096, "bias+residual"), 0.2101, 0.2151, T, CHOICES_MD),
+    Row("bf16", mm(25088, 1536, 384, "bias"), 0.0808, 0.1251, T, CHOICES_MD, "ConvNeXt-T b32 MLP"),
+    Row("bf16", mm(50176, 64, 256, "bias+residual"), 0.0340, 0.0682, T, CHOICES_MD, "ResNet-50 b16's 1x1 as a product"),
+    Row("bf16", mm(8192, 4096, 4096, "bias+gelu"), 0.4812, 0.4182, L, CHOICES_MD,
+        "earlier runs: 0.476 vs 0.452, 0.426 vs 0.440, 0.502 vs 0.452 (commit 46c1b2a)"),
+    Row("bf16", mm(196, 384, 1536, "bias"), 0.0153, 0.0215, T, CHOICES_MD,
+        "ConvNeXt-T b1 stage 3, 6 template tiles; GPU time (SMALL) 0.0118 vs 0.0052: cuBLAS's 2nd launch costs more"),
+    Row("bf16", mm(784, 192, 768, "bias"), 0.0790, 0.0451, L, CHOICES_MD,
+        f"ConvNeXt-T b1 stage 2, 8 template tiles; GPU time (SMALL) 0.0127 vs 0.0050; {SUSPECT} (196x384x1536)"),
+    Row("bf16", mm(64, 768, 768, "bias+residual"), 0.0128, 0.0168, T, CHOICES_MD,
+        "the GPT-2 block at 64 tokens (commit e2c48d2: whole block 0.330 vs 0.338 ms)"),
+    Row("bf16", mm(196, 1536, 384, "bias"), None, None, T, "", "ConvNeXt-T b1 stage 3's other product"),
+    Row("bf16", mm(256, 384, 1536, "bias"), None, None, T, "", "at HOST_BOUND_ROWS"),
+    Row("bf16", mm(392, 384, 1536, "bias"), None, None, L, "", "ConvNeXt-T b2 stage 3: past HOST_BOUND_ROWS"),
+    Row("fp32-ieee", mm(4096, 4096, 4096, "bias+residual"), 3.3108, 2.7222, L, CHOICES_MD),
+    Row("fp32-ieee", mm(8192, 768, 3072, "bias+residual"), 0.9453, 0.8726, L, CHOICES_MD),
+    Row("tf32", mm(4096, 4096, 4096, "bias+residual"), None, None, T, "", NO_TF32),
+    Row("tf32", mm(8192, 4096, 4096, "bias+gelu"), None, None, L, "", NO_TF32),
+    Row("tf32", mm(196, 384, 1536, "bias"), None, None, L, "", NO_TF32),
+    Row("fp16", mm(4096, 4096, 4096, "bias+residual"), 0.2124, 0.2244, T, CHOICES_MD),
+    Row("fp16", mm(8192, 4096, 4096, "bias+gelu"), 0.4985, 0.4473, L, CHOICES_MD),
 )
 PLAIN_GEMM_ROWS = (  # (fp32 IEEE products went to cuBLAS before fusion: the gemm rule)
     Row("bf16", mm(4096, 4096, 4096), 0.1936, 0.1884, L, CHOICES_MD, "gemm.md (2026-11-23): 0.219 vs 0.195"),
@@ -336,19 +336,26 @@ ATTENTION_ROWS = (
     Row("fp16", att(4, 16, 1024, 64, True), None, None, T, ""),
     Row("fp16", att(4, 16, 4096, 128, False), None, None, T, ""),
 )
-SDPA_ROWS = (  # template: the SDPA op under MINICOMP_ATTENTION=1; library: eager's SDPA (cuDNN's flash kernel)
-    Row("bf16", att(4, 16, 1024, 64, False), 0.052, 0.046, L, ATTN_MD),
-    Row("bf16", att(4, 16, 1024, 64, True), 0.045, 0.037, L, ATTN_MD),
-    Row("bf16", att(4, 16, 4096, 64, False), 0.653, 0.604, L, ATTN_MD),
-    Row("bf16", att(4, 16, 4096, 64, True), 0.372, 0.345, L, ATTN_MD),
-    Row("bf16", att(4, 16, 1024, 128, False), 0.086, 0.063, L, ATTN_MD),
-    Row("bf16", att(4, 16, 1024, 128, True), 0.071, 0.052, L, ATTN_MD),
-    Row("bf16", att(4, 16, 4096, 128, False), 1.057, 0.916, L, ATTN_MD),
-    Row("bf16", att(4, 16, 4096, 128, True), 0.629, 0.545, L, ATTN_MD),
-    Row("bf16", att(8, 16, 8192, 128, False, tq=1), 0.142, 0.135, L, ATTN_MD, "decode: one query"),
-    Row("fp32-ieee", att(4, 16, 1024, 64, True), None, None, L, ""),
-    Row("tf32", att(4, 16, 1024, 64, True), None, None, L, ""),
-    Row("fp16", att(4, 16, 1024, 64, True), None, None, L, ""),
+SDPA_ROWS = (  # template: the SDPA op under MINICOMP_ATTENTION=1; library: PyTorch's SDPA kernel in the graph
+    Row("bf16", att(4, 16, 1024, 64, False), 0.0524, 0.0520, L, CHOICES_MD),
+    Row("bf16", att(4, 16, 1024, 64, True), 0.0455, 0.1075, L, CHOICES_MD,
+        "attention.md: 0.045 vs 0.037; PyTorch's SDPA on this shape in the same run (the attention rule's row) 0.0376",
+        open="the library side took 2.9x eager SDPA's time here, and not in fp16 (0.0386) or at d=128 (0.0547): "
+             "suspected artefact or a slower kernel in the graph; neighbours added, re-measure with the SDPA column"),
+    Row("bf16", att(4, 16, 512, 64, True), None, None, L, ""),
+    Row("bf16", att(4, 16, 2048, 64, True), None, None, L, ""),
+    Row("bf16", att(8, 16, 1024, 64, True), None, None, L, ""),
+    Row("bf16", att(4, 16, 4096, 64, False), 0.6790, 0.5883, L, CHOICES_MD),
+    Row("bf16", att(4, 16, 4096, 64, True), 0.3773, 0.3332, L, CHOICES_MD),
+    Row("bf16", att(4, 16, 1024, 128, False), 0.0870, 0.0625, L, CHOICES_MD),
+    Row("bf16", att(4, 16, 1024, 128, True), 0.0716, 0.0547, L, CHOICES_MD),
+    Row("bf16", att(4, 16, 4096, 128, False), 1.1310, 0.8395, L, CHOICES_MD),
+    Row("bf16", att(4, 16, 4096, 128, True), 0.6834, 0.5065, L, CHOICES_MD),
+    Row("bf16", att(8, 16, 8192, 128, False, tq=1), 0.1391, 0.1351, L, CHOICES_MD, "decode: one query"),
+    Row("fp32-ieee", att(4, 16, 1024, 64, True), 14.2706, 0.3563, L, CHOICES_MD),
+    Row("tf32", att(4, 16, 1024, 64, True), 14.2541, 0.3560, L, CHOICES_MD, "products' TF32 off in that run"),
+    Row("fp16", att(4, 16, 1024, 64, True), 0.0452, 0.0386, L, CHOICES_MD),
+    Row("fp16", att(4, 16, 1024, 64, False), None, None, L, ""),
 )
 CONV_ROWS = (  # batch 32, NCHW input; template: MINICOMP_CONV=ir, library: =cudnn
     Row("bf16", conv(32, 3, 224, 64, 7, stride=2), 0.338, 0.360, L, CONV_BF16, "ResNet-50 stem"),
