@@ -34,7 +34,7 @@ def decided(rule, row) -> list[str]:
         fn, args = workload(rule.name, row.case, dtype, device="cpu")
         gm = make_fx(fn, decomposition_table=decompositions())(*args)
     with config.patch(attention="auto", gemm="auto", conv="auto", **flags):
-        lowering = Lowering(gm, [torch.empty(a.shape, dtype=a.dtype, device="meta") for a in args])
+        lowering = Lowering(gm, [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta") for a in args])
         lowering.graph.target = H200  # (the SDPA rule reads it while lowering)
         graph = lowering.run()
         if row.setting == "tf32":  # what lowering gives CUDA inputs with TF32 allowed (frontend/rules.py)
