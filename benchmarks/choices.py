@@ -1,6 +1,6 @@
 """Every template-vs-library rule's table (``minicomp/ir/choices.py``) measured afresh: for each row,
 minicomp with the rule's template side forced against minicomp with its library side forced, in one
-process, timed interleaved (and, for attention, PyTorch's SDPA on the same q, k, v as a reference).
+process, timed interleaved (and, for attention and SDPA, PyTorch's SDPA on the same q, k, v as a reference).
 
     python benchmarks/choices.py                  # GPU: every row, at most about 6 minutes (--budget-s)
     python benchmarks/choices.py --only gemm,conv # some rules
@@ -59,6 +59,8 @@ def workload(rule: str, case: dict, dtype: torch.dtype, device: str = "cuda"):
         stride, pad = case["stride"], kernel // 2
         fan_in = cin // groups * kernel**2
         x, w = rand(n, cin, hw, hw), rand(cout, cin // groups, kernel, kernel, scale=fan_in ** -0.5)
+        if case.get("channels_last"):  # as a model's inner convolutions read it (layout_plan's buffers)
+            x = x.to(memory_format=torch.channels_last)
         vec = [torch.empty(cout, device=device, dtype=dtype).uniform_(lo, hi)
                for lo, hi in ((-0.5, 0.5), (0.5, 2.0), (0.5, 1.5), (-0.5, 0.5))]
         if case["epilogue"] == "bias+sigmoid":
@@ -91,7 +93,8 @@ def tiny(rule: str, case: dict) -> dict:
         small.update(b=1, h=2)
     if rule == "conv":
         g = case["groups"]
-        per_in, per_out = min(case["cin"] // g, 4), min(case["cout"] // g, 4)
+        per_group = 16 if 1 < g < case["cin"] else 4  # (grouped: as wide as conv_lowering's GROUPED_MIN_WIDTH)
+        per_in, per_out = min(case["cin"] // g, per_group), min(case["cout"] // g, per_group)
         small.update(n=2, groups=min(g, 4), cin=min(g, 4) * per_in, cout=min(g, 4) * per_out, hw=min(case["hw"], 6))
     return small
 
@@ -104,8 +107,14 @@ def _side_of(report, rule: str) -> str | None:
     return sides[0] if sides else None
 
 
+def _record(out: dict, side: str, report) -> None:
+    """A side's rule decisions and what its graph ran: kernels and the library ops it called."""
+    out["decisions"][side] = [d for d in report.decisions if "[rule " in d]
+    out["ran"][side] = [k.name for k in report.kernels] + [f"{f.op} (library)" for f in report.fallbacks]
+
+
 def measure(rule, row, device: str, bench, rounds: int) -> dict:
-    """Both sides of one row (and SDPA for the attention rule), timed interleaved."""
+    """Both sides of one row (and PyTorch's SDPA for the attention and SDPA rules), timed interleaved."""
     import minicomp
     from common import bench_interleaved, fresh
     from minicomp import config
@@ -126,16 +135,19 @@ def measure(rule, row, device: str, bench, rounds: int) -> dict:
         with config.patch(**{setting: "auto"}):
             got = auto(*args)
         pick = out["picks"] = _side_of(minicomp.report(), rule.name)
-        auto_decisions = [d for d in minicomp.report().decisions if "[rule " in d]
+        if pick is None:  # another rule decided (2026-11-28's tf32 products ran IEEE: the gemm rule's)
+            raise RuntimeError(f"rule {rule.name} made no decision here: {minicomp.report().decisions}")
+        out["decisions"], out["ran"] = {}, {}
+        _record(out, pick, minicomp.report())
         other = LIBRARY if pick == TEMPLATE else TEMPLATE
         forced = minicomp.compile(fresh(fn, other))
         with config.patch(**{setting: force[other]}):
             got_other = forced(*args)
-        out["decisions"] = {pick: auto_decisions, other: [d for d in minicomp.report().decisions if "[rule " in d]}
-        variants[pick or "auto"], variants[other] = (lambda: auto(*args)), (lambda: forced(*args))
-        out["max_rel_error"] = {pick or "auto": rel_error(got, expected), other: rel_error(got_other, expected)}
+        _record(out, other, minicomp.report())
+        variants[pick], variants[other] = (lambda: auto(*args)), (lambda: forced(*args))
+        out["max_rel_error"] = {pick: rel_error(got, expected), other: rel_error(got_other, expected)}
         out["correct"] = max(out["max_rel_error"].values()) <= TOLERANCE[row.setting]
-        if rule.name == "attention":  # PyTorch's SDPA (the kernel it picks for this dtype) on the same q, k, v
+        if rule.name in ("attention", "sdpa"):  # PyTorch's SDPA (the kernel it picks here) on the same q, k, v
             causal = row.case["causal"]
             variants["sdpa"] = lambda: F.scaled_dot_product_attention(*args, is_causal=causal)
         names = list(variants)
@@ -143,7 +155,7 @@ def measure(rule, row, device: str, bench, rounds: int) -> dict:
     out.update({f"{k}_ms": t for k, t in zip(names, times)})
     out["faster"] = Row(row.setting, case, out.get(f"{TEMPLATE}_ms"), out.get(f"{LIBRARY}_ms"), pick, "").winner
     out["pick_is_faster"] = out["faster"] in (pick, "either")
-    if "sdpa_ms" in out and pick:  # issue 41: the pick must not be slower than PyTorch's SDPA either
+    if "sdpa_ms" in out:  # issue 41: the pick must not be slower than PyTorch's SDPA either
         out["pick_over_sdpa"] = out[f"{pick}_ms"] / out["sdpa_ms"]
     return out
 
@@ -173,7 +185,7 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         mine = [r for r in rows if r["rule"] == rule.name]
         if not mine:
             continue
-        sdpa = rule.name == "attention"
+        sdpa = rule.name in ("attention", "sdpa")
         lines += [f"## {rule.name}: {rule.question}", "",
                   f"template: {rule.template}; library: {rule.library}.", "",
                   "| setting | case | template ms | library ms |" + (" SDPA ms | pick ÷ SDPA |" if sdpa else "")

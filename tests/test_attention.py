@@ -394,6 +394,7 @@ def test_heads_merged_back_are_a_plain_operand_of_the_next_product(monkeypatch):
         q, k, v = (z.view(b, t, 4, 16).transpose(1, 2) for z in (q, k, v))
         return (mingpt(q, k, v).transpose(1, 2).reshape(b, t, 64) @ wo).relu()  # (a product alone: cuBLAS)
     few_sms = dataclasses.replace(H200, sm_count=1)  # (on the H200 a product of 1 tile goes to cuBLAS)
+    monkeypatch.setattr(minicomp.ir.choices, "PLAIN_TEMPLATE_MAX_FLOPS", 0)  # (and so does any plain one)
     with torch.no_grad():
         _, kernels = _scheduled(fn, [torch.randn(2, 32, 64, dtype=torch.bfloat16)], few_sms)
     assert [k.schedule.template for k in kernels] == ["attention", "gemm"]  # (x @ w alone: cuBLAS)

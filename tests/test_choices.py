@@ -6,6 +6,8 @@ through the pipeline for the H200 under the row's setting, and the rule's decisi
 table's picks against its numbers fails the second."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -16,6 +18,7 @@ from minicomp import config
 from minicomp.backend import decompositions
 from minicomp.compiler import PIPELINE
 from minicomp.frontend.lowering import Lowering
+from minicomp.frontend.rules import _matmul_precision
 from minicomp.ir.choices import LIBRARY, PRECISIONS, RULES, TEMPLATE, picked
 from minicomp.passes.manager import run_pipeline
 from tests.utils import H200
@@ -31,7 +34,7 @@ def decided(rule, row) -> list[str]:
         fn, args = workload(rule.name, row.case, dtype, device="cpu")
         gm = make_fx(fn, decomposition_table=decompositions())(*args)
     with config.patch(attention="auto", gemm="auto", conv="auto", **flags):
-        lowering = Lowering(gm, [torch.empty(a.shape, dtype=a.dtype, device="meta") for a in args])
+        lowering = Lowering(gm, [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta") for a in args])
         lowering.graph.target = H200  # (the SDPA rule reads it while lowering)
         graph = lowering.run()
         if row.setting == "tf32":  # what lowering gives CUDA inputs with TF32 allowed (frontend/rules.py)
@@ -73,12 +76,25 @@ def test_tables_are_complete_and_cited():
         assert {row.setting for row in rule.table} == set(PRECISIONS) or rule.name == "plain_gemm", rule.name
 
 
-def test_a_rule_change_fails_the_table_test(monkeypatch):
+def test_each_setting_gives_lowering_its_precision():
+    """A row's setting, applied as the benchmark applies it, is what lowering reads on a GPU: TF32
+    products and convolutions only under "tf32" (torch ties its two matmul flags: a "highest" set
+    after allow_tf32 turned TF32 off again, and 2026-11-28's tf32 products ran IEEE)."""
+    cuda_fp32 = SimpleNamespace(dtype=torch.float32, type=SimpleNamespace(device=torch.device("cuda")))
+    for setting, (dtype, flags) in PRECISIONS.items():
+        with config.patch(**flags):
+            assert _matmul_precision(cuda_fp32) == ("tf32" if setting == "tf32" else "ieee"), setting
+            assert config.cudnn_allow_tf32 == (setting != "fp32-ieee"), setting
+
+
+@pytest.mark.parametrize("name", list(RULES))
+def test_a_rule_change_fails_the_table_test(monkeypatch, name):
     """The check above is not vacuous: flipping a rule's decision breaks its rows."""
-    rule = RULES["gemm"]
+    rule = RULES[name]
     row = rule.table[0]
-    monkeypatch.setattr(rule, "decide", lambda *facts: (LIBRARY, "flipped"))
-    assert decided(rule, row) == [LIBRARY] != [row.picks]
+    flipped = LIBRARY if row.picks == TEMPLATE else TEMPLATE
+    monkeypatch.setattr(rule, "decide", lambda *facts: (flipped, "flipped"))
+    assert decided(rule, row) == [flipped] != [row.picks]
     monkeypatch.undo()
     assert decided(rule, row) == [row.picks]
 

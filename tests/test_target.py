@@ -146,18 +146,20 @@ def test_gemm_backend_choice_reads_the_target():
 
 
 def test_a_product_nothing_fuses_into_is_a_cublas_call_on_the_gpu():
-    """After fusion, a GEMM kernel that is the product alone becomes aten.mm/bmm on GPUs (faster, no
-    compile); with an epilogue, or in the interpreter, it stays the template."""
+    """After fusion, a GEMM kernel that is the product alone becomes aten.mm/bmm on GPUs from
+    ``choices.PLAIN_TEMPLATE_MAX_FLOPS`` on (as fast, no compile); with an epilogue, smaller, or in the
+    interpreter, it stays the template."""
     # (shapes of more tiles than the H200 has SMs: a smaller product goes to cuBLAS before fusion)
-    a, b = torch.empty(4096, 32, dtype=BF16), torch.empty(32, 2048, dtype=BF16)
-    c = torch.empty(3, 48, 2048, dtype=BF16)
+    a, b = torch.empty(4096, 4096, dtype=BF16), torch.empty(4096, 2048, dtype=BF16)
+    c = torch.empty(2, 2048, 2048, dtype=BF16)
     cases = {  # function, args -> (H200 GEMM kernels, H200 externs)
         "mm": (lambda a, b: a @ b, [a, b], 0, ["mm.default"]),
         "mm of a transposed view": (lambda a, b: b.t() @ a.t(), [a, b], 0, ["mm.default"]),
         "bmm": (lambda c: torch.bmm(c.transpose(1, 2), c), [c], 0, ["bmm.default"]),
         "epilogue": (lambda a, b: (a @ b) + 1, [a, b], 1, []),
         "product also stored": (lambda a, b: (lambda y: (y, y.relu()))(a @ b), [a, b], 1, []),
-        "then a reduction": (lambda a, b: torch.softmax(a @ b, -1), [a, b], 0, ["mm.default"]),
+        "then a reduction": (lambda a, b: torch.softmax(a @ b, -1), [a[:1024, :512].contiguous(), b[:512].repeat(1, 16)], 0,
+                             ["mm.default"]),  # (M*K under gemm's HEAVY_MIN_MK: exp does not count)
     }
     for name, (fn, args, gemms, externs) in cases.items():
         _, kernels = _scheduled(fn, args, INTERPRETER)
@@ -167,6 +169,9 @@ def test_a_product_nothing_fuses_into_is_a_cublas_call_on_the_gpu():
         assert [str(n.attrs["target"]).split(".", 1)[1] for n in graph.nodes if n.op == "extern"] == externs, name
         assert sum("nothing fused" in d for d in graph.decisions) == len(externs), (name, graph.decisions)
         assert all(n.type.dtype == BF16 for n in graph.nodes if n.op == "extern"), name  # cuBLAS rounds once
+    graph, kernels = _scheduled(lambda a, b: a @ b, [a[:, :32], b[:32]], H200)  # 0.5 GFLOP: the template's
+    assert [k.schedule.template for k in kernels] == ["gemm"] and not any(n.op == "extern" for n in graph.nodes)
+    assert any("[rule plain_gemm: template]" in d for d in graph.decisions), graph.decisions
 
 
 def test_a_small_product_in_cublas_leaves_no_kernel_behind():
