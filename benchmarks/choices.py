@@ -56,6 +56,9 @@ def workload(rule: str, case: dict, dtype: torch.dtype, device: str = "cuda"):
             return masked_by_buffer, (q, k, v, torch.ones(t, t, device=device, dtype=dtype).tril().view(1, 1, t, t))
         if case.get("mask") == "padding":
             return padded, (q, k, v, padding_mask(b, t, dtype, device))
+        if case.get("prologue") == "rotary":
+            angles = torch.rand(t, d, device=device, dtype=dtype) * 6
+            return rotary, (q, k, v, angles.cos(), angles.sin())
         return (written_out if case["causal"] else written_out_full), (q, k, v)
     if rule == "conv":
         n, cin, hw, cout, kernel, groups = (case[key] for key in ("n", "cin", "hw", "cout", "kernel", "groups"))
@@ -99,6 +102,17 @@ def padded(q, k, v, mask):
     return F.softmax((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1))) + mask, dim=-1) @ v
 
 
+def rope(x, cos, sin):
+    """Llama's rotary embedding (rotate_half)."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+
+def rotary(q, k, v, cos, sin):
+    """Causal attention written out on rotary-embedded q and k."""
+    return written_out(rope(q, cos, sin), rope(k, cos, sin), v)
+
+
 def padding_mask(b: int, t: int, dtype: torch.dtype, device: str) -> torch.Tensor:
     """Every other sequence's last quarter padded."""
     mask = torch.zeros(b, 1, 1, t, device=device, dtype=dtype)
@@ -108,7 +122,11 @@ def padding_mask(b: int, t: int, dtype: torch.dtype, device: str) -> torch.Tenso
 
 def eager_sdpa(case: dict, args):
     """The attention rule's reference: PyTorch's SDPA as one would call it for the row's workload."""
-    q, k, v, *mask = args
+    q, k, v, *more = args
+    if case.get("prologue") == "rotary":
+        cos, sin = more
+        return lambda: F.scaled_dot_product_attention(rope(q, cos, sin), rope(k, cos, sin), v, is_causal=True)
+    mask = more
     if case.get("mask") == "padding":
         return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask[0])
     if case["causal"] and q.shape[-2] != k.shape[-2]:  # aligned bottom-right: SDPA's is_causal is top-left

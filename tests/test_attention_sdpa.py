@@ -225,6 +225,23 @@ def test_the_rule_keeps_the_template_on_the_cpu_and_picks_sdpa_on_the_h200():
     assert odd.side == choices.LIBRARY and "multiples of 8" in odd.why
     blocked = choices.ATTENTION(choices.AttentionFacts(torch.bfloat16, 64, 64, "why not"), H200)
     assert blocked.side == choices.TEMPLATE and "why not" in blocked.why
+    rotary = ("cat", "mul", "neg")  # on the template's loads in half precision; fp32: SDPA all the same
+    assert choices.ATTENTION(choices.AttentionFacts(torch.bfloat16, 64, 64, None, rotary), H200).template
+    assert choices.ATTENTION(choices.AttentionFacts(torch.float32, 64, 64, None, rotary), H200).side == choices.SDPA_CALL
+
+
+def test_rotary_producers_are_facts_of_the_rule(monkeypatch):
+    """Scheduled for the H200: rotary embedding on q and k keeps bf16 attention in the template, which
+    computes it on its loads (not measured against SDPA yet); fp32 takes SDPA, rotary as a kernel."""
+    from benchmarks.choices import workload
+    from tests.test_target import _scheduled
+    monkeypatch.delenv("MINICOMP_ATTENTION", raising=False)
+    for dtype, side in ((torch.bfloat16, "template"), (torch.float32, "sdpa")):
+        fn, args = workload("attention", dict(b=1, h=2, t=32, d=64, causal=True, prologue="rotary"), dtype, "cpu")
+        with torch.no_grad():
+            graph, _ = _scheduled(fn, list(args), H200)
+        assert choices.picked(graph.decisions, "attention") == [side], graph.decisions
+        assert side == "sdpa" or any("producers (add, cat, mul, neg)" in d for d in graph.decisions), graph.decisions
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

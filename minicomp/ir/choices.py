@@ -173,6 +173,8 @@ class AttentionFacts:
     head_dim: int                # q's and k's
     value_dim: int               # v's
     sdpa_blocker: str | None     # why one SDPA call would not compute it exactly (None: it would)
+    producers: tuple[str, ...] = ()  # elementwise ops computing q, k or v (rotary, a bias): the
+                                     # template runs them on its loads, one SDPA call reads them stored
 
 
 # --- GEMM: the template with its epilogue, or cuBLAS and the epilogue as a kernel of its own -------
@@ -225,6 +227,9 @@ def _attention(a: AttentionFacts, target: Target) -> tuple[str, str]:
     if not target.is_cuda:
         return TEMPLATE, "the interpreter runs every kernel (the CPU tests)"
     not_sdpa = _not_sdpa(a)
+    if not_sdpa is None and a.producers and a.dtype != torch.float32:
+        not_sdpa = (f"the template computes q, k, v's producers ({', '.join(a.producers)}) on its loads; one "
+                    "SDPA call would read them stored (not measured: the rotary rows)")
     if not_sdpa is None:  # every measured row (ATTENTION_ROWS): fp32 IEEE, TF32, fp16, bf16
         return SDPA_CALL, ("one call of PyTorch's SDPA (memory-efficient kernel for fp32, flash or cuDNN for "
                            "fp16/bf16), measured faster than the flash template and than cuBLAS + softmax")
@@ -314,11 +319,12 @@ def mm(m, n, k, epilogue=None) -> dict:
     return dict(m=m, n=n, k=k) if epilogue is None else dict(m=m, n=n, k=k, epilogue=epilogue)
 
 
-def att(b, h, t, d, causal, tq=None, mask=None) -> dict:
-    """An attention row's case; ``mask`` (the attention rule's workloads, benchmarks/choices.py): a mask
-    read from memory, "tril-buffer" (minGPT's) or "padding" (BERT's)."""
-    return (dict(b=b, h=h, t=t, d=d, causal=causal) | ({} if tq is None else dict(tq=tq))
-            | ({} if mask is None else dict(mask=mask)))
+def att(b, h, t, d, causal, tq=None, mask=None, prologue=None) -> dict:
+    """An attention row's case; for the attention rule's workloads (benchmarks/choices.py), ``mask``: a
+    mask read from memory, "tril-buffer" (minGPT's) or "padding" (BERT's); ``prologue``: "rotary" on q
+    and k (Llama's)."""
+    extra = dict(tq=tq, mask=mask, prologue=prologue)
+    return dict(b=b, h=h, t=t, d=d, causal=causal) | {k: v for k, v in extra.items() if v is not None}
 
 
 def conv(n, cin, hw, cout, kernel, stride=1, groups=1, epilogue="bn+relu") -> dict:
@@ -365,6 +371,9 @@ ATTENTION_ROWS = (  # b8 h12 t512 d64: GPT-2's and BERT's heads at T=512
         "BERT: an additive [B, 1, 1, T] padding mask of finfo.min"),
     Row("fp32-ieee", att(8, 12, 512, 64, True, tq=128), None, None, S, "",
         "causal aligned bottom-right (128 new queries over 512 keys): a mask built from iota"),
+    Row("fp32-ieee", att(8, 12, 512, 64, True, prologue="rotary"), None, None, S, "",
+        "rotary embedding on q and k: a kernel of its own before SDPA (the template's IEEE products are the "
+        "slower side whatever it fuses)"),
     Row("tf32", att(8, 12, 512, 64, True), 6.8377, 0.2595, S, CHOICES_MD,
         SDPA_EAGER + "; the flash kernel's fp32 products are IEEE even here", sdpa_ms=0.1616),
     Row("bf16", att(4, 16, 1024, 64, True), 0.0453, 0.1741, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.0376),
@@ -374,6 +383,8 @@ ATTENTION_ROWS = (  # b8 h12 t512 d64: GPT-2's and BERT's heads at T=512
     Row("bf16", att(4, 16, 1024, 64, False), 0.0518, 0.1655, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.0469),
     Row("bf16", att(4, 16, 4096, 128, False), 1.1467, 2.4588, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.9014),
     Row("bf16", att(4, 16, 1024, 64, False, mask="padding"), None, None, S, ""),
+    Row("bf16", att(4, 16, 1024, 64, True, prologue="rotary"), None, None, T, "",
+        "Llama's rotary embedding on q and k: on the template's loads, or a kernel of its own before SDPA"),
     Row("fp16", att(4, 16, 1024, 64, True), 0.0454, 0.1730, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.0377),
     Row("fp16", att(4, 16, 4096, 128, False), 1.1542, 2.5239, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.9351),
 )
@@ -432,7 +443,7 @@ ATTENTION = Rule(
     "attention", "Written-out attention (softmax(q @ kᵀ) @ v): minicomp's flash-attention template, "
     "cuBLAS products around a fused softmax, or one call of PyTorch's SDPA?", "flash-attention template",
     "cuBLAS q @ kᵀ, fused softmax kernel, cuBLAS @ v", _attention,
-    ("attention", {"1": TEMPLATE, "0": LIBRARY, "sdpa": SDPA_CALL}), ("b", "h", "t", "tq", "d", "causal", "mask"),
+    ("attention", {"1": TEMPLATE, "0": LIBRARY, "sdpa": SDPA_CALL}), ("b", "h", "t", "tq", "d", "causal", "mask", "prologue"),
     ATTENTION_ROWS, {SDPA_CALL: "PyTorch's scaled_dot_product_attention, one call (passes/attention_sdpa.py)"})
 SDPA = Rule(
     "sdpa", "F.scaled_dot_product_attention's ops (forward and backward): minicomp's attention template, "

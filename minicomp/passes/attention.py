@@ -38,7 +38,7 @@ from ..ir.interpreter import run as interpret
 from ..ir import views
 from ..ir.patterns import Pat
 from ..templates.attention import decode_splits
-from .attention_sdpa import SDPA_OP, made_in, sdpa_blocker, to_sdpa
+from .attention_sdpa import SDPA_OP, elementwise_producers, made_in, sdpa_blocker, to_sdpa
 from .simplify import dce, view_folding
 
 _ROW_MAX = Pat("reduce", fn="max", name="max", inputs=(Pat(name="x"),))
@@ -215,7 +215,8 @@ def _rewrite(graph: Graph, mm: Node, p: Node, p_idx: tuple, b: dict, score_vars,
             raise NotAttention(f"q, k and v are {q.dtype}, {k.dtype}, {v.dtype}")
     plan = scores.mask_plan(graph)
     blocker = sdpa_blocker(q.dtype, plan.kind, made_in(plan.terminal) if plan.terminal is not None else None)
-    choice = _choice(forced, choices.AttentionFacts(v.dtype, d, v.shape[-1], blocker), graph.target)
+    facts = choices.AttentionFacts(v.dtype, d, v.shape[-1], blocker, elementwise_producers(q, k, v))
+    choice = _choice(forced, facts, graph.target)
     if choice.side == choices.LIBRARY:
         raise NotAttention(str(choice))
     if scale <= 0 and scores.mask is not None:  # -inf times the scale would not stay -inf

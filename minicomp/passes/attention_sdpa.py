@@ -44,6 +44,24 @@ def sdpa_blocker(dtype: torch.dtype, mask_kind: str | None, mask_dtype: torch.dt
     return None
 
 
+MAX_PRODUCER_WALK = 64  # nodes looked at behind q, k and v (rotary with its tables is about 20)
+
+
+def elementwise_producers(*operands: Node) -> tuple[str, ...]:
+    """The elementwise ops (casts aside) that compute ``operands`` from what a kernel stores or the graph
+    takes: the flash template runs them on its loads, one SDPA call reads their results stored."""
+    fns, todo, seen = set(), list(operands), set()
+    while todo and len(seen) < MAX_PRODUCER_WALK:
+        n = todo.pop()
+        if n in seen or n.op not in ("view", "pointwise"):
+            continue
+        seen.add(n)
+        if n.op == "pointwise" and n.attrs["fn"] not in ("cast", "identity"):
+            fns.add(n.attrs["fn"])
+        todo.extend(n.inputs)
+    return tuple(sorted(fns))
+
+
 def made_in(node: Node) -> torch.dtype:
     """The dtype ``node``'s values were made in: through views and widening casts (bf16 to fp32 is
     exact), so a half-precision mask the scores' fp32 addition reads counts as half precision."""
