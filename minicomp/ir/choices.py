@@ -374,8 +374,9 @@ ATTENTION_ROWS = (  # b8 h12 t512 d64: GPT-2's and BERT's heads at T=512
     Row("fp32-ieee", att(8, 12, 512, 64, True, prologue="rotary"), None, None, S, "",
         "rotary embedding on q and k: a kernel of its own before SDPA (the template's IEEE products are the "
         "slower side whatever it fuses)"),
-    Row("tf32", att(8, 12, 512, 64, True), 6.8377, 0.2595, S, CHOICES_MD,
-        SDPA_EAGER + "; the flash kernel's fp32 products are IEEE even here", sdpa_ms=0.1616),
+    Row("tf32", att(8, 12, 512, 64, True), None, None, S, "",
+        "choices.md's tf32 run (6.84 / 0.260 / 0.162 ms) had TF32 off (torch ties its two matmul flags): its "
+        "cuBLAS products were IEEE; with TF32 they may beat SDPA (whose fp32 kernel does not change): re-measure"),
     Row("bf16", att(4, 16, 1024, 64, True), 0.0453, 0.1741, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.0376),
     Row("bf16", att(4, 16, 4096, 64, True), 0.3764, 2.5194, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.3339),
     Row("bf16", att(4, 16, 1024, 128, True), 0.0724, 0.2144, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.0526),
