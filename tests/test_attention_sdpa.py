@@ -227,7 +227,8 @@ def test_the_rule_keeps_the_template_on_the_cpu_and_picks_sdpa_on_the_h200():
     assert blocked.side == choices.TEMPLATE and "why not" in blocked.why
     rotary = ("cat", "mul", "neg")  # on the template's loads in half precision; fp32: SDPA all the same
     assert choices.ATTENTION(choices.AttentionFacts(torch.bfloat16, 64, 64, None, rotary), H200).template
-    assert choices.ATTENTION(choices.AttentionFacts(torch.float32, 64, 64, None, rotary), H200).side == choices.SDPA_CALL
+    fp32 = choices.ATTENTION(choices.AttentionFacts(torch.float32, 64, 64, None, rotary), H200)
+    assert fp32.side == choices.SDPA_CALL
 
 
 def test_rotary_producers_are_facts_of_the_rule(monkeypatch):

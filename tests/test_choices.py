@@ -2,8 +2,9 @@
 row's workload (``benchmarks/choices.py``'s; traced with fake CPU tensors, lowered with meta ones) goes
 through the pipeline for the H200 under the row's setting, and the rule's decision must be the row's
 ``picks``; ``picks`` must be the side the row measured fastest (or within ``NOISE`` of it; the
-attention rule has a third side), unless the row's ``open`` says why not. Changing a rule without changing its table fails the first test; changing a
-table's picks against its numbers fails the second."""
+attention rule has a third side), unless the row's ``open`` says why not. Changing a rule without
+changing its table fails the first test; changing a table's picks against its numbers fails the
+second."""
 from __future__ import annotations
 
 import pytest

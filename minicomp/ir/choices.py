@@ -444,7 +444,8 @@ ATTENTION = Rule(
     "attention", "Written-out attention (softmax(q @ kᵀ) @ v): minicomp's flash-attention template, "
     "cuBLAS products around a fused softmax, or one call of PyTorch's SDPA?", "flash-attention template",
     "cuBLAS q @ kᵀ, fused softmax kernel, cuBLAS @ v", _attention,
-    ("attention", {"1": TEMPLATE, "0": LIBRARY, "sdpa": SDPA_CALL}), ("b", "h", "t", "tq", "d", "causal", "mask", "prologue"),
+    ("attention", {"1": TEMPLATE, "0": LIBRARY, "sdpa": SDPA_CALL}),
+    ("b", "h", "t", "tq", "d", "causal", "mask", "prologue"),
     ATTENTION_ROWS, {SDPA_CALL: "PyTorch's scaled_dot_product_attention, one call (passes/attention_sdpa.py)"})
 SDPA = Rule(
     "sdpa", "F.scaled_dot_product_attention's ops (forward and backward): minicomp's attention template, "
