@@ -89,7 +89,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
     # --- what the compiler generates ----------------------------------------------------------
     Setting("attention", "MINICOMP_ATTENTION", "auto", "choice", True,
             "attention in minicomp's flash kernel: auto (the measured rules for written-out attention and "
-            "for SDPA's ops; ir/choices.py), 1 (every attention it can run), 0 (none)", ("auto", "0", "1")),
+            "for SDPA's ops; ir/choices.py), 1 (every attention it can run), 0 (none), sdpa (none: written-out "
+            "attention as one call of PyTorch's SDPA where that is exact)", ("auto", "0", "1", "sdpa")),
     Setting("gemm", "MINICOMP_GEMM", "auto", "choice", True,
             "which matrix products run in the GEMM template: auto (measured rule; ir/choices.py), "
             "template (every one), cublas (none: aten.mm/bmm)", ("auto", "template", "cublas")),

@@ -3,8 +3,9 @@ measurements it follows.
 
 A ``Rule`` answers one question (``question``) with ``decide`` — the default the passes apply — and
 carries its ``table``: one ``Row`` per measured (or not yet measured) situation, with the setting
-(fp32 IEEE, TF32, fp16, bf16), the workload (``case``), the template's and the library's time, the
-side the rule picks there and where the numbers come from. ``tests/test_choices.py`` builds each row's
+(fp32 IEEE, TF32, fp16, bf16), the workload (``case``), the template's and the library's time (and a
+third side's, where the rule has one: ``Rule.extra_sides``), the side the rule picks there and where
+the numbers come from. ``tests/test_choices.py`` builds each row's
 situation on the CPU (scheduled for the H200) and checks that the rule still picks ``picks`` and that
 ``picks`` is the faster side (or within ``NOISE``); a row where the rule knowingly picks the slower
 side says why in ``open``. ``benchmarks/choices.py`` measures every row afresh on a GPU; its output
@@ -13,7 +14,7 @@ side says why in ``open``. ``benchmarks/choices.py`` measures every row afresh o
 A switch (``MINICOMP_GEMM``, ``MINICOMP_CONV``, ``MINICOMP_ATTENTION``: ``Rule.switch``) forces one
 side, and max-autotune's measurement (``graph.gemm_choices``) overrides the rule for the node it
 measured; the passes ask ``Rule.forced()`` before the rule. Every decision the passes record ends
-with ``[rule <name>: template|library]`` (``Choice.__str__``), which ``picked`` reads back.
+with ``[rule <name>: template|library|sdpa]`` (``Choice.__str__``), which ``picked`` reads back.
 
 The rules read only plain facts (``Product``, ``ConvFacts``, a dtype, the ``Target``): the passes
 and the frontend compute them, so this module imports nothing above ``ir``.
@@ -31,6 +32,9 @@ from .target import Target
 from .types import short_dtype
 
 TEMPLATE, LIBRARY = "template", "library"
+SDPA_CALL = "sdpa"
+"""The attention rule's third side: the whole attention as one call of PyTorch's
+scaled_dot_product_attention, which runs its fused kernel for the dtype."""
 NOISE = 0.10
 """Times within 10 % are a tie: runs of the same kernels on the H200 spread about ±3 % (gemm.md), and
 host-bound rows more (attention.md's T=1024 rows)."""
@@ -48,7 +52,7 @@ PRECISIONS = {  # a row's setting: (dtype, the torch globals of that setting, as
 
 class Choice(NamedTuple):
     rule: str
-    side: str  # TEMPLATE or LIBRARY
+    side: str  # TEMPLATE, LIBRARY or one of the rule's extra sides (SDPA_CALL)
     why: str
 
     @property
@@ -59,7 +63,7 @@ class Choice(NamedTuple):
         return f"{self.why} [rule {self.rule}: {self.side}]"
 
 
-_TAG = re.compile(r"\[rule (\w+): (template|library)\]")
+_TAG = re.compile(r"\[rule (\w+): (template|library|sdpa)\]")
 
 
 def picked(decisions: list[str], rule: str) -> list[str]:
@@ -77,16 +81,33 @@ class Row:
     source: str                # results file and command (GEMM_MD, WAVES, ... below), or "" when not measured
     note: str = ""
     open: str = ""             # why the rule picks the slower side here (until a new measurement)
+    sdpa_ms: float | None = None  # the third side's time (SDPA_CALL: the attention rule's)
+
+    @property
+    def times(self) -> dict[str, float]:
+        """The measured sides' times."""
+        sides = ((TEMPLATE, self.template_ms), (LIBRARY, self.library_ms), (SDPA_CALL, self.sdpa_ms))
+        return {side: ms for side, ms in sides if ms is not None}
+
+    def is_fast(self, side: str) -> bool | None:
+        """Whether ``side`` is the fastest measured side or within NOISE of it; None when it, the
+        template or the library side is not measured."""
+        times = self.times
+        if self.template_ms is None or self.library_ms is None or side not in times:
+            return None
+        return times[side] <= (1 + NOISE) * min(times.values())
 
     @property
     def winner(self) -> str | None:
-        """The faster side; "either" within NOISE; None when a side is not measured."""
-        t, lib = self.template_ms, self.library_ms
-        if t is None or lib is None:
+        """The fastest side; "either" when another is within NOISE of it; None when the template or the
+        library side is not measured."""
+        times = self.times
+        if self.template_ms is None or self.library_ms is None:
             return None
-        if max(t, lib) <= (1 + NOISE) * min(t, lib):
+        best = min(times, key=times.get)
+        if any(side != best and ms <= (1 + NOISE) * times[best] for side, ms in times.items()):
             return "either"
-        return TEMPLATE if t < lib else LIBRARY
+        return best
 
 
 @dataclass
@@ -99,6 +120,11 @@ class Rule:
     switch: tuple[str, dict]  # (config setting, {value: side}) that forces a side
     case_keys: tuple[str, ...]  # what a row's ``case`` may hold (benchmarks/choices.workload builds it)
     table: tuple[Row, ...] = field(default_factory=tuple)
+    extra_sides: dict[str, str] = field(default_factory=dict)  # a side beyond the two -> what runs there
+
+    @property
+    def sides(self) -> tuple[str, ...]:
+        return (TEMPLATE, LIBRARY, *self.extra_sides)
 
     def __call__(self, *facts) -> Choice:
         side, why = self.decide(*facts)
@@ -139,6 +165,17 @@ class ConvFacts:
     height: int
     width: int
     channels_last: bool      # cuDNN would read NHWC data: given so, or the graph's layout (layout_plan)
+
+
+@dataclass(frozen=True)
+class AttentionFacts:
+    """A written-out attention as the attention rule sees it (``passes/attention.py`` computes it)."""
+    dtype: torch.dtype
+    head_dim: int                # q's and k's
+    value_dim: int               # v's
+    sdpa_blocker: str | None     # why one SDPA call would not compute it exactly (None: it would)
+    producers: tuple[str, ...] = ()  # elementwise ops computing q, k or v (rotary, a bias): the
+                                     # template runs them on its loads, one SDPA call reads them stored
 
 
 # --- GEMM: the template with its epilogue, or cuBLAS and the epilogue as a kernel of its own -------
@@ -186,16 +223,38 @@ def _plain_gemm(p: Product, target: Target) -> tuple[str, str]:
                      f"{PLAIN_TEMPLATE_MAX_FLOPS / 1e9:.0f} GFLOP and needs no compile")
 
 
-# --- attention: the flash template, or cuBLAS products around a fused softmax / PyTorch's SDPA -----
+# --- attention: the flash template, cuBLAS products around a fused softmax, or PyTorch's SDPA -------
 
-def _attention(dtype: torch.dtype, target: Target) -> tuple[str, str]:
+SDPA_HEAD_DIM_MULTIPLE = 8
+"""PyTorch's fused SDPA kernels take head dims that are multiples of 8 (16 bytes of fp16); others run
+its math path (two products and a softmax of its own), not measured against minicomp's sides."""
+
+
+def _not_sdpa(a: AttentionFacts) -> str | None:
+    """Why the SDPA side is out for ``a`` (None: it is open)."""
+    if a.sdpa_blocker:
+        return a.sdpa_blocker
+    if a.head_dim % SDPA_HEAD_DIM_MULTIPLE or a.value_dim % SDPA_HEAD_DIM_MULTIPLE:
+        return (f"head dims {a.head_dim}, {a.value_dim}: PyTorch's fused kernels want multiples of "
+                f"{SDPA_HEAD_DIM_MULTIPLE}")
+    return None
+
+
+def _attention(a: AttentionFacts, target: Target) -> tuple[str, str]:
     if not target.is_cuda:
         return TEMPLATE, "the interpreter runs every kernel (the CPU tests)"
-    if dtype == torch.float32:
+    not_sdpa = _not_sdpa(a)
+    if not_sdpa is None and a.producers and a.dtype != torch.float32:
+        not_sdpa = (f"the template computes q, k, v's producers ({', '.join(a.producers)}) on its loads; one "
+                    "SDPA call would read them stored (not measured: the rotary rows)")
+    if not_sdpa is None:  # every measured row (ATTENTION_ROWS): fp32 IEEE, TF32, fp16, bf16
+        return SDPA_CALL, ("one call of PyTorch's SDPA (memory-efficient kernel for fp32, flash or cuDNN for "
+                           "fp16/bf16), measured faster than the flash template and than cuBLAS + softmax")
+    if a.dtype == torch.float32:
         # the flash kernel's fp32 products run with input_precision="ieee", off the tensor cores
         return LIBRARY, ("fp32 operands on a GPU: cuBLAS products around a fused softmax run on tensor cores "
-                         "where allowed and beat the flash kernel's IEEE products")
-    return TEMPLATE, "the flash kernel never stores the scores"
+                         f"where allowed and beat the flash kernel's IEEE products (not SDPA: {not_sdpa})")
+    return TEMPLATE, f"the flash kernel never stores the scores (not SDPA: {not_sdpa})"
 
 
 def _sdpa(target: Target) -> tuple[str, str]:
@@ -276,17 +335,23 @@ CLIFFS = ("library: benchmarks/results/cliffs.md (python benchmarks/cliffs.py; 2
           "table (the same row before commit 68738a9, another run)")
 GROUPED = ("benchmarks/results/experiments.md, 'What moved: grouped convolutions in the IR' (2026-11-24): whole "
            "RegNetY-016 b32 bf16, GPU ms; cuDNN (NCHW, with copies) in session 13's run, the IR in session 14's")
-T, L = TEMPLATE, LIBRARY
+T, L, S = TEMPLATE, LIBRARY, SDPA_CALL
 NO_TF32 = ("2026-11-28's run set TF32 off for products (PRECISIONS' flags, fixed since) and measured IEEE "
            "numbers here: not used")
 SUSPECT = "re-measure: both sides several times their neighbours' at equal work"
+SDPA_EAGER = ("sdpa: eager's F.scaled_dot_product_attention on the same q, k, v (the call the SDPA side makes; "
+              "the side itself to be measured: python benchmarks/choices.py --only attention)")
 
 def mm(m, n, k, epilogue=None) -> dict:
     return dict(m=m, n=n, k=k) if epilogue is None else dict(m=m, n=n, k=k, epilogue=epilogue)
 
 
-def att(b, h, t, d, causal, tq=None) -> dict:
-    return dict(b=b, h=h, t=t, d=d, causal=causal) | ({} if tq is None else dict(tq=tq))
+def att(b, h, t, d, causal, tq=None, mask=None, prologue=None) -> dict:
+    """An attention row's case; for the attention rule's workloads (benchmarks/choices.py), ``mask``: a
+    mask read from memory, "tril-buffer" (minGPT's) or "padding" (BERT's); ``prologue``: "rotary" on q
+    and k (Llama's)."""
+    extra = dict(tq=tq, mask=mask, prologue=prologue)
+    return dict(b=b, h=h, t=t, d=d, causal=causal) | {k: v for k, v in extra.items() if v is not None}
 
 
 def conv(n, cin, hw, cout, kernel, stride=1, groups=1, epilogue="bn+relu", channels_last=False) -> dict:
@@ -333,21 +398,32 @@ PLAIN_GEMM_ROWS = (  # (fp32 IEEE products went to cuBLAS before fusion: the gem
     Row("tf32", mm(4096, 4096, 4096), None, None, L, "", NO_TF32 + " (the gemm rule's pick)"),
     Row("tf32", mm(8192, 1024, 1024), None, None, L, ""),
 )
-ATTENTION_ROWS = (
-    Row("fp32-ieee", att(8, 12, 512, 64, True), 36.25, 13.382, L, CLIFFS,
-        "GPT-2 (4 layers, written-out attention), whole model, ms per forward"),
-    Row("fp32-ieee", att(8, 12, 512, 64, False), 54.41, 6.608, L, CLIFFS, "BERT (4 layers), whole model"),
-    Row("tf32", att(8, 12, 512, 64, True), None, None, L, "", "the flash kernel's fp32 products are IEEE even here"),
-    Row("bf16", att(4, 16, 1024, 64, True), 0.045, 0.174, T, ATTN_MD, "library: Inductor (unfused when causal)"),
-    Row("bf16", att(4, 16, 4096, 64, True), 0.372, 4.036, T, ATTN_MD, "library: Inductor (unfused)"),
-    Row("bf16", att(4, 16, 1024, 128, True), 0.071, 0.186, T, ATTN_MD, "library: Inductor (unfused)"),
-    Row("bf16", att(4, 16, 4096, 128, True), 0.640, 4.051, T, ATTN_MD, "library: Inductor (unfused)"),
-    Row("bf16", att(4, 16, 1024, 64, False), 0.052, None, T, ATTN_MD,
-        "no unfused measurement (Inductor ran PyTorch's SDPA: 0.047; SDPA itself 0.046)"),
-    Row("bf16", att(4, 16, 4096, 128, False), 1.060, None, T, ATTN_MD,
-        "no unfused measurement (Inductor ran PyTorch's SDPA: 0.916)"),
-    Row("fp16", att(4, 16, 1024, 64, True), None, None, T, ""),
-    Row("fp16", att(4, 16, 4096, 128, False), None, None, T, ""),
+ATTENTION_ROWS = (  # b8 h12 t512 d64: GPT-2's and BERT's heads at T=512
+    Row("fp32-ieee", att(8, 12, 512, 64, True), 6.8209, 0.2587, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.1614),
+    Row("fp32-ieee", att(8, 12, 512, 64, False), 1.2201, 0.2575, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.2065),
+    Row("fp32-ieee", att(8, 12, 512, 64, True, mask="tril-buffer"), None, None, S, "",
+        "minGPT: masked_fill(-inf) by a registered tril buffer (read from memory: rows may see no key)"),
+    Row("fp32-ieee", att(8, 12, 512, 64, False, mask="padding"), None, None, S, "",
+        "BERT: an additive [B, 1, 1, T] padding mask of finfo.min"),
+    Row("fp32-ieee", att(8, 12, 512, 64, True, tq=128), None, None, S, "",
+        "causal aligned bottom-right (128 new queries over 512 keys): a mask built from iota"),
+    Row("fp32-ieee", att(8, 12, 512, 64, True, prologue="rotary"), None, None, S, "",
+        "rotary embedding on q and k: a kernel of its own before SDPA (the template's IEEE products are the "
+        "slower side whatever it fuses)"),
+    Row("tf32", att(8, 12, 512, 64, True), None, None, S, "",
+        "choices.md's tf32 run (6.84 / 0.260 / 0.162 ms) had TF32 off (torch ties its two matmul flags): its "
+        "cuBLAS products were IEEE; with TF32 they may beat SDPA (whose fp32 kernel does not change): re-measure"),
+    Row("bf16", att(4, 16, 1024, 64, True), 0.0453, 0.1741, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.0376),
+    Row("bf16", att(4, 16, 4096, 64, True), 0.3764, 2.5194, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.3339),
+    Row("bf16", att(4, 16, 1024, 128, True), 0.0724, 0.2144, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.0526),
+    Row("bf16", att(4, 16, 4096, 128, True), 0.6829, 2.7908, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.5037),
+    Row("bf16", att(4, 16, 1024, 64, False), 0.0518, 0.1655, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.0469),
+    Row("bf16", att(4, 16, 4096, 128, False), 1.1467, 2.4588, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.9014),
+    Row("bf16", att(4, 16, 1024, 64, False, mask="padding"), None, None, S, ""),
+    Row("bf16", att(4, 16, 1024, 64, True, prologue="rotary"), None, None, T, "",
+        "Llama's rotary embedding on q and k: on the template's loads, or a kernel of its own before SDPA"),
+    Row("fp16", att(4, 16, 1024, 64, True), 0.0454, 0.1730, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.0377),
+    Row("fp16", att(4, 16, 4096, 128, False), 1.1542, 2.5239, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.9351),
 )
 SDPA_ROWS = (  # template: the SDPA op under MINICOMP_ATTENTION=1; library: PyTorch's SDPA kernel in the graph
     Row("bf16", att(4, 16, 1024, 64, False), 0.0524, 0.0520, L, CHOICES_MD),
@@ -431,14 +507,16 @@ PLAIN_GEMM = Rule(
     "template or cuBLAS?", "GEMM template", "cuBLAS", _plain_gemm,
     ("gemm", {"template": TEMPLATE, "cublas": LIBRARY}), ("m", "n", "k"), PLAIN_GEMM_ROWS)
 ATTENTION = Rule(
-    "attention", "Written-out attention (softmax(q @ kᵀ) @ v): minicomp's flash-attention template, or "
-    "cuBLAS products around a fused softmax?", "flash-attention template",
+    "attention", "Written-out attention (softmax(q @ kᵀ) @ v): minicomp's flash-attention template, "
+    "cuBLAS products around a fused softmax, or one call of PyTorch's SDPA?", "flash-attention template",
     "cuBLAS q @ kᵀ, fused softmax kernel, cuBLAS @ v", _attention,
-    ("attention", {"1": TEMPLATE, "0": LIBRARY}), ("b", "h", "t", "d", "causal"), ATTENTION_ROWS)
+    ("attention", {"1": TEMPLATE, "0": LIBRARY, "sdpa": SDPA_CALL}),
+    ("b", "h", "t", "tq", "d", "causal", "mask", "prologue"),
+    ATTENTION_ROWS, {SDPA_CALL: "PyTorch's scaled_dot_product_attention, one call (passes/attention_sdpa.py)"})
 SDPA = Rule(
     "sdpa", "F.scaled_dot_product_attention's ops (forward and backward): minicomp's attention template, "
     "or PyTorch's fused kernel (flash / cuDNN / memory-efficient)?", "attention template",
-    "PyTorch's SDPA kernel", _sdpa, ("attention", {"1": TEMPLATE, "0": LIBRARY}),
+    "PyTorch's SDPA kernel", _sdpa, ("attention", {"1": TEMPLATE, "0": LIBRARY, "sdpa": LIBRARY}),
     ("b", "h", "t", "tq", "d", "causal"), SDPA_ROWS)
 CONV = Rule(
     "conv", "A 2-D convolution: in minicomp's IR (GEMM template over an im2col view, or a window-sum "
