@@ -72,7 +72,8 @@ def _max_pool(L, x, n: int, kernel_size, stride, padding, dilation):
     top, tap = _drop_last(L, top), _drop_last(L, tap)
     i = _Math(L, torch.int64)
     flat, device = None, x.type.device
-    for a, (t, s, p, d) in enumerate(zip(_unravel_node(i, tap, kernel), stride, padding, dilation)):
+    coordinates = _unravel_node(_Math(L, torch.int32), tap, kernel)
+    for a, (t, s, p, d) in enumerate(zip(coordinates, stride, padding, dilation)):
         at = i("add", _times(i, L.iota(out_shape, a - n, torch.int64, device), s), _times(i, t, d))
         at = i("sub", at, p) if p else at
         flat = at if flat is None else i("add", i("mul", flat, x.shape[a - n]), at)
@@ -80,21 +81,22 @@ def _max_pool(L, x, n: int, kernel_size, stride, padding, dilation):
 
 
 def _max_tap(L, win: Node, top: Node, kernel, stride, padding, dilation) -> Node:
-    """The tap (0..K-1, int64) aten's max pool kernels pick in each window, walking the taps inside the
-    input in order from (max -inf, the first of them) and taking a tap greater than the max so far, or
-    NaN: the first of equal maxima, the last NaN, and for a window of only -inf (the dtype's lowest)
-    its first tap inside the input. Reductions of the one window (``top`` is its max), so the kernel
-    reads each tap once: the first maximum (``argmax``) and the last NaN (a max of NaN taps' numbers)."""
+    """The tap (0..K-1, int32: a window's few taps) aten's max pool kernels pick in each window, walking
+    the taps inside the input in order from (max -inf, the first of them) and taking a tap greater than
+    the max so far, or NaN: the first of equal maxima, the last NaN, and for a window of only -inf (the
+    dtype's lowest) its first tap inside the input. Reductions of the one window (``top`` is its max),
+    so the kernel reads each tap once: the first maximum (``argmax``) and the last NaN (a max of NaN
+    taps' numbers)."""
     axis = win.type.ndim - 1
-    i, device = _Math(L, torch.int64), win.type.device
-    tap = L.graph.reduce("argmax", win, [axis], torch.int64)
+    i, device = _Math(L, torch.int32), win.type.device
+    tap = L.cast(L.graph.reduce("argmax", win, [axis], torch.int64), torch.int32)
     if any(padding):  # else the first tap is always inside, and argmax's first of equal values is it
         lowest = _Math(L, win.dtype)("eq", top, _lowest(win.dtype))
         tap = i.where(lowest, _first_inside_tap(L, top.shape, kernel, stride, padding, dilation, device), tap)
     if is_float(win.dtype):
-        numbers = L.iota(win.shape, axis, torch.int64, device)
+        numbers = L.iota(win.shape, axis, torch.int32, device)
         nan_taps = i.where(L.graph.pointwise("isnan", [win], torch.bool), numbers, -1)
-        last_nan = L.graph.reduce("max", nan_taps, [axis], torch.int64)
+        last_nan = L.graph.reduce("max", nan_taps, [axis], torch.int32)
         tap = i.where(i("ge", last_nan, 0), last_nan, tap)
     return tap
 
@@ -103,11 +105,11 @@ def _first_inside_tap(L, shape, kernel, stride, padding, dilation, device) -> No
     """At each window of ``shape`` (..., *O, 1), the number of its first tap inside the input: along
     each padded dim the smallest ``t`` with ``o*s - p + t*d >= 0``, i.e. ``max(0, ceil((p - o*s) / d))``
     (0 along the others)."""
-    n, i = len(kernel), _Math(L, torch.int64)
+    n, i = len(kernel), _Math(L, torch.int32)
     terms = []
     for a, (s, p, d) in enumerate(zip(stride, padding, dilation)):
         if p:
-            o = L.iota(shape, a - n - 1, torch.int64, device)
+            o = L.iota(shape, a - n - 1, torch.int32, device)
             t = i("sub", p + d - 1, _times(i, o, s))
             t = i("maximum", i("floordiv", t, d) if d > 1 else t, 0)
             terms.append(_times(i, t, math.prod(kernel[a + 1:])))
@@ -122,7 +124,7 @@ def _times(i, x: Node, k: int) -> Node:
 
 
 def _unravel_node(i, flat: Node, sizes) -> list:
-    """The row-major coordinates of ``flat`` (int64 nodes) in ``sizes``."""
+    """The row-major coordinates of ``flat`` (integer nodes, ``i``'s dtype) in ``sizes``."""
     out, step = [], 1
     for size in reversed(sizes):
         q = i("floordiv", flat, step) if step > 1 else flat

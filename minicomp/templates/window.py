@@ -22,7 +22,7 @@ from .pointwise import MIN_BLOCK
 from .reduction import combine_fn, input_dtype
 
 WINDOW = 32  # taps: a window of at most this many is unrolled (a 3x3x3 pool's 27 among them)
-COMBINED = ("sum", "max", "min", "argmax", "argmin")  # the reductions combined tap by tap
+COMBINED = ("sum", "max", "argmax")  # the reductions combined tap by tap (those pooling and window sums make)
 OUTPUTS_PER_PROGRAM = 1024  # Inductor's pointwise block: 8 outputs a thread in 4 warps (as `pointwise`)
 # Inductor's pooling kernels load taps with this L2 policy (neighbouring windows overlap); not
 # measured apart from the rest of this template
@@ -75,35 +75,46 @@ class WindowTemplate(Template):
                 p.emit(s, ind)
             if not (phase.inner or phase.reductions):
                 continue
-            for r in phase.reductions:
+            shared = kept_by_arg(phase.reductions)
+            own = [r for r in phase.reductions if r.var not in shared]
+            for r in own:
                 start(p, r, ind)
             p.evict = {s.buffer: TAP_EVICTION for s in phase.inner if isinstance(s, Load)}
             out(f"{ind}for rindex in tl.static_range({p.k.numels['r']}):")
             for s in phase.inner:
                 p.emit(s, ind * 2)
-            for r in phase.reductions:
+            for r in own:
                 step(p, r, ind * 2)
             p.evict = {}
             for r in phase.reductions:
-                acc = f"acc_{r.var}_i" if r.index else f"acc_{r.var}"
+                acc = f"acc_{shared[r.var].var}" if r.var in shared else f"acc_{r.var}_i" if r.index else f"acc_{r.var}"
                 out(f"{ind}{r.var} = {acc}.to({p.tl_type(r.dtype)})")
                 p.dtypes[r.var] = r.dtype
 
 
+def kept_by_arg(reductions) -> dict:
+    """The max of the same values as an argmax of the phase, by name -> that argmax: its running value
+    is the max (both become NaN at the first NaN), so it is not accumulated twice."""
+    arg = {(r.value, input_dtype(r)): r for r in reductions if r.fn == "argmax"}
+    return {r.var: arg[(r.value, input_dtype(r))] for r in reductions
+            if r.fn == "max" and (r.value, input_dtype(r)) in arg}
+
+
 def start(p, r, indent: str) -> None:
-    """The accumulators of reduction ``r`` before the first tap: its identity (and index 0)."""
+    """The accumulators of reduction ``r`` before the first tap: its identity (and index 0, in int32:
+    a window has a few taps)."""
     dt = input_dtype(r)
     p.lines.append(f"{indent}acc_{r.var} = {p.full('[XBLOCK]', reduce_identity(r.fn, dt), dt)}")
     if r.index:
-        p.lines.append(f"{indent}acc_{r.var}_i = tl.full([XBLOCK], 0, tl.int64)")
+        p.lines.append(f"{indent}acc_{r.var}_i = tl.full([XBLOCK], 0, tl.int32)")
 
 
 def step(p, r, indent: str) -> None:
     """Combine this tap's value into ``r``'s accumulators. The taps come in order, so an argmax keeps
     the first of equal values and the first NaN (torch.argmax's rule) with one comparison a tap."""
     acc, value = f"acc_{r.var}", f"{r.value}.to({p.tl_type(input_dtype(r))})"
-    if r.fn in ("argmax", "argmin"):
-        call = p.helper(f"_{r.fn}_next", [acc, f"{acc}_i", value, r.index])
+    if r.fn == "argmax":
+        call = p.helper("_argmax_next", [acc, f"{acc}_i", value, r.index])
         p.lines.append(f"{indent}{acc}, {acc}_i = {call}")
     else:
         p.lines.append(f"{indent}{acc} = {p.helper(combine_fn(r), [acc, value])}")
