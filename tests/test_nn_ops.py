@@ -361,7 +361,8 @@ def test_max_pool2d_of_integers_all_lowest_window():
 MAX_POOLS_3D = {
     "k2": dict(kernel_size=2),
     "k3s2p1": dict(kernel_size=3, stride=2, padding=1),  # 27 taps, unrolled
-    "ceil_dilated": dict(kernel_size=(2, 3, 2), stride=(1, 2, 2), padding=(0, 1, 1), dilation=(2, 1, 1), ceil_mode=True),
+    "ceil_dilated": dict(kernel_size=(2, 3, 2), stride=(1, 2, 2), padding=(0, 1, 1), dilation=(2, 1, 1),
+                         ceil_mode=True),
 }
 
 

@@ -227,13 +227,15 @@ def test_pooling_windows_are_pointwise_kernels_with_the_taps_unrolled():
     from minicomp.codegen.triton import kernel_source
     from minicomp.templates.window import WINDOW
     x = torch.empty(64, 64, 112, 112)
-    for fn, stores in ((lambda x: F.max_pool2d(x, 3, 2, 1), 1), (lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), 2)):
+    pools = ((lambda x: F.max_pool2d(x, 3, 2, 1), 1), (lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), 2))
+    for fn, stores in pools:
         _, (k,) = _scheduled(fn, [x], H200)
         source = kernel_source(k)
         assert (k.schedule.template, k.schedule.blocks, k.schedule.num_warps) == ("window", {"XBLOCK": 1024}, 4)
         assert "for rindex in tl.static_range(9):" in source and "tl.reduce" not in source, source
         assert source.count("tl.load(") == 1 and source.count("tl.store(") == stores, source
-    others = [(lambda x: F.avg_pool1d(x, 8, 1, 4), (2, 4, 300), 8), (lambda x: F.max_pool1d(x, 8, 1, 4), (2, 4, 300), 8),
+    others = [(lambda x: F.avg_pool1d(x, 8, 1, 4), (2, 4, 300), 8),
+              (lambda x: F.max_pool1d(x, 8, 1, 4), (2, 4, 300), 8),
               (lambda x: F.max_pool3d(x, 2), (1, 2, 6, 6, 6), 8)]
     for fn, shape, taps in others:
         _, (k,) = _scheduled(fn, [torch.empty(shape)], H200)

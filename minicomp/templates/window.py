@@ -87,8 +87,7 @@ class WindowTemplate(Template):
                 step(p, r, ind * 2)
             p.evict = {}
             for r in phase.reductions:
-                acc = f"acc_{shared[r.var].var}" if r.var in shared else f"acc_{r.var}_i" if r.index else f"acc_{r.var}"
-                out(f"{ind}{r.var} = {acc}.to({p.tl_type(r.dtype)})")
+                out(f"{ind}{r.var} = {result(r, shared)}.to({p.tl_type(r.dtype)})")
                 p.dtypes[r.var] = r.dtype
 
 
@@ -98,6 +97,13 @@ def kept_by_arg(reductions) -> dict:
     arg = {(r.value, input_dtype(r)): r for r in reductions if r.fn == "argmax"}
     return {r.var: arg[(r.value, input_dtype(r))] for r in reductions
             if r.fn == "max" and (r.value, input_dtype(r)) in arg}
+
+
+def result(r, shared: dict) -> str:
+    """The accumulator that holds reduction ``r`` after the last tap."""
+    if r.var in shared:
+        return f"acc_{shared[r.var].var}"
+    return f"acc_{r.var}_i" if r.index else f"acc_{r.var}"
 
 
 def start(p, r, indent: str) -> None:
