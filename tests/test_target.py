@@ -222,24 +222,32 @@ def test_small_elementwise_kernels_give_every_sm_a_program_on_the_gpu():
         assert (k.schedule.blocks["YBLOCK"], k.schedule.blocks["XBLOCK"]) == tile, k.schedule
 
 
-def test_pooling_windows_are_unrolled_one_output_per_lane():
-    """A 3x3 max pool reduces a window: one output per lane and the 9 taps unrolled (RBLOCK=1,
-    ``tl.static_range``), two outputs a thread on the GPU (ResNet-18's stem pool at batch 32 on the
-    H200: 165 -> 47 us). A short row read whole (a sum over 8) keeps its one-block schedule."""
+def test_pooling_windows_are_pointwise_kernels_with_the_taps_unrolled():
+    """A 3x3/2 max pool scheduled for the H200 is a ``window`` kernel: 1-D blocks of outputs (1024 in 4
+    warps, as Inductor's pools), the 9 taps unrolled, each reduction combined tap by tap (no block
+    reduction); with its indices, one kernel computes and stores both in the same pass. (As a
+    [1024, 1] block reduction it ran 0.134 ms for 64x64x112x112 fp32 on the H200; Inductor's unrolled
+    pointwise kernel 0.074.) 1-D pools reach it through the unsqueeze aten's 2-D kernel takes, 3-D
+    pools directly; a window over ``WINDOW`` taps, or a short row read whole, is a reduction."""
     from minicomp.codegen.triton import kernel_source
-    x = torch.empty(2, 16, 12, 12)
-    for target in (INTERPRETER, H200):
-        _, (k,) = _scheduled(lambda x: F.max_pool2d(x, 3, 2, 1), [x], target)
-        assert (k.schedule.template, k.schedule.persistent, k.schedule.blocks["RBLOCK"]) == ("reduction", False, 1)
-        assert "for rstep in tl.static_range(9):" in kernel_source(k)
-        if target.is_cuda:
-            assert k.schedule.num_warps == k.schedule.blocks["XBLOCK"] // 128, k.schedule
-    # 1-D pools reach the window through the unsqueeze aten's 2-D kernel takes: the composed view still
-    # slides (avg_pool1d k=8 on 64x128x65536, H200: 17.0 ms as a [256, 8] tile of one warp; Inductor 1.65)
-    for pool in (F.avg_pool1d, F.max_pool1d):
-        _, (k,) = _scheduled(lambda x: pool(x, 8, 1, 4), [torch.empty(2, 4, 300)], H200)
-        assert (k.schedule.persistent, k.schedule.blocks["RBLOCK"]) == (False, 1), (pool, k.schedule)
-        assert "for rstep in tl.static_range(8):" in kernel_source(k)
+    from minicomp.templates.window import WINDOW
+    x = torch.empty(64, 64, 112, 112)
+    pools = ((lambda x: F.max_pool2d(x, 3, 2, 1), 1), (lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), 2))
+    for fn, stores in pools:
+        _, (k,) = _scheduled(fn, [x], H200)
+        source = kernel_source(k)
+        assert (k.schedule.template, k.schedule.blocks, k.schedule.num_warps) == ("window", {"XBLOCK": 1024}, 4)
+        assert "for rindex in tl.static_range(9):" in source and "tl.reduce" not in source, source
+        assert source.count("tl.load(") == 1 and source.count("tl.store(") == stores, source
+    others = [(lambda x: F.avg_pool1d(x, 8, 1, 4), (2, 4, 300), 8),
+              (lambda x: F.max_pool1d(x, 8, 1, 4), (2, 4, 300), 8),
+              (lambda x: F.max_pool3d(x, 2), (1, 2, 6, 6, 6), 8)]
+    for fn, shape, taps in others:
+        _, (k,) = _scheduled(fn, [torch.empty(shape)], H200)
+        assert k.schedule.template == "window", (shape, k.schedule)
+        assert f"for rindex in tl.static_range({taps}):" in kernel_source(k)
+    _, (k,) = _scheduled(lambda x: F.max_pool2d(x, 7, 1, 3), [torch.empty(2, 4, 16, 16)], H200)
+    assert 7 * 7 > WINDOW and k.schedule.template == "reduction", k.schedule
     _, (k,) = _scheduled(lambda x: x.sum(-1), [torch.empty(64, 8)], H200)
     assert k.schedule.persistent and k.schedule.blocks["RBLOCK"] == 8, k.schedule
 

@@ -24,9 +24,8 @@ from ..ir.ops import reduce_identity
 from ..ir.types import is_float
 from ..ir.target import Target
 from ..passes.fusion import Group, NotFusable, check_group
-from .base import Context, Template, fill_sms
+from .base import Context, Template
 from .emitter import build_rows, pow2, walk_order
-from .pointwise import MIN_BLOCK
 from .reduction_order import walk_in_memory_order
 
 # Triton's own sum combine: the interpreter sums with numpy when a tl.reduce names it (see ``finish``)
@@ -37,7 +36,6 @@ COLUMN_TILE = 64  # contiguous outputs per program of a column reduction
 # 3.90 ms over dim 1 of 128x4096x4095 fp32 on the H200 and 4.27 at 4096 columns; [64, 8] 2.48 and
 # 1.95 (Inductor 2.67 and 2.01; benchmarks/column_tiles.py, experiments.md)
 ARG_COLUMN_TILE = 512
-WINDOW = 32  # a pooling window (or a window-sum convolution's taps) of at most this many is unrolled
 
 
 def persistent_limit(target: Target) -> int:
@@ -54,8 +52,6 @@ def reduction_schedule(group: Group, target: Target, layouts: dict | None = None
     rnumel = math.prod(group.shape[d] for d in group.axes)
     xnumel = numel // max(rnumel, 1) if rnumel else math.prod(
         s for d, s in enumerate(group.shape) if d not in group.axes)
-    if 1 < rnumel <= WINDOW and reads_window(group):
-        return window_schedule(xnumel, target)
     inner = contiguous_outputs(group, layouts or {}) if on_gpu else None
     if inner is None:  # nothing read whole: row-major buffers assumed
         inner = math.prod(group.shape[max(group.axes) + 1:])
@@ -81,25 +77,6 @@ def reduction_schedule(group: Group, target: Target, layouts: dict | None = None
 def carries_index(group: Group) -> bool:
     """An argmax/argmin: its accumulator is a value and an int64 index per element of the block."""
     return any(n.op == "reduce" and n.attrs["fn"] in ("argmax", "argmin") for n in group.nodes)
-
-
-def reads_window(group: Group) -> bool:
-    """The group reduces a sliding window (a ``window`` view: pooling, a convolution as window sums)."""
-    members = set(group.nodes)
-    return any(i.op == "view" and i.attrs.get("kind") == "window" and i not in members
-               for n in group.nodes for i in n.inputs)
-
-
-def window_schedule(xnumel: int, target: Target) -> Schedule:
-    """A short window (max pool's 3x3 taps, read from a channels-last buffer): one output per lane, the
-    taps unrolled (RBLOCK=1), so every load is a contiguous run across the outputs. A ``[XBLOCK, 16]``
-    tile of 9 taps left 7 of 16 lanes idle and strided its loads (a ResNet-18 stem pool at batch 32 ran
-    165 us on the H200, now 47; Inductor's bn + unrolled pool, 85)."""
-    if not target.is_cuda:
-        return Schedule("reduction", {"XBLOCK": min(2**15, pow2(xnumel)), "RBLOCK": 1}, 1, 1, False)
-    xblock = fill_sms(min(1024, pow2(xnumel)), xnumel, target, MIN_BLOCK)
-    # two outputs per thread: 40.5 us for that pool at 1024/8 warps, 44.7 at 1024/4 (H200)
-    return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": 1}, max(1, xblock // 128), 1, False)
 
 
 def contiguous_outputs(group: Group, layouts: dict) -> int | None:
@@ -271,11 +248,9 @@ class ReductionTemplate(Template):
             if not (phase.inner or phase.reductions):
                 continue
             steps = -(-k.numels["r"] // k.schedule.blocks["RBLOCK"])
-            window = k.schedule.blocks["RBLOCK"] == 1 and steps <= WINDOW
-            # a streamed buffer that a later loop reads again should stay in L2; one read once should
-            # not (a window's taps overlap their neighbours': no hint)
+            # a streamed buffer that a later loop reads again should stay in L2; one read once should not
             again = set().union(*loaded[i + 1:])
-            p.evict = {} if window else {b: "evict_last" if b in again else "evict_first" for b in loaded[i]}
+            p.evict = {b: "evict_last" if b in again else "evict_first" for b in loaded[i]}
             # the row's max, where a softmax_sum of the same values keeps it already (a softmax's
             # statistics in one loop): read from that one's finish, not accumulated twice
             kept = {q.value: q for q in phase.reductions if q.fn == "softmax_sum"}
@@ -290,10 +265,8 @@ class ReductionTemplate(Template):
                 if r.fn == "softmax_sum":
                     body.append(f"{ind}acc_{r.var}_s = {p.full('[XBLOCK, RBLOCK]', 0, dt)}")
             inner = ind * 2
-            # range over a literal count: triton 3.6's interpreter cannot range over constexprs (numpy >= 2.3);
-            # a window's few single-element steps unrolled, so its tap offsets fold to constants
-            loop = "tl.static_range" if window else "range"
-            body += [f"{ind}for rstep in {loop}({steps}):", f"{inner}roffset = rstep * RBLOCK",
+            # range over a literal count: triton 3.6's interpreter cannot range over constexprs (numpy >= 2.3)
+            body += [f"{ind}for rstep in range({steps}):", f"{inner}roffset = rstep * RBLOCK",
                      f"{inner}rindex = roffset + tl.arange(0, RBLOCK)[None, :]", f"{inner}rmask = rindex < rnumel"]
             for s in phase.inner:
                 p.emit(s, inner)
