@@ -174,6 +174,19 @@ def test_column_softmax_held_whole_or_online_matches_eager(h200_columns, rows, d
     assert [k.template for k in report.kernels] == ["reduction looped" if online else "reduction persistent"], report
 
 
+@pytest.mark.parametrize("chunk", [8192, 16])
+def test_a_column_softmax_with_few_outputs_matches_eager(h200_columns, monkeypatch, chunk):
+    """Few outputs (SOFTMAX_ROWS_PER_SM): a column longer than a chunk is split into online-softmax
+    chunks (4 of 16 rows, the last padded); one no longer than a chunk is looped online, not cut into
+    a single chunk."""
+    monkeypatch.setattr(split, "SOFTMAX_ROWS_PER_SM", 1000)
+    monkeypatch.setattr(split, "SOFTMAX_CHUNK", chunk)
+    x = torch.randn(2, 50, 37) * 4
+    compile_and_compare(lambda x: torch.softmax(x, 1), x)
+    assert _decided("online softmax in 4 chunks") == (chunk == 16), minicomp.report().decisions
+    assert _decided("online softmax:") == (chunk == 8192), minicomp.report().decisions
+
+
 @pytest.mark.parametrize("rows", [20, 50, 1])
 @pytest.mark.parametrize("dtype", [torch.float32, BF16])
 def test_column_variance_held_whole_or_chunked_matches_eager(h200_columns, rows, dtype):

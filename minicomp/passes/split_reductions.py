@@ -122,7 +122,7 @@ def _softmax_statistics(b: Match, graph: Graph) -> dict[Node, Node] | None:
     if held_whole(x, (axis,), graph.target):
         return None
     rows = math.prod(x.shape) // x.shape[axis]
-    if softmax_rows_split(rows, graph.target):
+    if softmax_rows_split(rows, graph.target) and x.shape[axis] > SOFTMAX_CHUNK:  # (a column: not one chunk)
         return _online_softmax(graph, m, s)
     return _looped_softmax(graph, m, s, rows)
 
@@ -193,10 +193,11 @@ def _looped_softmax(graph: Graph, m: Node, s: Node, rows: int) -> Node:
     the row (the group's first phase), and the normalizing phase reads it a second time."""
     x = m.inputs[0]
     (d,) = s.attrs["axes"]
+    why = (f">= {SOFTMAX_ROWS_PER_SM} per SM of {graph.target.sm_count}" if not softmax_rows_split(rows, graph.target)
+           else f"each of at most {SOFTMAX_CHUNK} elements")
     graph.decisions.append(
-        f"online softmax: {m.name}/{s.name} over {x.shape[d]} elements, {rows} rows (>= "
-        f"{SOFTMAX_ROWS_PER_SM} per SM of {graph.target.sm_count}) -> one looped program per row, max and "
-        f"rescaled sum in one loop")
+        f"online softmax: {m.name}/{s.name} over {x.shape[d]} elements, {rows} rows ({why}) -> one looped "
+        f"program per row, max and rescaled sum in one loop")
     return graph.add("reduce", [x], s.type, m.origin + s.origin, before=s, fn="softmax_sum", axes=s.attrs["axes"])
 
 
