@@ -223,7 +223,7 @@ def test_small_elementwise_kernels_give_every_sm_a_program_on_the_gpu():
 
 
 def test_pooling_windows_are_pointwise_kernels_with_the_taps_unrolled():
-    """A 3x3/2 max pool scheduled for the H200 is a ``window`` kernel: 1-D blocks of outputs (1024 in 4
+    """A 3x3/2 max pool scheduled for the H200 is a ``window`` kernel: 1-D blocks of outputs (256 in 4
     warps, as Inductor's pools), the 9 taps unrolled, each reduction combined tap by tap (no block
     reduction); with its indices, one kernel computes and stores both in the same pass. (As a
     [1024, 1] block reduction it ran 0.134 ms for 64x64x112x112 fp32 on the H200; Inductor's unrolled
@@ -236,7 +236,7 @@ def test_pooling_windows_are_pointwise_kernels_with_the_taps_unrolled():
     for fn, stores in pools:
         _, (k,) = _scheduled(fn, [x], H200)
         source = kernel_source(k)
-        assert (k.schedule.template, k.schedule.blocks, k.schedule.num_warps) == ("window", {"XBLOCK": 1024}, 4)
+        assert (k.schedule.template, k.schedule.blocks, k.schedule.num_warps) == ("window", {"XBLOCK": 256}, 4)
         assert "for rindex in tl.static_range(9):" in source and "tl.reduce" not in source, source
         assert source.count("tl.load(") == 1 and source.count("tl.store(") == stores, source
     others = [(lambda x: F.avg_pool1d(x, 8, 1, 4), (2, 4, 300), 8),
