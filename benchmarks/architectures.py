@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import copy
+import os
 import subprocess
 import sys
 import time
@@ -41,6 +42,8 @@ import torch  # noqa: E402
 
 import minicomp  # noqa: E402
 import model_zoo as zoo  # noqa: E402
+
+os.environ.setdefault("MINICOMP_CPU", "interpret")  # on the CPU: minicomp's kernels, in Triton's interpreter
 
 
 @dataclass(frozen=True)

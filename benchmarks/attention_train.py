@@ -29,6 +29,8 @@ from triton.testing import do_bench
 
 import minicomp
 
+os.environ.setdefault("MINICOMP_CPU", "interpret")  # on the CPU: minicomp's kernels, in Triton's interpreter
+
 # what these scripts measure: minicomp's attention kernels, also for SDPA's ops (PyTorch's by default on GPUs)
 os.environ.setdefault("MINICOMP_ATTENTION", "1")
 

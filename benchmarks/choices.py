@@ -1,14 +1,15 @@
 """Every template-vs-library rule's table (``minicomp/ir/choices.py``) measured afresh: for each row,
-minicomp with the rule's template side forced against minicomp with its library side forced, in one
-process, timed interleaved (and, for attention, PyTorch's SDPA on the same q, k, v as a reference).
+minicomp with each of the rule's sides forced (template, library, and for attention the third: one
+SDPA call), in one process, timed interleaved (and, for attention, PyTorch's SDPA called eagerly on the
+same q, k, v as a reference).
 
     python benchmarks/choices.py                  # GPU: every row, at most about 6 minutes (--budget-s)
     python benchmarks/choices.py --only gemm,conv # some rules
     python benchmarks/choices.py --dry-run        # CPU, tiny sizes, results in a temporary folder
 
-Each row compiles twice: as the rule decides (``auto``; its decision, read from the report, is the
-side the rule picks on this GPU) and with the other side forced through the rule's switch
-(``MINICOMP_GEMM``, ``MINICOMP_ATTENTION``, ``MINICOMP_CONV``). Both run under the row's setting (fp32
+Each row compiles once per side: as the rule decides (``auto``; its decision, read from the report, is
+the side the rule picks on this GPU) and with each other side forced through the rule's switch
+(``MINICOMP_GEMM``, ``MINICOMP_ATTENTION``, ``MINICOMP_CONV``). All run under the row's setting (fp32
 IEEE, TF32, fp16, bf16: torch's TF32 flags set for compiling and timing). Times: median over rounds of
 ``triton.testing.do_bench`` medians, the variants interleaved (``common.bench_interleaved``); each
 variant's result is checked against eager. Writes ``benchmarks/results/choices.{json,md}``; the .md
@@ -28,6 +29,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+os.environ.setdefault("MINICOMP_CPU", "interpret")  # on the CPU: minicomp's kernels, in Triton's interpreter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,12 +54,21 @@ def workload(rule: str, case: dict, dtype: torch.dtype, device: str = "cuda"):
         q, k, v = rand(b, h, case.get("tq", t), d), rand(b, h, t, d), rand(b, h, t, d)
         if rule == "sdpa":
             return (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=case["causal"])), (q, k, v)
+        if case.get("mask") == "tril-buffer":
+            return masked_by_buffer, (q, k, v, torch.ones(t, t, device=device, dtype=dtype).tril().view(1, 1, t, t))
+        if case.get("mask") == "padding":
+            return padded, (q, k, v, padding_mask(b, t, dtype, device))
+        if case.get("prologue") == "rotary":
+            angles = torch.rand(t, d, device=device, dtype=dtype) * 6
+            return rotary, (q, k, v, angles.cos(), angles.sin())
         return (written_out if case["causal"] else written_out_full), (q, k, v)
     if rule == "conv":
         n, cin, hw, cout, kernel, groups = (case[key] for key in ("n", "cin", "hw", "cout", "kernel", "groups"))
         stride, pad = case["stride"], kernel // 2
         fan_in = cin // groups * kernel**2
         x, w = rand(n, cin, hw, hw), rand(cout, cin // groups, kernel, kernel, scale=fan_in ** -0.5)
+        if case.get("channels_last"):  # as a model's inner convolutions read it (layout_plan's buffers)
+            x = x.to(memory_format=torch.channels_last)
         vec = [torch.empty(cout, device=device, dtype=dtype).uniform_(lo, hi)
                for lo, hi in ((-0.5, 0.5), (0.5, 2.0), (0.5, 1.5), (-0.5, 0.5))]
         if case["epilogue"] == "bias+sigmoid":
@@ -82,6 +94,52 @@ def written_out_full(q, k, v):
     return F.softmax((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1))), dim=-1) @ v
 
 
+def masked_by_buffer(q, k, v, bias):
+    """minGPT's causal attention with its mask a registered buffer (read from memory, as in a module)."""
+    t = q.shape[-2]
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+    return F.softmax(att.masked_fill(bias[:, :, :t, :t] == 0, float("-inf")), dim=-1) @ v
+
+
+def padded(q, k, v, mask):
+    """BERT's attention with its additive padding mask ([B, 1, 1, T], finfo.min where padded)."""
+    return F.softmax((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1))) + mask, dim=-1) @ v
+
+
+def rope(x, cos, sin):
+    """Llama's rotary embedding (rotate_half)."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+
+def rotary(q, k, v, cos, sin):
+    """Causal attention written out on rotary-embedded q and k."""
+    return written_out(rope(q, cos, sin), rope(k, cos, sin), v)
+
+
+def padding_mask(b: int, t: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """Every other sequence's last quarter padded."""
+    mask = torch.zeros(b, 1, 1, t, device=device, dtype=dtype)
+    mask[::2, ..., t - t // 4:] = torch.finfo(dtype).min
+    return mask
+
+
+def eager_sdpa(case: dict, args):
+    """The attention rule's reference: PyTorch's SDPA as one would call it for the row's workload."""
+    q, k, v, *more = args
+    if case.get("prologue") == "rotary":
+        cos, sin = more
+        return lambda: F.scaled_dot_product_attention(rope(q, cos, sin), rope(k, cos, sin), v, is_causal=True)
+    mask = more
+    if case.get("mask") == "padding":
+        return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask[0])
+    if case["causal"] and q.shape[-2] != k.shape[-2]:  # aligned bottom-right: SDPA's is_causal is top-left
+        t, s = q.shape[-2], k.shape[-2]
+        keep = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)
+        return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=case["causal"])
+
+
 def tiny(rule: str, case: dict) -> dict:
     """``case`` at sizes the CPU interpreter runs in a moment (``--dry-run``)."""
     small = {key: min(v, 16) if isinstance(v, int) and not isinstance(v, bool) else v for key, v in case.items()}
@@ -89,7 +147,8 @@ def tiny(rule: str, case: dict) -> dict:
         small.update(b=1, h=2)
     if rule == "conv":
         g = case["groups"]
-        per_in, per_out = min(case["cin"] // g, 4), min(case["cout"] // g, 4)
+        per_group = 16 if 1 < g < case["cin"] else 4  # (grouped: as wide as conv_lowering's GROUPED_MIN_WIDTH)
+        per_in, per_out = min(case["cin"] // g, per_group), min(case["cout"] // g, per_group)
         small.update(n=2, groups=min(g, 4), cin=min(g, 4) * per_in, cout=min(g, 4) * per_out, hw=min(case["hw"], 6))
     return small
 
@@ -102,47 +161,61 @@ def _side_of(report, rule: str) -> str | None:
     return sides[0] if sides else None
 
 
+def _record(out: dict, side: str, report) -> None:
+    """A side's rule decisions and what its graph ran: kernels and the library ops it called."""
+    out["decisions"][side] = [d for d in report.decisions if "[rule " in d]
+    out["ran"][side] = [k.name for k in report.kernels] + [f"{f.op} (library)" for f in report.fallbacks]
+
+
 def measure(rule, row, device: str, bench, rounds: int) -> dict:
-    """Both sides of one row (and SDPA for the attention rule), timed interleaved."""
+    """Every side of one row (and, for the attention and SDPA rules, PyTorch's SDPA called eagerly), timed
+    interleaved."""
     import minicomp
     from common import bench_interleaved, fresh
     from minicomp import config
-    from minicomp.ir.choices import LIBRARY, PRECISIONS, TEMPLATE, Row
+    from minicomp.ir.choices import PRECISIONS, Row
 
     dtype, flags = PRECISIONS[row.setting]
     case = tiny(rule.name, row.case) if device == "cpu" else row.case
     out = dict(rule=rule.name, setting=row.setting, case=case, table_picks=row.picks)
     torch._dynamo.reset()
     torch.manual_seed(0)
-    setting, sides = rule.switch
-    force = {side: value for value, side in sides.items()}
+    setting, switch = rule.switch
+    force: dict[str, str] = {}
+    for value, side in switch.items():  # the first value that forces each side
+        force.setdefault(side, value)
     with config.patch(**flags), torch.no_grad():
         fn, args = workload(rule.name, case, dtype, device)
         expected = fn(*args)
-        variants = {}
         auto = minicomp.compile(fresh(fn, "auto"))
         with config.patch(**{setting: "auto"}):
             got = auto(*args)
         pick = out["picks"] = _side_of(minicomp.report(), rule.name)
-        auto_decisions = [d for d in minicomp.report().decisions if "[rule " in d]
-        other = LIBRARY if pick == TEMPLATE else TEMPLATE
-        forced = minicomp.compile(fresh(fn, other))
-        with config.patch(**{setting: force[other]}):
-            got_other = forced(*args)
-        out["decisions"] = {pick: auto_decisions, other: [d for d in minicomp.report().decisions if "[rule " in d]}
-        variants[pick or "auto"], variants[other] = (lambda: auto(*args)), (lambda: forced(*args))
-        out["max_rel_error"] = {pick or "auto": rel_error(got, expected), other: rel_error(got_other, expected)}
-        out["correct"] = max(out["max_rel_error"].values()) <= TOLERANCE[row.setting]
-        if rule.name == "attention":  # PyTorch's SDPA (the kernel it picks for this dtype) on the same q, k, v
-            causal = row.case["causal"]
-            variants["sdpa"] = lambda: F.scaled_dot_product_attention(*args, is_causal=causal)
+        if pick is None:  # another rule decided (2026-11-28's tf32 products ran IEEE: the gemm rule's)
+            raise RuntimeError(f"rule {rule.name} made no decision here: {minicomp.report().decisions}")
+        out["decisions"], out["ran"] = {}, {}
+        _record(out, pick, minicomp.report())
+        variants = {pick: (lambda: auto(*args))}
+        errors = {pick: rel_error(got, expected)}
+        for side in [s for s in rule.sides if s != pick]:
+            forced = minicomp.compile(fresh(fn, side))
+            with config.patch(**{setting: force[side]}):
+                errors[side] = rel_error(forced(*args), expected)
+            _record(out, side, minicomp.report())
+            variants[side] = lambda forced=forced: forced(*args)
+        out["max_rel_error"] = errors
+        out["correct"] = max(errors.values()) <= TOLERANCE[row.setting]
+        if rule.name in ("attention", "sdpa"):  # PyTorch's SDPA (the kernel it picks here) on the same q, k, v
+            variants["eager_sdpa"] = eager_sdpa(case, args)
         names = list(variants)
         times = bench_interleaved([variants[k] for k in names], bench, rounds=rounds)
     out.update({f"{k}_ms": t for k, t in zip(names, times)})
-    out["faster"] = Row(row.setting, case, out.get(f"{TEMPLATE}_ms"), out.get(f"{LIBRARY}_ms"), pick, "").winner
-    out["pick_is_faster"] = out["faster"] in (pick, "either")
-    if "sdpa_ms" in out and pick:  # issue 41: the pick must not be slower than PyTorch's SDPA either
-        out["pick_over_sdpa"] = out[f"{pick}_ms"] / out["sdpa_ms"]
+    measured = Row(row.setting, case, out.get("template_ms"), out.get("library_ms"), pick, "",
+                   sdpa_ms=out.get("sdpa_ms"))
+    out["faster"] = measured.winner
+    out["pick_is_faster"] = measured.is_fast(pick)
+    if "eager_sdpa_ms" in out:  # issue 41: the pick must not be slower than PyTorch's SDPA either
+        out["pick_over_sdpa"] = out[f"{pick}_ms"] / out["eager_sdpa_ms"]
     return out
 
 
@@ -171,12 +244,14 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         mine = [r for r in rows if r["rule"] == rule.name]
         if not mine:
             continue
-        sdpa = rule.name == "attention"
+        sdpa = rule.name in ("attention", "sdpa")  # their reference: PyTorch's SDPA called eagerly
+        sides = "".join(f" {side} ms |" for side in rule.sides)
+        third = "".join(f"; {side}: {what}" for side, what in rule.extra_sides.items())
         lines += [f"## {rule.name}: {rule.question}", "",
-                  f"template: {rule.template}; library: {rule.library}.", "",
-                  "| setting | case | template ms | library ms |" + (" SDPA ms | pick ÷ SDPA |" if sdpa else "")
+                  f"template: {rule.template}; library: {rule.library}{third}.", "",
+                  "| setting | case |" + sides + (" eager SDPA ms | pick ÷ eager SDPA |" if sdpa else "")
                   + " faster | picks | table picks | pick is faster | max rel. error |",
-                  "|---|---|---:|---:|" + ("---:|---:|" if sdpa else "") + "---|---|---|---|---|"]
+                  "|---|---|" + "---:|" * len(rule.sides) + ("---:|---:|" if sdpa else "") + "---|---|---|---|---|"]
         for r in mine:
             if "error" in r:
                 lines.append(f"| {r['setting']} | {describe(r['case'])} | error: {r['error'][:150]} |")
@@ -184,15 +259,16 @@ def markdown(meta: dict, rows: list[dict]) -> str:
             ms = lambda k: f"{r[k + '_ms']:.4f}" if k + "_ms" in r else "—"  # noqa: E731
             errs = ", ".join(f"{k} {v:.1e}" for k, v in r["max_rel_error"].items()) + ("" if r["correct"] else " ✗")
             verdict = "yes" if r["pick_is_faster"] else "**no**"
-            lines.append(f"| {r['setting']} | {describe(r['case'])} | {ms('template')} | {ms('library')} |"
-                         + (f" {ms('sdpa')} | {r.get('pick_over_sdpa', float('nan')):.2f} |" if sdpa else "")
+            lines.append(f"| {r['setting']} | {describe(r['case'])} |" + "".join(f" {ms(s)} |" for s in rule.sides)
+                         + (f" {ms('eager_sdpa')} | {r.get('pick_over_sdpa', float('nan')):.2f} |" if sdpa else "")
                          + f" {r['faster']} | {r['picks']} | {r['table_picks']} | {verdict} | {errs} |")
-        lines += ["", "Rows for `minicomp/ir/choices.py` (T, L: the side the rule picks here):", "", "```python",
+        lines += ["", "Rows for `minicomp/ir/choices.py` (T, L, S: the side the rule picks here):", "", "```python",
                   f"CHOICES_MD = {'benchmarks/results/choices.md (' + meta['command'] + '; ' + meta['date'] + ')'!r}"]
         for r in mine:
             if "error" not in r and r["picks"]:
+                extra = "".join(f", {s}_ms={r[s + '_ms']:.4f}" for s in rule.extra_sides if s + "_ms" in r)
                 lines.append(f"    Row({r['setting']!r}, {r['case']!r}, {r['template_ms']:.4f}, {r['library_ms']:.4f}, "
-                             f"{r['picks'][0].upper()}, CHOICES_MD),")
+                             f"{r['picks'][0].upper()}, CHOICES_MD{extra}),")
         lines += ["```", ""]
     skipped = meta.get("skipped")
     if skipped:

@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # measure the chec
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
+os.environ.setdefault("MINICOMP_CPU", "interpret")  # on the CPU: minicomp's kernels, in Triton's interpreter
+
 CHILD_PREFIX = "COMPILE_TIME "
 
 

@@ -39,6 +39,7 @@ import copy
 import datetime
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -54,6 +55,8 @@ import minicomp  # noqa: E402
 import model_zoo as zoo  # noqa: E402
 from overhead import time_variants  # noqa: E402
 from suite import GEMM_TOL, POINTWISE_TOL, condense, cpu_bench, gpu_bench  # noqa: E402
+
+os.environ.setdefault("MINICOMP_CPU", "interpret")  # on the CPU: minicomp's kernels, in Triton's interpreter
 
 MODELS = {  # name: (timm name, torchvision builder)
     "resnet50": ("resnet50", "resnet50"),

@@ -54,6 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # common.py, model_zoo
 from common import RESULTS, MLPBlock  # noqa: E402
 from model_zoo import Size, gpt2, llama  # noqa: E402
 
+os.environ.setdefault("MINICOMP_CPU", "interpret")  # on the CPU: minicomp's kernels, in Triton's interpreter
+
 ROWS = ("gpt2-ddp", "gpt2-fsdp2", "tp-mlp", "llama-fsdp2")
 BACKENDS = ("eager", "inductor", "minicomp")
 LOSS_RTOL = {"bf16": 5e-3, "fp32": 1e-4}

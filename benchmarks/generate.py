@@ -27,6 +27,7 @@ import argparse
 import copy
 import datetime
 import json
+import os
 import sys
 import time
 import traceback
@@ -40,6 +41,8 @@ import triton  # noqa: E402
 import minicomp  # noqa: E402
 import model_zoo as zoo  # noqa: E402
 from suite import condense, sync  # noqa: E402
+
+os.environ.setdefault("MINICOMP_CPU", "interpret")  # on the CPU: minicomp's kernels, in Triton's interpreter
 
 BACKENDS = ("eager", "inductor", "minicomp")  # or "<backend>:<mode>", e.g. "minicomp:reduce-overhead"
 CACHES = ("dynamic", "static")

@@ -62,6 +62,8 @@ from models import REL_TOL, device_lost, graph_facts, times, timed_first_call, w
 TF32_TOL = 1e-3  # fp32 inference of a model with convolutions while cuDNN may use TF32
 from suite import _without_out, condense, cpu_bench, fmt, gpu_bench, ratio
 
+os.environ.setdefault("MINICOMP_CPU", "interpret")  # on the CPU: minicomp's kernels, in Triton's interpreter
+
 TRAIN_TOL = {"fp32": 1e-3, "bf16": 5e-2}  # training: loss and gradients (see the docstring)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 REFEREE_MAX_NUMEL = 1 << 28  # float64 referee only for outputs up to this many elements

@@ -66,6 +66,8 @@ import model_zoo as zoo  # noqa: E402
 from common import RESULTS, bench_interleaved  # noqa: E402
 from suite import _without_out, condense, cpu_bench, fmt, gpu_bench, sync  # noqa: E402
 
+os.environ.setdefault("MINICOMP_CPU", "interpret")  # on the CPU: minicomp's kernels, in Triton's interpreter
+
 REL_TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 3e-2}  # logits, ‖a − b‖/‖b‖
 CACHE_ENV = ("MINICOMP_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}

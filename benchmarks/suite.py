@@ -46,6 +46,8 @@ from triton.testing import do_bench  # noqa: E402
 import minicomp  # noqa: E402
 from common import RESULTS, MLPBlock, Timer, bench_interleaved, peak_tflops  # noqa: E402
 
+os.environ.setdefault("MINICOMP_CPU", "interpret")  # on the CPU: minicomp's kernels, in Triton's interpreter
+
 BACKENDS = ("inductor", "minicomp")
 CACHE_ENV = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton", "MINICOMP_CACHE_DIR": "minicomp"}
 CHILD_PREFIX = "SUITE_COMPILE "

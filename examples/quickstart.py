@@ -1,7 +1,10 @@
 """minicomp quickstart: compile two models, show what the compiler did, and (on CUDA) time them.
 
-    python examples/quickstart.py            # CPU: kernels run in Triton's interpreter
+    python examples/quickstart.py            # CPU: kernels run in Triton's interpreter (cpu="interpret")
     python examples/quickstart.py            # on a CUDA machine: real GPU kernels + timing table
+
+On the CPU minicomp runs graphs in PyTorch's own kernels unless asked otherwise; this example asks for
+Triton's interpreter (``cpu="interpret"``, or ``MINICOMP_CPU=interpret``) to show the kernels run.
 
 The dumps (FX graph, IR after every pass, kernels, wrapper, summary) go to ./minicomp_dumps.
 """
@@ -43,7 +46,7 @@ def bench_ms(fn, *args) -> float:
 
 
 def run(name: str, model, *args) -> tuple:
-    compiled = minicomp.compile(model, dump_dir=str(DUMPS / name))
+    compiled = minicomp.compile(model, dump_dir=str(DUMPS / name), cpu="interpret")  # CPU: show the kernels
     with torch.no_grad():
         expected, actual = model(*args), compiled(*args)
     torch.testing.assert_close(actual, expected, atol=2e-2, rtol=2e-2)

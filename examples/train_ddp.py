@@ -4,7 +4,8 @@
     torchrun --nproc-per-node=8 examples/train_ddp.py --engine fsdp2   # each block fully_shard-ed and compiled
     python examples/train_ddp.py                                       # no torchrun: one process (CPU: gloo)
 
-Without a GPU each process runs on the CPU (minicomp's kernels in Triton's interpreter) and talks gloo.
+Without a GPU each process runs on the CPU (minicomp's kernels in Triton's interpreter, asked for with
+``options={"cpu": "interpret"}``: by default CPU graphs run in PyTorch) and talks gloo.
 """
 from __future__ import annotations
 
@@ -77,20 +78,21 @@ def main() -> None:
     vocab, d, layers, heads, seq, batch = (8192, 512, 6, 8, 256, 8) if cuda else (256, 32, 2, 2, 16, 2)
     torch.manual_seed(0)  # the same initial weights on every rank
     model = TinyGPT(vocab, d, layers, heads, seq).to(device)
+    options = {"cpu": "interpret"}  # CPU tensors: minicomp's kernels in Triton's interpreter (no effect on CUDA)
 
     if args.engine == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
         # wrap, then compile: Dynamo splits the graph at DDP's gradient buckets (DDPOptimizer), so each
         # bucket's all-reduce starts while the backward of the pieces before it still runs
         model = DDP(model, device_ids=[device.index] if cuda else None)
-        step_model = torch.compile(model, backend="minicomp")
+        step_model = torch.compile(model, backend="minicomp", options=options)
         autocast = torch.autocast("cuda", torch.bfloat16, enabled=cuda)
     else:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if cuda else torch.float32, reduce_dtype=torch.float32)
         for block in model.blocks:  # shard each block, then compile it whole (FSDP's hooks run around it)
             fully_shard(block, mp_policy=policy)
-            block.compile(backend="minicomp", fullgraph=True)
+            block.compile(backend="minicomp", fullgraph=True, options=options)
         fully_shard(model, mp_policy=policy)
         step_model, autocast = model, torch.autocast(device.type, enabled=False)
 

@@ -3,6 +3,7 @@
     compiled = minicomp.compile(model)            # or torch.compile(model, backend="minicomp")
     compiled(x)
     print(minicomp.report())                      # kernels, fallbacks and decisions
+    minicomp.explain(model, x).save("report.html")  # per kernel: source lines, bytes, FLOPs, roofline
 """
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from typing import Callable
 import torch
 
 from .graphs.options import MODES, PIPELINE, Options
+from .explain import Explanation, explain  # (the function named like its package: minicomp.explain is it)
 from .report import Report, report, reports, reports_since
 
 __version__ = "0.1.0"
 
 
 def compile(model: Callable, *, mode: str = "default", dump_dir: str | None = None,
-            static_outputs: bool = False, freeze: bool = False) -> Callable:
+            static_outputs: bool = False, freeze: bool = False, cpu: str | None = None) -> Callable:
     """Compile ``model`` (an ``nn.Module`` or a function of tensors) with minicomp.
 
     ``mode``, as torch.compile names them:
@@ -37,12 +39,16 @@ def compile(model: Callable, *, mode: str = "default", dump_dir: str | None = No
     weights), weights are converted to channels-last once; a per-call check of those parameters'
     versions compiles again when they change in place (``frontend/freeze.py``). Ignored, and
     reported, where a backward may follow.
+    ``cpu``: what runs a graph whose tensors are all on the CPU: ``"pytorch"`` (PyTorch's own CPU
+    kernels, the whole graph, said once per process and in the report) or ``"interpret"``
+    (minicomp's Triton kernels in Triton's interpreter: to see and test them, ~1,000x slower than
+    eager). Default: ``MINICOMP_CPU``, else ``"pytorch"``.
     """
     if not callable(model):
         raise TypeError(f"minicomp.compile: model must be callable, got {type(model).__name__}")
     from .backend import Backend
     return torch.compile(model, backend=Backend(mode=mode, dump_dir=dump_dir, static_outputs=static_outputs,
-                                                freeze=freeze))
+                                                freeze=freeze, cpu=cpu))
 
 
 def _register_backend() -> None:
@@ -59,4 +65,4 @@ def _register_backend() -> None:
 
 _register_backend()
 
-__all__ = ["compile", "report", "reports", "reports_since", "Report", "Options", "PIPELINE", "MODES"]
+__all__ = ["compile", "explain", "Explanation", "report", "reports", "reports_since", "Report", "Options", "PIPELINE", "MODES"]

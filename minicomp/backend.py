@@ -9,19 +9,22 @@ from __future__ import annotations
 import functools
 import itertools
 import warnings
+from typing import Callable
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.utils import counters
 from torch._functorch.aot_autograd import aot_module_simplified
 
 from . import aot_shims, config
 from .graphs import cached
-from .graphs.base import unboxed
+from .graphs.base import graph_name, unboxed
 from .graphs.dynamic import compiled_graph
 from .graphs.frozen import FrozenGraph
 from .graphs.options import Options
+from .report import Report, record
 from .runtime import cuda_graphs
 from .frontend.interpolate_op import substitute_interpolate
 from .frontend.reinplace import reinplace
@@ -87,6 +90,35 @@ def _parameter_name(placeholder: str) -> str:
     return name.replace("_parameters_", ".").replace("_buffers_", ".").rstrip("_")
 
 
+_INTERPRETER = ("minicomp's Triton kernels run on the CPU only in Triton's interpreter, ~1,000x slower than eager; "
+                "MINICOMP_CPU=interpret, or minicomp.compile(..., cpu=\"interpret\"), runs them there")
+CPU_CHOICE = f"CPU tensors: PyTorch's own CPU kernels, by choice ({_INTERPRETER})"  # the report's reason
+CPU_NOTICE = f"minicomp: graphs on CPU tensors run in PyTorch's own CPU kernels ({_INTERPRETER})"
+_cpu_notice_given = False  # the notice is printed once per process
+
+
+def cpu_graph_in_pytorch(gm: fx.GraphModule, example_inputs, options: Options) -> Callable | None:
+    """The graph as PyTorch runs it (Dynamo's graph itself: no AOTAutograd, no decompositions) where
+    every tensor it touches is on the CPU and Triton's interpreter was not chosen (``Options.cpu_runs``);
+    None where minicomp compiles it. The one place that decides what runs a CPU graph: a report says
+    so per graph, a one-line notice once per process."""
+    if options.cpu_runs != "pytorch" or not _cpu_only(gm, example_inputs):
+        return None
+    global _cpu_notice_given
+    if not _cpu_notice_given:
+        _cpu_notice_given = True
+        warnings.warn(CPU_NOTICE)
+    record(Report(graph_name("cpu"), whole_graph_fallback=CPU_CHOICE))
+    return gm.forward
+
+
+def _cpu_only(gm: fx.GraphModule, example_inputs) -> bool:
+    """Whether every tensor the graph reads or makes (Dynamo's traced values too) is on the CPU."""
+    traced = [n.meta.get("example_value") for n in gm.graph.nodes]
+    tensors = [t for t in pytree.tree_leaves([list(example_inputs), traced]) if isinstance(t, torch.Tensor)]
+    return all(t.device.type == "cpu" for t in tensors)
+
+
 class Backend:
     """A Dynamo backend with fixed options; ``minicomp_backend`` is the one with defaults."""
 
@@ -94,6 +126,9 @@ class Backend:
         self.options = Options(**options)
 
     def __call__(self, gm: fx.GraphModule, example_inputs):
+        in_pytorch = cpu_graph_in_pytorch(gm, example_inputs, self.options)
+        if in_pytorch is not None:
+            return in_pytorch
         key = hit = None
         if self.options.freeze:  # constants baked from this model's parameters: nothing to share
             return self._trace(gm, example_inputs, None)

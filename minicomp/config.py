@@ -89,7 +89,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
     # --- what the compiler generates ----------------------------------------------------------
     Setting("attention", "MINICOMP_ATTENTION", "auto", "choice", True,
             "attention in minicomp's flash kernel: auto (the measured rules for written-out attention and "
-            "for SDPA's ops; ir/choices.py), 1 (every attention it can run), 0 (none)", ("auto", "0", "1")),
+            "for SDPA's ops; ir/choices.py), 1 (every attention it can run), 0 (none), sdpa (none: written-out "
+            "attention as one call of PyTorch's SDPA where that is exact)", ("auto", "0", "1", "sdpa")),
     Setting("gemm", "MINICOMP_GEMM", "auto", "choice", True,
             "which matrix products run in the GEMM template: auto (measured rule; ir/choices.py), "
             "template (every one), cublas (none: aten.mm/bmm)", ("auto", "template", "cublas")),
@@ -122,6 +123,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
             "store inference graphs whole and load them in later processes (graphs/cached.py)"),
     Setting("dump", "MINICOMP_DUMP", None, "path", False,
             "write every graph's IR, kernels, wrapper and summary under this folder"),
+    Setting("cpu", "MINICOMP_CPU", "pytorch", "choice", False,
+            "what runs a graph on CPU tensors: pytorch (PyTorch's own CPU kernels, the whole graph), interpret "
+            "(minicomp's Triton kernels in Triton's interpreter: to see them run and to test them; ~1,000x "
+            "slower than eager)", ("pytorch", "interpret")),
     Setting("strict", "MINICOMP_STRICT", False, "bool", False,
             "raise a MinicompError where a graph or an op would fall back to PyTorch"),
     Setting("verify", "MINICOMP_VERIFY", False, "bool", False,

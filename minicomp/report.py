@@ -14,6 +14,13 @@ class KernelInfo:
     bytes_moved: int
     function: str = ""     # the Triton function (named by content: identical kernels share it)
     stages: tuple[str, ...] = ()  # a staged launch (pipeline, split-combine, combo): the kernels it runs
+    # for ``minicomp.explain``: its buffers' bytes (what it must read and write at least), its FLOPs and
+    # what its products run on (``ir/cost.py``), the FX ops it computes (``ir/origin.Origin``s)
+    bytes_read: int = 0
+    bytes_written: int = 0
+    flops: int = 0
+    product_math: str = ""
+    covers: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         function = f"  [{self.function}]" if self.function else ""
@@ -43,6 +50,12 @@ class Report:
     from_cache: bool = False  # loaded whole from the graph cache (no tracing, no codegen)
     cuda_graph: str | None = None  # reduce-overhead / max-autotune: captured, or why not (one line)
     collectives: list[str] = field(default_factory=list)  # in program order: all_reduce(sum, group 0), wait_tensor
+    # for ``minicomp.explain`` (``Options.explain``): the traced graph's aten ops (``frontend/provenance.FxOp``)
+    # and what every IR node id came from (``Node.origin``: decisions name nodes by id); always: the ops
+    # the compiled graph runs in PyTorch (fallbacks, and the cuBLAS/cuDNN calls passes chose) and why
+    fx_ops: list = field(default_factory=list)
+    node_origins: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    externs: list[Fallback] = field(default_factory=list)
 
     def summary(self) -> str:
         lines = [f"graph {self.graph}: {len(self.kernels)} kernel(s), {len(self.fallbacks)} fallback op(s), "

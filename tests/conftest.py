@@ -5,6 +5,9 @@ import torch
 
 # Every buffer minicomp allocates starts as garbage, so an unwritten element cannot pass as correct.
 os.environ.setdefault("MINICOMP_POISON", "1")
+# CPU graphs run minicomp's kernels in Triton's interpreter (by default they run in PyTorch), so every
+# CPU test exercises the real codegen.
+os.environ.setdefault("MINICOMP_CPU", "interpret")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -32,3 +35,11 @@ def cache_dir(tmp_path_factory, monkeypatch):
     path = tmp_path_factory.mktemp("cache")
     monkeypatch.setenv("MINICOMP_CACHE_DIR", str(path))
     return path
+
+
+@pytest.fixture
+def tuning_in_the_interpreter(monkeypatch):
+    """max-autotune times interpreted kernels too (it never does for a user: ``passes/tune.measures``), so
+    tests exercise the tuning machinery on the CPU."""
+    from minicomp.passes import tune as tuning
+    monkeypatch.setattr(tuning, "measures", lambda target: True)

@@ -271,8 +271,9 @@ def test_h200_schedule_and_source(monkeypatch):
     """Scheduled for the H200 (nothing runs): Hopper blocks by head dim (d=128: 128x128 blocks when
     causal, 256 query rows when that leaves 4 programs an SM — here on a 1-SM H200 — else 128),
     causal tiles split into the visible ones and the diagonal ones, ex2 on MUFU; a decode shape takes
-    a short query block."""
+    a short query block. (The template forced: on the H200 the rule picks one SDPA call.)"""
     from tests.test_target import _scheduled
+    monkeypatch.setenv("MINICOMP_ATTENTION", "1")
     from tests.utils import H200
     from minicomp.codegen.triton import kernel_source
     one_sm = dataclasses.replace(H200, sm_count=1)
@@ -383,8 +384,10 @@ def test_sdpa_kept_reads_a_rotary_q_and_returns_its_output_without_layout_copies
 
 def test_heads_merged_back_are_a_plain_operand_of_the_next_product(monkeypatch):
     """The attention result is stored [B, T, H, D]: the projection after it reads [B*T, H*D] as a
-    plain 2-D buffer (on the H200 through TMA)."""
+    plain 2-D buffer (on the H200 through TMA). (The template forced: on the H200 the rule picks one SDPA
+    call, tests/test_attention_sdpa.py.)"""
     from minicomp.ir.kernel import TileLoad
+    monkeypatch.setenv("MINICOMP_ATTENTION", "1")
     from tests.test_target import _scheduled
     from tests.utils import H200
     w, wo = torch.randn(64, 192, dtype=torch.bfloat16), torch.randn(64, 64, dtype=torch.bfloat16)
@@ -395,6 +398,7 @@ def test_heads_merged_back_are_a_plain_operand_of_the_next_product(monkeypatch):
         q, k, v = (z.view(b, t, 4, 16).transpose(1, 2) for z in (q, k, v))
         return (mingpt(q, k, v).transpose(1, 2).reshape(b, t, 64) @ wo).relu()  # (a product alone: cuBLAS)
     few_sms = dataclasses.replace(H200, sm_count=1)  # (on the H200 a product of 1 tile goes to cuBLAS)
+    monkeypatch.setattr(minicomp.ir.choices, "PLAIN_TEMPLATE_MAX_FLOPS", 0)  # (and so does any plain one)
     with torch.no_grad():
         _, kernels = _scheduled(fn, [torch.randn(2, 32, 64, dtype=torch.bfloat16)], few_sms)
     assert [k.schedule.template for k in kernels] == ["attention", "gemm"]  # (x @ w alone: cuBLAS)
@@ -419,10 +423,10 @@ def test_mingpt_module_with_a_registered_tril_buffer():
     assert len(fused(report)) == 1 and "read from memory" in decisions(report)
 
 
-def test_gpu_default_fuses_written_out_attention_and_keeps_sdpa(monkeypatch):
-    """On a GPU by default the written-out form becomes the attention node while SDPA's ops stay
-    PyTorch's (faster there, measured: ``ir/choices.py``); MINICOMP_ATTENTION=1 lowers SDPA too, =0
-    neither."""
+def test_gpu_default_calls_sdpa_for_written_out_attention_and_keeps_sdpa(monkeypatch):
+    """On a GPU by default the written-out form becomes one call of PyTorch's SDPA and SDPA's ops stay
+    PyTorch's (both faster there, measured: ``ir/choices.py``); MINICOMP_ATTENTION=1 runs both in the
+    flash template, =0 neither (the written-out ops stay)."""
     from minicomp.ir import choices
     from minicomp.ir.target import INTERPRETER
     from tests.test_target import _scheduled
@@ -432,30 +436,34 @@ def test_gpu_default_fuses_written_out_attention_and_keeps_sdpa(monkeypatch):
 
     def fn(q, k, v):
         return torch.softmax(q @ k.transpose(-1, -2) * 0.125, -1) @ v
-    for env, fused, sdpa in ((None, True, False), ("1", True, True), ("0", False, False)):
+    for env, fused, called, sdpa in ((None, False, True, False), ("1", True, False, True), ("0", False, False, False)):
         if env is not None:
             monkeypatch.setenv("MINICOMP_ATTENTION", env)
         graph, _ = _scheduled(fn, [q, k, v], H200)
         assert any(n.op == "attention" for n in graph.nodes) == fused, env
+        assert any(n.op == "extern" and "scaled_dot_product" in str(n.attrs["target"]) for n in graph.nodes) == called
         assert (choices.SDPA.forced() or choices.SDPA(H200)).template == sdpa, env
     monkeypatch.delenv("MINICOMP_ATTENTION")
-    assert choices.ATTENTION(torch.float32, INTERPRETER).template and choices.SDPA(INTERPRETER).template
+    facts = choices.AttentionFacts(torch.float32, 64, 64, None)
+    assert choices.ATTENTION(facts, INTERPRETER).template and choices.SDPA(INTERPRETER).template
 
 
-def test_gpu_fp32_attention_goes_to_cublas_products():
-    """On a GPU, fp32 written-out attention stays two products (cuBLAS) around a fused softmax: the
-    flash kernel's IEEE fp32 products run off the tensor cores (issue 41: 5-8x slower than Inductor);
-    fp16/bf16 are fused; the interpreter fuses every dtype (the CPU tests run the kernel)."""
+def test_gpu_attention_sdpa_cannot_take_goes_to_cublas_in_fp32_and_the_template_in_half():
+    """On a GPU, where one SDPA call is out (a head dim PyTorch's fused kernels do not take), fp32
+    written-out attention stays two products (cuBLAS) around a fused softmax: the flash kernel's IEEE
+    fp32 products run off the tensor cores (issue 41: 5-8x slower than Inductor); fp16/bf16 are fused;
+    the interpreter fuses every dtype (the CPU tests run the kernel)."""
     from tests.test_target import _scheduled
     from tests.utils import H200
 
     def fn(q, k, v):
         return torch.softmax(q @ k.transpose(-1, -2) * 0.125, -1) @ v
     for dtype, fused in ((torch.float32, False), (torch.bfloat16, True), (torch.float16, True)):
-        q, k, v = (torch.randn(1, 2, 64, 64, dtype=dtype) for _ in range(3))
+        q, k, v = (torch.randn(1, 2, 64, 60, dtype=dtype) for _ in range(3))
         graph, _ = _scheduled(fn, [q, k, v], H200)
         assert any(n.op == "attention" for n in graph.nodes) == fused, dtype
         assert fused or any("attention not fused" in d and "fp32" in d for d in graph.decisions)
+        assert any("multiples of 8" in d for d in graph.decisions), graph.decisions
     report = compile_and_compare(fn, *(torch.randn(1, 2, 16, 8) for _ in range(3)))
     assert any(k.template == "attention" for k in report.kernels), report.summary()
 

@@ -13,6 +13,8 @@ from minicomp.ir.graph import Group
 from minicomp.templates import template_of
 from minicomp.passes.tune import structural_key
 
+pytestmark = pytest.mark.usefixtures("tuning_in_the_interpreter")
+
 
 def _fn(x):
     return torch.relu(x) * 0.5 + 1

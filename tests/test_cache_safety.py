@@ -266,7 +266,7 @@ def test_hostile_tuned_entries_are_ignored_and_run_no_code(cache_dir, tmp_path, 
     assert sum("tuned schedule" in w for w in warned) == 1, warned
 
 
-def test_max_autotune_measures_again_over_a_hostile_tuned_entry(cache_dir, capsys):
+def test_max_autotune_measures_again_over_a_hostile_tuned_entry(cache_dir, capsys, tuning_in_the_interpreter):
     compile_once(_pointwise, lambda: (torch.randn(300),))
     minicomp.compile(_pointwise, mode="max-autotune")(torch.randn(300))
     (entry,) = (cache_dir / "tuned").glob("*.json")

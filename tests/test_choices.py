@@ -1,10 +1,13 @@
 """Every template-vs-library rule (``minicomp/ir/choices.py``) follows its measurement table: each
 row's workload (``benchmarks/choices.py``'s; traced with fake CPU tensors, lowered with meta ones) goes
 through the pipeline for the H200 under the row's setting, and the rule's decision must be the row's
-``picks``; ``picks`` must be the side the row measured faster (or within ``NOISE``), unless the row's
-``open`` says why not. Changing a rule without changing its table fails the first test; changing a
-table's picks against its numbers fails the second."""
+``picks``; ``picks`` must be the side the row measured fastest (or within ``NOISE`` of it; the
+attention rule has a third side), unless the row's ``open`` says why not. Changing a rule without
+changing its table fails the first test; changing a table's picks against its numbers fails the
+second."""
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,6 +19,7 @@ from minicomp import config
 from minicomp.backend import decompositions
 from minicomp.graphs.options import PIPELINE
 from minicomp.frontend.lowering import Lowering
+from minicomp.frontend.rules import _matmul_precision
 from minicomp.ir.choices import LIBRARY, PRECISIONS, RULES, TEMPLATE, picked
 from minicomp.passes.manager import run_pipeline
 from tests.utils import H200
@@ -31,7 +35,7 @@ def decided(rule, row) -> list[str]:
         fn, args = workload(rule.name, row.case, dtype, device="cpu")
         gm = make_fx(fn, decomposition_table=decompositions())(*args)
     with config.patch(attention="auto", gemm="auto", conv="auto", **flags):
-        lowering = Lowering(gm, [torch.empty(a.shape, dtype=a.dtype, device="meta") for a in args])
+        lowering = Lowering(gm, [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta") for a in args])
         lowering.graph.target = H200  # (the SDPA rule reads it while lowering)
         graph = lowering.run()
         if row.setting == "tf32":  # what lowering gives CUDA inputs with TF32 allowed (frontend/rules.py)
@@ -49,23 +53,24 @@ def test_each_rule_picks_what_its_table_says(rule, row):
 
 @pytest.mark.parametrize("rule, row", ROWS)
 def test_each_pick_is_the_side_measured_faster(rule, row):
-    winner = row.winner
-    if winner is None:  # a side not measured: nothing to compare, and no claim
+    fast = row.is_fast(row.picks)
+    if fast is None:  # a side not measured: nothing to compare, and no claim
         assert not row.open, row
         return
     if row.open:
-        assert winner not in (row.picks, "either"), f"stale `open` note (the pick is no longer slower): {row}"
+        assert not fast, f"stale `open` note (the pick is no longer slower): {row}"
     else:
-        assert winner in (row.picks, "either"), f"the rule picks the slower side, measured: {row}"
+        assert fast, f"the rule picks the slower side, measured: {row}"
 
 
 def test_tables_are_complete_and_cited():
     for rule in RULES.values():
         seen = set()
         for row in rule.table:
-            assert row.setting in PRECISIONS and row.picks in (TEMPLATE, LIBRARY), row
+            assert row.setting in PRECISIONS and row.picks in rule.sides, row
             assert set(row.case) <= set(rule.case_keys), (rule.name, row.case)
-            assert (row.template_ms is None and row.library_ms is None) or row.source, row  # numbers cite a source
+            assert not row.times or row.source, row  # numbers cite a source
+            assert row.sdpa_ms is None or "sdpa" in rule.sides, row
             key = (row.setting, tuple(sorted(row.case.items())))
             assert key not in seen, f"{rule.name}: two rows for {key}"
             seen.add(key)
@@ -73,12 +78,25 @@ def test_tables_are_complete_and_cited():
         assert {row.setting for row in rule.table} == set(PRECISIONS) or rule.name == "plain_gemm", rule.name
 
 
-def test_a_rule_change_fails_the_table_test(monkeypatch):
+def test_each_setting_gives_lowering_its_precision():
+    """A row's setting, applied as the benchmark applies it, is what lowering reads on a GPU: TF32
+    products and convolutions only under "tf32" (torch ties its two matmul flags: a "highest" set
+    after allow_tf32 turned TF32 off again, and 2026-11-28's tf32 products ran IEEE)."""
+    cuda_fp32 = SimpleNamespace(dtype=torch.float32, type=SimpleNamespace(device=torch.device("cuda")))
+    for setting, (dtype, flags) in PRECISIONS.items():
+        with config.patch(**flags):
+            assert _matmul_precision(cuda_fp32) == ("tf32" if setting == "tf32" else "ieee"), setting
+            assert config.cudnn_allow_tf32 == (setting != "fp32-ieee"), setting
+
+
+@pytest.mark.parametrize("name", list(RULES))
+def test_a_rule_change_fails_the_table_test(monkeypatch, name):
     """The check above is not vacuous: flipping a rule's decision breaks its rows."""
-    rule = RULES["gemm"]
+    rule = RULES[name]
     row = rule.table[0]
-    monkeypatch.setattr(rule, "decide", lambda *facts: (LIBRARY, "flipped"))
-    assert decided(rule, row) == [LIBRARY] != [row.picks]
+    flipped = LIBRARY if row.picks == TEMPLATE else TEMPLATE
+    monkeypatch.setattr(rule, "decide", lambda *facts: (flipped, "flipped"))
+    assert decided(rule, row) == [flipped] != [row.picks]
     monkeypatch.undo()
     assert decided(rule, row) == [row.picks]
 

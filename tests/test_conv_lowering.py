@@ -105,12 +105,13 @@ def test_conv_bn_relu_is_one_gemm_kernel(ir, channels_last):
     assert "IR batched matmul" in d, d
 
 
-def test_depthwise_bn_relu_is_one_reduction_kernel(ir):
+def test_depthwise_bn_relu_is_one_window_kernel(ir):
+    """The depthwise convolution's window sums, batch norm and relu6: one kernel of the taps unrolled."""
     model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1, groups=4, bias=False), nn.BatchNorm2d(8), nn.ReLU6()).eval()
     with torch.no_grad():
         model[1].running_mean.uniform_(-1, 1)
         report = compile_and_compare(model, rand(2, 4, 5, 6), kernels=1, fallbacks=0, atol=1e-4, rtol=1e-4)
-    assert report.kernels[0].template.startswith("reduction"), report.summary()
+    assert report.kernels[0].template == "window", report.summary()
 
 
 def test_a_grouped_convolution_too_narrow_for_tensor_cores_stays_extern_and_says_why(ir):
@@ -251,11 +252,10 @@ def _scheduled(fn, args, target):
 @pytest.mark.parametrize("grouped_channels", [16, 64])
 def test_auto_on_the_h200_takes_only_the_measured_winners(grouped_channels, monkeypatch):
     """``auto`` for a GPU target (scheduled on the CPU, nothing runs), its grouped convolutions kept in
-    cuDNN (``GROUPED_MIN_WIDTH`` raised). A graph that runs channels-last
-    (``layout_plan.channels_last_pays``: its grouped convolution is 17% of the FLOPs) keeps every
-    convolution in cuDNN; one that stays NCHW (the grouped ones 81%) takes the half-precision 1x1 into
-    256 channels over 14x14 pixels into the IR and leaves the narrower 1x1, 3x3, depthwise and grouped
-    ones in cuDNN (``AUTO_IR_MIN_COUT``)."""
+    cuDNN (``GROUPED_MIN_WIDTH`` raised). Whether the graph runs channels-last
+    (``layout_plan.channels_last_pays``: its grouped convolutions are 19% or 82% of the library FLOPs)
+    or not, the half-precision 1x1 convolutions from 16 channels go to the IR (``ONE_K_STEP_CIN``) and
+    the 3x3, depthwise and grouped ones stay in cuDNN (``ir/choices.CONV_ROWS``)."""
     monkeypatch.setattr(conv_lowering, "GROUPED_MIN_WIDTH", 10**6)
     x, xg = rand(2, 16, 14, 14, dtype=BF16), rand(2, grouped_channels, 14, 14, dtype=BF16)
 
@@ -275,7 +275,7 @@ def test_auto_on_the_h200_takes_only_the_measured_winners(grouped_channels, monk
     nhwc = grouped_channels == 16
     decisions = [d for d in graph.decisions if d.startswith("conv ")]
     assert [d.split()[2] for d in decisions][:5] == ["1x1", "im2col", "depthwise", "grouped", "1x1"], decisions
-    assert [": IR " in d for d in decisions] == [not nhwc] + [False] * (len(decisions) - 1), decisions
+    assert [": IR " in d for d in decisions] == [True, False, False, False, True] + [False] * (len(decisions) - 5), decisions
     assert any(d.startswith("layout: NCHW kept") for d in graph.decisions) != nhwc, graph.decisions
     assert all(not k.schedule.interpreted for k in kernels)
 
@@ -283,29 +283,34 @@ def test_auto_on_the_h200_takes_only_the_measured_winners(grouped_channels, monk
 def test_auto_on_the_h200_runs_wide_grouped_convolutions_in_the_ir_reading_channels_last():
     """RegNet's block for the H200 (scheduled on the CPU): the grouped 3x3 of 16 channels per group is a
     GEMM per image and group with batch norm and relu fused, reading its input (a channels-last buffer
-    ``layout_plan`` plans around the 1x1 convolutions left to cuDNN) along the channels: K is ordered
-    ``kh, kw, c``, so the im2col load's innermost term is the channel (stride 1); no NCHW copies. A
-    grouped convolution of 2 channels per group stays in cuDNN."""
+    ``layout_plan`` plans around the 1x1 convolutions left to cuDNN: 128 -> 128 channels) along the
+    channels: K is ordered ``kh, kw, c``, so the im2col load's innermost term is the channel (stride 1);
+    no NCHW copies. A grouped convolution of 2 channels per group stays in cuDNN; so does one whose
+    neighbours all run in the IR (NCHW data: cuDNN's NCHW grouped kernel is faster)."""
     def block(x, w1, w2, w3, scale, shift):
         y = F.conv2d(x, w1).relu()
         y = (F.conv2d(y, w2, padding=1, groups=y.shape[1] // w2.shape[1]) * scale[:, None, None] + shift[:, None, None])
         return F.conv2d(y.relu(), w3) + x
-    x = rand(2, 64, 14, 14, dtype=BF16)
-    ws = [rand(64, 64, 1, 1, dtype=BF16), rand(64, 16, 3, 3, dtype=BF16), rand(64, 64, 1, 1, dtype=BF16),
-          rand(64, dtype=BF16), rand(64, dtype=BF16)]
+    x = rand(2, 128, 14, 14, dtype=BF16)
+    ws = [rand(128, 128, 1, 1, dtype=BF16), rand(128, 16, 3, 3, dtype=BF16), rand(128, 128, 1, 1, dtype=BF16),
+          rand(128, dtype=BF16), rand(128, dtype=BF16)]
     graph, kernels = _scheduled(block, [x, *ws], H200)
     decisions = conv_decisions(graph)
     assert [": IR batched matmul per group" in d for d in decisions] == [False, True, False], decisions
     (gemm,) = [k for k in kernels if k.schedule.template == "gemm"]
-    assert {"mul.Tensor", "add.Tensor", "relu.default"} <= set(gemm.origins) and "2x4x16x196" in gemm.name, gemm
+    assert {"mul.Tensor", "add.Tensor", "relu.default"} <= set(gemm.origins) and "2x8x16x196" in gemm.name, gemm
     (im2col,) = [s for ph in gemm.phases for s in ph.inner if isinstance(s, Load) and s.mask]
     nindex = next(v for v in im2col.index.vars() if v.name == "nindex")  # the pixel: C apart in NHWC
-    assert im2col.index.coeff_of(nindex) == 64 and "+ (kbindex % 16) +" in str(im2col.index), im2col.index
+    assert im2col.index.coeff_of(nindex) == 128 and "+ (kbindex % 16) +" in str(im2col.index), im2col.index
     assert not any("GROUPED_NCHW_MIN_GROUPS" in d for d in graph.decisions), graph.decisions
     assert any(d.startswith("layout: channels-last") for d in graph.decisions), graph.decisions
-    ws[1] = rand(64, 2, 3, 3, dtype=BF16)
-    graph, _ = _scheduled(block, [x, *ws], H200)
+    narrow = [*ws[:1], rand(128, 2, 3, 3, dtype=BF16), *ws[2:]]
+    graph, _ = _scheduled(block, [x, *narrow], H200)
     assert [": IR " in d for d in conv_decisions(graph)] == [False, False, False], conv_decisions(graph)
+    x, ws = x[:, :64].contiguous(), [w[:64, :64].contiguous() for w in ws[:3]] + [v[:64] for v in ws[3:]]
+    graph, _ = _scheduled(block, [x, *ws], H200)  # 64 channels: the 1x1s in the IR (ONE_K_STEP_CIN)
+    assert [": IR " in d for d in conv_decisions(graph)] == [True, False, True], conv_decisions(graph)
+    assert "grouped over NCHW data" in conv_decisions(graph)[1]
 
 
 @pytest.mark.parametrize("cin, dtype, lowered", [(20, BF16, True), (84, F16, True), (24, BF16, False),
@@ -322,7 +327,7 @@ def test_squeeze_excite_expansion_cudnn_would_pad_is_a_gemm_on_the_h200(cin, dty
         y = F.conv2d(x, w1).relu()
         s = F.conv2d(y.mean((2, 3), keepdim=True), w_reduce, b_reduce).relu()
         return y * F.conv2d(s, w_expand, b_expand).sigmoid()
-    c = 64
+    c = 128  # (a 1x1 from 128 channels into 128 stays in cuDNN too)
     args = [rand(2, c, 7, 7, dtype=dtype, channels_last=True), rand(c, c, 1, 1, dtype=dtype) / 8,
             rand(cin, c, 1, 1, dtype=dtype) / 8, rand(cin, dtype=dtype), rand(c, cin, 1, 1, dtype=dtype) / 8,
             rand(c, dtype=dtype)]  # (weights scaled to keep values near 1, where bf16's tolerance applies)
@@ -378,13 +383,14 @@ def test_a_measured_choice_overrides_the_heuristic(measured):
 
 @pytest.mark.parametrize("tf32", [True, False])
 def test_fp32_follows_cudnn_allow_tf32(monkeypatch, tf32):
-    """fp32 convolutions in the IR use TF32 where cuDNN would; ``auto`` keeps fp32 in cuDNN (measured
-    faster), saying why: IEEE with TF32 off, else the heuristic."""
+    """fp32 convolutions in the IR use TF32 where cuDNN would. ``auto`` (measured): a TF32 1x1 from more
+    than 64 channels stays in cuDNN; with TF32 off it goes to the IR, as the graph would run cuDNN NHWC,
+    which has no IEEE kernels for that layout."""
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
-    args = [rand(64, 16, 28, 28), rand(256, 16, 1, 1)]  # 50176 x 256: more tiles than SMs (gemm_choice)
+    args = [rand(64, 80, 28, 28), rand(256, 80, 1, 1)]  # 50176 x 256: more tiles than SMs (gemm_choice)
     graph, _ = _scheduled(lambda x, w: F.conv2d(x, w), args, H200)
     (d,) = [d for d in graph.decisions if d.startswith("conv ")]
-    assert ("IEEE fp32" in d) != tf32 and ": IR " not in d, d
+    assert ("IEEE fp32 over NHWC data" in d) != tf32 and (": IR " in d) != tf32, d
     monkeypatch.setenv("MINICOMP_CONV", "ir")
     graph, _ = _scheduled(lambda x, w: F.conv2d(x, w).relu(), args, H200)  # (a product alone: cuBLAS)
     precisions = [n.attrs["precision"] for n in graph.nodes if n.op == "matmul"]

@@ -569,13 +569,39 @@ def _causal_written_out(q, k, v):
 
 
 @pytest.mark.parametrize("d,t", [(64, 1024), (128, 257)])
-def test_attention_written_out_is_one_flash_kernel(d, t):
+def test_attention_written_out_is_one_flash_kernel(sdpa_lowered, d, t):
     q, k, v = _dev((2, 4, t, d), (2, 4, t, d), (2, 4, t, d), dtype=torch.bfloat16)
     report = compile_and_compare(_causal_written_out, q, k, v)
     assert [k.template for k in report.kernels].count("attention") == 1, report.summary()
 
 
-def test_attention_decode_splits_the_keys():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_written_out_is_one_sdpa_call_by_default(monkeypatch, dtype):
+    """The rule's side on a GPU (ir/choices.ATTENTION): one SDPA call, NaN where a tril buffer read
+    from memory hides a whole row (as written out), [B, T, H, D] in and out without copies."""
+    from tests.utils import layout_copies, tolerances
+    monkeypatch.delenv("MINICOMP_ATTENTION", raising=False)
+    copied = layout_copies(monkeypatch)
+    x, w = _dev((2, 300, 256), (256, 768), dtype=dtype)
+    w = w * 0.05  # (scaled here: a scale on q, k, v in half precision is a producer the template keeps)
+    bias = torch.ones(300, 300, device="cuda").tril().view(1, 1, 300, 300)
+    bias[..., 7, :] = 0  # row 7 sees no key
+
+    def fn(x, w, bias):
+        b, t, _ = x.shape
+        q, k, v = (z.view(b, t, 4, 64).transpose(1, 2) for z in (x @ w).split(256, -1))
+        s = (q @ k.transpose(-1, -2) * 0.125).masked_fill(bias[:, :, :t, :t] == 0, float("-inf"))
+        return (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(b, t, 256)
+    assert fn(x, w, bias)[:, 7].isnan().all()
+    report = compile_and_compare(fn, x, w, bias)
+    assert any("[rule attention: sdpa]" in d for d in report.decisions), report.summary()
+    assert "attention" not in [k.template for k in report.kernels], report.summary()
+    copied.clear()
+    torch.testing.assert_close(minicomp.compile(fn)(x, w, bias), fn(x, w, bias), equal_nan=True, **tolerances(dtype))
+    assert copied == []
+
+
+def test_attention_decode_splits_the_keys(sdpa_lowered):
     q, k, v = _dev((8, 16, 1, 128), (8, 16, 8192, 128), (8, 16, 8192, 128), dtype=torch.bfloat16)
     report = compile_and_compare(lambda q, k, v: torch.softmax((q @ k.transpose(-1, -2)).float() / 11.3, -1)
                                  .to(q.dtype) @ v, q, k, v)

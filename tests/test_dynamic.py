@@ -189,6 +189,7 @@ def test_parts_alternate_and_values_flow_forward():
         assert not [a for n in p.nodes for a in n.all_input_nodes if a not in members and dynamic._is_view(a)]
 
 
+@pytest.mark.slow
 def test_transformers_generate_with_a_dynamic_cache(reports):
     transformers = pytest.importorskip("transformers")
     cfg = transformers.LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

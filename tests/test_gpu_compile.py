@@ -96,6 +96,13 @@ def _squeeze_excite(x, w, w1, w2):
     return y * s
 
 
+def _stem(x, w, g, b, m, var):
+    """ResNet's stem: a channels-last convolution result through batch norm, relu and a 3x3/2 max pool
+    with its indices (a window kernel walking the channels fastest, storing NCHW results)."""
+    y = F.relu(F.batch_norm(F.conv2d(x, w, stride=2, padding=3), m, var, g, b, False, 0.1, 1e-5))
+    return F.max_pool2d(y, 3, 2, 1, return_indices=True)
+
+
 def _r(*shape, dtype=BF16):
     return torch.randn(*shape, dtype=dtype)
 
@@ -115,7 +122,11 @@ CASES = {  # name: (function, inputs, templates that must be among its kernels)
     "gemm gelu": (lambda a, b: F.gelu(a @ b, approximate="tanh"), lambda: [_r(1024, 512), _r(512, 4096)], {"gemm"}),
     "conv block channels-last": (_conv_block, lambda: [_r(2, 64, 16, 16, dtype=F16), _r(64, 64, 3, 3, dtype=F16),
                                                        _r(64, 64, 1, 1, dtype=F16)]
-                                 + [_r(64, dtype=F16).abs() + 0.5 for _ in range(4)], {"pointwise", "reduction"}),
+                                 + [_r(64, dtype=F16).abs() + 0.5 for _ in range(4)], {"pointwise", "window"}),
+    "stem pool with indices": (_stem, lambda: [_r(2, 3, 32, 32), _r(16, 3, 7, 7)]
+                               + [_r(16).abs() + 0.5 for _ in range(4)], {"window"}),
+    "max pool 3-D, 27 taps": (lambda x: F.max_pool3d(x, 3, 2, 1, return_indices=True),
+                              lambda: [torch.randn(2, 4, 5, 9, 7)], {"window"}),
     "group norm, one-pass moments": (lambda x, w, b: F.group_norm(x, 8, w, b),
                                      lambda: [_r(2, 64, 64, 64), _r(64), _r(64)], {"reduction", "pointwise"}),
     "squeeze-excite channels-last": (_squeeze_excite, lambda: [_r(4, 96, 14, 14), _r(96, 96, 1, 1), _r(24, 96, 1, 1),

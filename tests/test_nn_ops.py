@@ -318,6 +318,7 @@ MAX_POOLS = {
     "ceil": dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), ceil_mode=True),
     "dilated": dict(kernel_size=2, stride=1, dilation=2),
     "stride_over_kernel": dict(kernel_size=2, stride=3, ceil_mode=True),
+    "padded_dilated": dict(kernel_size=(3, 4), stride=(2, 1), padding=(1, 2), dilation=(2, 3)),
 }
 
 
@@ -336,6 +337,68 @@ def test_max_pool2d_ties_bf16_and_3d_input():
     x = torch.randint(-2, 3, (3, 7, 5)).to(torch.bfloat16)  # many equal values: the first wins
     compile_and_compare(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), x, atol=0, rtol=0)
     compare_with_grads(lambda x: F.max_pool2d(x, 3, 2, 1), torch.randn(3, 7, 5, dtype=torch.bfloat16))
+
+
+def _specials(shape, dtype=torch.float32):
+    """Random values with what aten's max pool kernels decide by rule: two NaNs in one window, padded
+    corner windows of only -inf, and ties (values rounded to halves)."""
+    x = (torch.randn(shape) * 2).round().div(2).to(dtype)
+    x[0, 0, 1, 1:3] = float("nan")
+    x[0, 1, :4, :5] = float("-inf")
+    return x
+
+
+@pytest.mark.parametrize("name", sorted(MAX_POOLS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_max_pool2d_nan_inf_and_ties_index_as_eager(name, dtype):
+    """aten's kernels walk a window's taps inside the input from (max -inf, the first of them) and take
+    a tap greater than the max so far, or NaN: the first of equal maxima, the last NaN, and in a window
+    of only -inf its first tap inside the input (not the padding). Odd sizes, channels-last input."""
+    x = _specials((2, 3, 9, 7), dtype).to(memory_format=torch.channels_last)
+    compile_and_compare(lambda x: F.max_pool2d(x, **MAX_POOLS[name], return_indices=True), x, atol=0, rtol=0)
+
+
+def test_max_pool2d_of_integers_all_lowest_window():
+    """An integer window of only the dtype's lowest value (padded): its first tap inside the input."""
+    x = torch.randint(-3, 4, (2, 3, 7, 6))
+    x[0, 0, :2, :2] = torch.iinfo(x.dtype).min
+    compile_and_compare(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), x, atol=0, rtol=0)
+
+
+MAX_POOLS_3D = {
+    "k2": dict(kernel_size=2),
+    "k3s2p1": dict(kernel_size=3, stride=2, padding=1),  # 27 taps, unrolled
+    "ceil_dilated": dict(kernel_size=(2, 3, 2), stride=(1, 2, 2), padding=(0, 1, 1), dilation=(2, 1, 1),
+                         ceil_mode=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MAX_POOLS_3D))
+def test_max_pool3d_with_indices(name):
+    """Values and indices (flat positions in the input's D*H*W volume) as eager, with NaNs, -inf and ties;
+    channels-last (3-D) input; gradients through the backward's rule. (Eager's CPU kernel for a
+    channels-last 3-D input leaves the depth out of an all -inf window's index, unlike its contiguous
+    and CUDA kernels, which minicomp follows: that input holds no such window here.)"""
+    kw = MAX_POOLS_3D[name]
+    pool = lambda x: F.max_pool3d(x, **kw, return_indices=True)  # noqa: E731
+    compile_and_compare(pool, _specials((2, 3, 5, 7, 6)), atol=0, rtol=0)
+    compile_and_compare(pool, torch.randn(2, 3, 5, 7, 6).to(memory_format=torch.channels_last_3d), atol=0, rtol=0)
+    compare_with_grads(lambda x: F.max_pool3d(x, **kw), torch.randn(2, 3, 5, 7, 6))
+
+
+def test_max_pool3d_bf16_4d_input():
+    x = torch.randint(-2, 3, (3, 6, 5, 7)).to(torch.bfloat16)  # (C, D, H, W): ties everywhere
+    compile_and_compare(lambda x: F.max_pool3d(x, 3, 2, 1, return_indices=True), x, atol=0, rtol=0)
+    compare_with_grads(lambda x: F.max_pool3d(x, 2, ceil_mode=True), torch.randn(3, 6, 5, 7, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pools_1d(dtype):
+    """1-D pools (aten takes them to the 2-D kernels through an unsqueeze): odd lengths, padding,
+    ceil_mode, indices."""
+    x = torch.randn(2, 3, 11, dtype=dtype)
+    compile_and_compare(lambda x: F.max_pool1d(x, 3, 2, 1, ceil_mode=True, return_indices=True), x, atol=0, rtol=0)
+    compare_with_grads(lambda x: (F.max_pool1d(x, 4, 3, 2, dilation=2), F.avg_pool1d(x, 8, 1, 4)), x)
 
 
 AVG_POOLS = {

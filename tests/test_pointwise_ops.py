@@ -315,7 +315,7 @@ def test_where_scalars_and_promotion():
     compile_and_compare(fn, c, rand(3, 5), rand(3, 5, dtype=torch.int32), rand(3, 5, dtype=torch.float16))
 
 
-@dtypes(torch.float32, torch.float16)
+@dtypes(torch.float32, torch.float16, torch.bfloat16)
 def test_nan_inf_propagation(dtype):
     def fn(x, y, c):
         return (torch.maximum(x, y), torch.minimum(x, y), torch.maximum(y, x), torch.minimum(y, x),

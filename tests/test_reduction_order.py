@@ -140,7 +140,7 @@ def test_a_row_pipeline_does_not_starve_its_heavy_stage_on_the_h200(monkeypatch)
     1 of every 33 programs in flight."""
     monkeypatch.setattr(pipelines, "PIPELINE_MIN_BYTES", 0)
     monkeypatch.setattr(split_reductions, "TARGET_PROGRAMS", 4)
-    monkeypatch.setattr(split_reductions, "_moment_chunks", lambda s, limit: 1)  # (statistics left unsplit)
+    monkeypatch.setattr(split_reductions, "_moment_chunks", lambda s, limit, target: 1)  # (statistics left unsplit)
     args = _chain_args(torch.float32, batch=4, cin=4, c=64, hw=32)
     with torch.no_grad():
         graph, _ = _scheduled(lambda *a: _conv_gn_chain(*a, groups=1), args, H200)

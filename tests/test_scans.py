@@ -278,7 +278,7 @@ def test_no_fallbacks_and_the_dump(tmp_path):
     assert "scan.sum(" in kernels
 
 
-def test_max_autotune_measures_the_scan_and_reuses_the_winner(cache_dir, looped):
+def test_max_autotune_measures_the_scan_and_reuses_the_winner(cache_dir, looped, tuning_in_the_interpreter):
     fn = lambda x: torch.cumsum(x, 1) * 2  # noqa: E731
     x = torch.randn(4, 40)
     torch.testing.assert_close(minicomp.compile(fn, mode="max-autotune")(x), fn(x))

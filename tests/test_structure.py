@@ -170,6 +170,18 @@ def test_dependency_direction():
     assert not wrong, "imports against docs/architecture.md's direction: " + ", ".join(f"{m} -> {t}" for m, t in wrong)
 
 
+TOP = "explain"  # minicomp.explain reads everything; nothing but the package's doors imports it
+DOORS = (PACKAGE, f"{PACKAGE}.__main__")
+
+
+def test_nothing_but_the_doors_imports_explain():
+    graph = import_graph()
+    inside = f"{PACKAGE}.{TOP}"
+    wrong = sorted(m for m, targets in graph.items() if m not in DOORS and not (m == inside or m.startswith(inside + "."))
+                   and any(t == inside or t.startswith(inside + ".") for t in targets))
+    assert not wrong, f"{inside} sits at the top: only {', '.join(DOORS)} import it, not {', '.join(wrong)}"
+
+
 def test_config_and_aot_shims_import_nothing_of_ours():
     graph = import_graph()
     assert all(not graph[f"{PACKAGE}.{m}"] for m in EVERYWHERE)

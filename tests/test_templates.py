@@ -13,7 +13,8 @@ from tests.utils import compile_and_compare
 
 def test_the_registry_is_ordered_and_named_once():
     names = [t.name for t in templates.TEMPLATES]
-    assert names == ["attention", "attention_dkdv", "attention_dq", "gemm", "scan", "reduction", "tiled", "pointwise"]
+    assert names == ["attention", "attention_dkdv", "attention_dq", "gemm", "scan", "window", "reduction", "tiled",
+                     "pointwise"]
     assert all(templates.template_of(n) is t for n, t in zip(names, templates.TEMPLATES))
 
 
@@ -22,6 +23,7 @@ def test_each_template_runs_its_groups():
         "pointwise": (lambda x: torch.relu(x) + 1, (torch.randn(5, 7),)),
         "tiled": (lambda x, y: x.t() + y, (torch.randn(9, 6), torch.randn(6, 9))),
         "reduction persistent": (lambda x: torch.softmax(x, -1), (torch.randn(3, 10),)),
+        "window": (lambda x: torch.nn.functional.max_pool2d(x, 3, 2, 1), (torch.randn(2, 3, 7, 6),)),
         "scan persistent": (lambda x: torch.cumsum(x, -1), (torch.randn(3, 10),)),
         "gemm": (lambda a, b: torch.relu(a @ b), (torch.randn(5, 8), torch.randn(8, 3))),
     }
@@ -46,7 +48,7 @@ class SmallPointwise(Pointwise):
         return (1,)
 
 
-def test_a_new_template_is_one_object_in_the_list(monkeypatch, cache_dir, capsys):
+def test_a_new_template_is_one_object_in_the_list(monkeypatch, cache_dir, capsys, tuning_in_the_interpreter):
     monkeypatch.setattr(templates, "TEMPLATES", [SmallPointwise()] + templates.TEMPLATES)
     report = compile_and_compare(lambda x: x.sin() * 2, torch.randn(3, 7), kernels=1)
     assert report.kernels[0].template == "small_pointwise"

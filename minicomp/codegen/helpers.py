@@ -61,6 +61,14 @@ def _argmin(v1, i1, v2, i2):
     take = (v1 < v2) | ((v1 != v1) & (v2 == v2)) | (((v1 == v2) | ((v1 != v1) & (v2 != v2))) & (i1 < i2))
     return tl.where(take, v1, v2), tl.where(take, i1, i2)
 '''),
+    # an argmax fed its elements in index order (a window's unrolled taps): the next element replaces
+    # the best so far if strictly larger, or if it is the first NaN
+    "_argmax_next": Helper('''
+@triton.jit
+def _argmax_next(best, at, v, i):
+    take = (v > best) | ((v != v) & (best == best))
+    return tl.where(take, v, best), tl.where(take, i, at)
+'''),
     "_tanh": Helper('''
 @triton.jit
 def _tanh(x, INTERPRETED: tl.constexpr):

@@ -165,6 +165,12 @@ def _cat(o: Operands) -> list[str]:
     return lines + [f"{v} = {v}.to({TL_DTYPE[o.dtype]})"]
 
 
+def _isnan(o: Operands) -> str:
+    """``x != x``; of bf16 in fp32 (exact): Triton's interpreter compares bf16 as bits, NaN equal to itself."""
+    x = f"{o.a[0]}.to(tl.float32)" if o.in_dtype == torch.bfloat16 else o.a[0]
+    return f"{x} != {x}"
+
+
 SPELLINGS: dict[str, Spelling] = {
     # arithmetic
     "add": _infix("+"), "sub": _infix("-"), "mul": _infix("*"), "truediv": _infix("/"),
@@ -190,7 +196,7 @@ SPELLINGS: dict[str, Spelling] = {
     "relu": lambda o: f"tl.where({o.a[0]} < 0, 0, {o.a[0]})", "gelu": _gelu,
     # comparisons and logic
     "eq": _infix("=="), "ne": _infix("!="), "lt": _infix("<"), "le": _infix("<="), "gt": _infix(">"),
-    "ge": _infix(">="), "isnan": lambda o: f"{o.a[0]} != {o.a[0]}",
+    "ge": _infix(">="), "isnan": lambda o: _isnan(o),
     "isinf": lambda o: f'tl.abs({o.a[0]}) == float("inf")',
     "logical_and": lambda o: f"({o.a[0]} != 0) & ({o.a[1]} != 0)",
     "logical_or": lambda o: f"({o.a[0]} != 0) | ({o.a[1]} != 0)",

@@ -20,11 +20,13 @@ from torch._subclasses.fake_tensor import is_fake
 from ..ir import ops, views
 from ..ir.graph import Graph, Node, Scalar, extern_call, map_tree, terminal
 from ..ir.layout import is_dense
+from ..ir.origin import Origin
 from ..ir.target import Target
 from ..ir.types import SUPPORTED_DTYPES, TensorType, contiguous_strides, is_float
 from . import (rules, rules_activations, rules_attention, rules_attention_backward, rules_factories,  # noqa: F401  (each
                rules_index, rules_norms, rules_pooling, rules_resize, rules_scan, rules_scatter)  # module registers its rules in RULES)
 from .fallback_reasons import deliberate_fallback
+from .provenance import source_of
 from .registry import RULES, Unsupported, aten, coerce, opmath
 
 
@@ -123,12 +125,17 @@ class Lowering:
                 del self.graph.nodes[start:], self.fallbacks[undo[0]:]
                 self._moved = undo[1]
                 reason = str(e)
-        if reason is not None:
-            return self._extern(target, args, kwargs, reason)
-        name = _short(target)
-        for n in self.graph.nodes[start:]:
-            n.origin = n.origin or (name,)
+        result = self._extern(target, args, kwargs, reason) if reason is not None else result
+        self._mark_origins(self.graph.nodes[start:], _short(target))
         return result
+
+    def _mark_origins(self, nodes: list[Node], name: str) -> None:
+        """The nodes made for the FX node being lowered came from it (``ir/origin.py``): their origin
+        names ``name`` unless a rule named another op, and remembers this FX node and its source line.
+        An origin copied from an earlier node keeps its own."""
+        fx_name, source = self.node.name, source_of(self.node)
+        for n in nodes:
+            n.origin = tuple(o if isinstance(o, Origin) else Origin(o, fx_name, source) for o in n.origin or (name,))
 
     def _unsupported_inputs(self, args, kwargs) -> str | None:
         results = self.node.meta.get("val")

@@ -1,12 +1,16 @@
-"""Lowering rules for 2-D pooling (max, average, adaptive average) and their backward ops: a window
-op is a view whose index map carries the window arithmetic, reduced over its last axis; a backward
+"""Lowering rules for pooling (max 2-D and 3-D; average and adaptive average 2-D, which the 1-D ops
+decompose to) and their backward ops: a window op is a view whose index map carries the window
+arithmetic, reduced over its last axis (``templates/window.py`` unrolls a short one); a backward
 gathers each window offset's gradient back onto the input and sums the offsets.
 """
 from __future__ import annotations
 
+import itertools
+import math
+
 import torch
 
-from ..ir.expr import Affine, Range, index_vars
+from ..ir.expr import Affine, Range, index_vars, unravel
 from ..ir.graph import Node, Scalar
 from ..ir.types import is_float
 from .formulas import _Math
@@ -15,25 +19,32 @@ from .registry import Unsupported, aten, coerce as _coerce, opmath as _opmath, r
 
 # --- pooling -------------------------------------------------------------------------------------
 
-def _pair(v, default=None):
+def _tuple(v, n: int, default=None) -> tuple[int, ...]:
+    """A pooling argument as ``n`` ints (one per spatial dim): an int or a one-element list is every
+    dim's; empty or None: ``default``."""
     if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
         v = default
-    return (v, v) if isinstance(v, int) else tuple(v) if len(v) == 2 else (v[0], v[0])
+    if isinstance(v, int):
+        return (v,) * n
+    return tuple(v) if len(v) == n else (v[0],) * n
 
 
-def _windows(L, x: Node, out_hw, kernel, stride, padding, dilation, fill) -> Node:
-    """``x`` (..., H, W) seen as (..., OH, OW, KH*KW): element ``k`` of window (oh, ow) is
-    ``x[..., oh*sh - ph + (k // KW)*dh, ow*sw - pw + (k % KW)*dw]``, ``fill`` outside the input."""
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
-    lead = x.shape[:-2]
-    shape = (*lead, *out_hw, kh * kw)
+def _pair(v, default=None):
+    return _tuple(v, 2, default)
+
+
+def _windows(L, x: Node, out_sizes, kernel, stride, padding, dilation, fill) -> Node:
+    """``x`` (..., *S) seen as (..., *O, K) over its last ``len(kernel)`` dims, K the window's taps:
+    tap ``k`` of window ``o`` is ``x[..., o*s - p + t*d]`` per dim, ``t`` the tap's coordinates (``k``
+    unravelled over ``kernel``, row-major), ``fill`` outside the input."""
+    n = len(kernel)
+    lead = x.shape[:-n]
+    shape = (*lead, *out_sizes, math.prod(kernel))
     v = index_vars(shape)
-    k = Affine.of(v[-1])
-    h = Affine.of(v[-3]) * sh - ph + (k // kw) * dh
-    w = Affine.of(v[-2]) * sw - pw + (k % kw) * dw
-    index = (*(Affine.of(u) for u in v[:len(lead)]), h, w)
-    mask = tuple(r for r in (Range(h, 0, x.shape[-2]).simplified(), Range(w, 0, x.shape[-1]).simplified())
-                 if r is not True)
+    taps = unravel(v[-1], kernel)
+    at = [Affine.of(o) * s - p + t * d for o, t, s, p, d in zip(v[len(lead):-1], taps, stride, padding, dilation)]
+    index = (*(Affine.of(u) for u in v[:len(lead)]), *at)
+    mask = tuple(r for r in (Range(e, 0, size).simplified() for e, size in zip(at, x.shape[-n:])) if r is not True)
     if any(r is False for r in mask):
         raise Unsupported("a pooling window entirely in the padding")
     return L.graph.view(x, shape, index, mask, fill=_coerce(fill, x.dtype), kind="window")
@@ -47,27 +58,89 @@ def _lowest(dtype: torch.dtype):
     return float("-inf") if is_float(dtype) else torch.iinfo(dtype).min
 
 
-@rule(aten.max_pool2d_with_indices.default)
-def _max_pool2d(L, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    """The max over each window and its position as a flat index into the input's H*W plane (the
-    first maximum in window order, as aten)."""
+def _max_pool(L, x, n: int, kernel_size, stride, padding, dilation):
+    """aten's ``max_pool{n}d_with_indices``: the max over each window of the last ``n`` dims and its
+    position as a flat index into the input's last ``n`` dims."""
     if x.dtype == torch.bool:
         raise Unsupported("max pool of bools")
-    kernel = _pair(kernel_size)
-    stride, padding, dilation = _pair(stride, kernel), _pair(padding), _pair(dilation)
+    kernel = _tuple(kernel_size, n)
+    stride, padding, dilation = _tuple(stride, n, kernel), _tuple(padding, n), _tuple(dilation, n)
     out_shape = tuple(L.node.meta["val"][0].shape)
-    win = _windows(L, x, out_shape[-2:], kernel, stride, padding, dilation, _lowest(x.dtype))
-    k = L.graph.reduce("argmax", win, [win.type.ndim - 1], torch.int64)
-    out = _drop_last(L, L.graph.reduce("max", win, [win.type.ndim - 1], x.dtype))
-    k = _drop_last(L, k)
+    win = _windows(L, x, out_shape[-n:], kernel, stride, padding, dilation, _lowest(x.dtype))
+    top = L.graph.reduce("max", win, [win.type.ndim - 1], x.dtype)
+    tap = _max_tap(L, win, top, kernel, stride, padding, dilation)
+    top, tap = _drop_last(L, top), _drop_last(L, tap)
     i = _Math(L, torch.int64)
-    device = x.type.device
-    h = i("add", i("mul", L.iota(out_shape, -2, torch.int64, device), stride[0]),
-          i("mul", i("floordiv", k, kernel[1]), dilation[0]))
-    w = i("add", i("mul", L.iota(out_shape, -1, torch.int64, device), stride[1]),
-          i("mul", i("remainder", k, kernel[1]), dilation[1]))
-    flat = i("add", i("mul", i("sub", h, padding[0]), x.shape[-1]), i("sub", w, padding[1]))
-    return out, flat
+    flat, device = None, x.type.device
+    coordinates = _unravel_node(_Math(L, torch.int32), tap, kernel)
+    for a, (t, s, p, d) in enumerate(zip(coordinates, stride, padding, dilation)):
+        at = i("add", _times(i, L.iota(out_shape, a - n, torch.int64, device), s), _times(i, t, d))
+        at = i("sub", at, p) if p else at
+        flat = at if flat is None else i("add", i("mul", flat, x.shape[a - n]), at)
+    return top, flat
+
+
+def _max_tap(L, win: Node, top: Node, kernel, stride, padding, dilation) -> Node:
+    """The tap (0..K-1, int32: a window's few taps) aten's max pool kernels pick in each window, walking
+    the taps inside the input in order from (max -inf, the first of them) and taking a tap greater than
+    the max so far, or NaN: the first of equal maxima, the last NaN, and for a window of only -inf (the
+    dtype's lowest) its first tap inside the input. Reductions of the one window (``top`` is its max),
+    so the kernel reads each tap once: the first maximum (``argmax``) and the last NaN (a max of NaN
+    taps' numbers)."""
+    axis = win.type.ndim - 1
+    i, device = _Math(L, torch.int32), win.type.device
+    tap = L.cast(L.graph.reduce("argmax", win, [axis], torch.int64), torch.int32)
+    if any(padding):  # else the first tap is always inside, and argmax's first of equal values is it
+        lowest = _Math(L, win.dtype)("eq", top, _lowest(win.dtype))
+        tap = i.where(lowest, _first_inside_tap(L, top.shape, kernel, stride, padding, dilation, device), tap)
+    if is_float(win.dtype):
+        numbers = L.iota(win.shape, axis, torch.int32, device)
+        nan_taps = i.where(L.graph.pointwise("isnan", [win], torch.bool), numbers, -1)
+        last_nan = L.graph.reduce("max", nan_taps, [axis], torch.int32)
+        tap = i.where(i("ge", last_nan, 0), last_nan, tap)
+    return tap
+
+
+def _first_inside_tap(L, shape, kernel, stride, padding, dilation, device) -> Node:
+    """At each window of ``shape`` (..., *O, 1), the number of its first tap inside the input: along
+    each padded dim the smallest ``t`` with ``o*s - p + t*d >= 0``, i.e. ``max(0, ceil((p - o*s) / d))``
+    (0 along the others)."""
+    n, i = len(kernel), _Math(L, torch.int32)
+    terms = []
+    for a, (s, p, d) in enumerate(zip(stride, padding, dilation)):
+        if p:
+            o = L.iota(shape, a - n - 1, torch.int32, device)
+            t = i("sub", p + d - 1, _times(i, o, s))
+            t = i("maximum", i("floordiv", t, d) if d > 1 else t, 0)
+            terms.append(_times(i, t, math.prod(kernel[a + 1:])))
+    total = terms[0]
+    for t in terms[1:]:
+        total = i("add", total, t)
+    return total
+
+
+def _times(i, x: Node, k: int) -> Node:
+    return i("mul", x, k) if k != 1 else x
+
+
+def _unravel_node(i, flat: Node, sizes) -> list:
+    """The row-major coordinates of ``flat`` (integer nodes, ``i``'s dtype) in ``sizes``."""
+    out, step = [], 1
+    for size in reversed(sizes):
+        q = i("floordiv", flat, step) if step > 1 else flat
+        out.append(i("remainder", q, size) if step * size < math.prod(sizes) else q)
+        step *= size
+    return out[::-1]
+
+
+@rule(aten.max_pool2d_with_indices.default)
+def _max_pool2d(L, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(L, x, 2, kernel_size, stride, padding, dilation)
+
+
+@rule(aten.max_pool3d_with_indices.default)
+def _max_pool3d(L, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(L, x, 3, kernel_size, stride, padding, dilation)
 
 
 def _avg_divisor(i, o, size: int, k: int, s: int, p: int, count_include_pad: bool):
@@ -127,27 +200,26 @@ def _avg_pool2d(L, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_
 
 
 def _gather_windows(L, grad: Node, in_shape, kernel, stride, padding, dilation, fill):
-    """For each window offset (kh, kw): ``grad`` (..., OH, OW) read at input positions (..., H, W) from
-    the window (oh, ow) that covers (h, w) at that offset — ``fill`` where none does. Summing these
-    over the offsets scatters a window op's gradient back onto its input."""
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
-    OH, OW = grad.shape[-2:]
-    lead = grad.shape[:-2]
-    shape = (*lead, *in_shape[-2:])
+    """For each window offset ``t`` (a tap's coordinates): ``grad`` (..., *O) read at the input's
+    positions (..., *S) from the window ``o`` that covers each at that offset (``o*s - p + t*d``) —
+    ``fill`` where none does. Summing these over the offsets scatters a window op's gradient back onto
+    its input."""
+    n = len(kernel)
+    sizes, lead = grad.shape[-n:], grad.shape[:-n]
+    shape = (*lead, *in_shape[-n:])
     v = index_vars(shape)
-    for a in range(kh):
-        for b in range(kw):
-            rh, rw = Affine.of(v[-2]) + ph - a * dh, Affine.of(v[-1]) + pw - b * dw
-            oh, ow = rh // sh, rw // sw
-            mask = [Range(oh, 0, OH), Range(ow, 0, OW)]
-            mask += [Range(rh % sh, None, 1)] if sh > 1 else []
-            mask += [Range(rw % sw, None, 1)] if sw > 1 else []
-            mask = [r.simplified() for r in mask]
-            if any(r is False for r in mask):
-                continue
-            index = (*(Affine.of(u) for u in v[:len(lead)]), oh, ow)
-            yield L.graph.view(grad, shape, index, tuple(r for r in mask if r is not True),
-                               fill=_coerce(fill, grad.dtype), kind="window_grad")
+    for taps in itertools.product(*(range(k) for k in kernel)):
+        at, mask = [], []
+        for u, t, s, p, d, size in zip(v[len(lead):], taps, stride, padding, dilation, sizes):
+            r = Affine.of(u) + p - t * d
+            at.append(r // s)
+            mask += [Range(r // s, 0, size)] + ([Range(r % s, None, 1)] if s > 1 else [])
+        mask = [r.simplified() for r in mask]
+        if any(r is False for r in mask):
+            continue
+        index = (*(Affine.of(u) for u in v[:len(lead)]), *at)
+        yield L.graph.view(grad, shape, index, tuple(r for r in mask if r is not True),
+                           fill=_coerce(fill, grad.dtype), kind="window_grad")
 
 
 def _sum_nodes(L, terms, acc, shape, device) -> Node:
@@ -157,19 +229,23 @@ def _sum_nodes(L, terms, acc, shape, device) -> Node:
     return out if out is not None else L.full(shape, 0, acc, device)
 
 
-@rule(aten.max_pool2d_with_indices_backward.default)
-def _max_pool2d_backward(L, grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+MAX_BACKWARD_TAPS = 64  # a backward sums one term per window offset: larger windows run PyTorch's kernel
+
+
+def _max_pool_backward(L, n: int, grad, x, kernel_size, stride, padding, dilation, indices):
     """Each input position sums the gradients of the windows whose recorded maximum it is."""
-    kernel = _pair(kernel_size)
-    stride, padding, dilation = _pair(stride, kernel), _pair(padding), _pair(dilation)
-    if kernel[0] * kernel[1] > 64:
-        raise Unsupported("max pool backward with a window over 64 elements")
+    kernel = _tuple(kernel_size, n)
+    stride, padding, dilation = _tuple(stride, n, kernel), _tuple(padding, n), _tuple(dilation, n)
+    if math.prod(kernel) > MAX_BACKWARD_TAPS:
+        raise Unsupported(f"max pool backward with a window over {MAX_BACKWARD_TAPS} elements")
     acc = _opmath(grad.dtype)
     gacc = L.cast(grad, acc)
-    H, W = x.shape[-2:]
     device = x.type.device
     i = _Math(L, torch.int64)
-    here = i("add", i("mul", L.iota(x.shape, -2, torch.int64, device), W), L.iota(x.shape, -1, torch.int64, device))
+    here = None
+    for a in range(-n, 0):
+        at = L.iota(x.shape, a, torch.int64, device)
+        here = at if here is None else i("add", i("mul", here, x.shape[a]), at)
     terms = []
     for g, idx in zip(_gather_windows(L, gacc, x.shape, kernel, stride, padding, dilation, 0),
                       _gather_windows(L, indices, x.shape, kernel, stride, padding, dilation, -1)):
@@ -177,13 +253,23 @@ def _max_pool2d_backward(L, grad, x, kernel_size, stride, padding, dilation, cei
     return L.cast(_sum_nodes(L, terms, acc, x.shape, device), x.dtype)
 
 
+@rule(aten.max_pool2d_with_indices_backward.default)
+def _max_pool2d_backward(L, grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    return _max_pool_backward(L, 2, grad, x, kernel_size, stride, padding, dilation, indices)
+
+
+@rule(aten.max_pool3d_with_indices_backward.default)
+def _max_pool3d_backward(L, grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    return _max_pool_backward(L, 3, grad, x, kernel_size, stride, padding, dilation, indices)
+
+
 @rule(aten.avg_pool2d_backward.default)
 def _avg_pool2d_backward(L, grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                          divisor_override):
     kernel = _pair(kernel_size)
     stride, padding = _pair(stride, kernel), _pair(padding)
-    if kernel[0] * kernel[1] > 64:
-        raise Unsupported("avg pool backward with a window over 64 elements")
+    if kernel[0] * kernel[1] > MAX_BACKWARD_TAPS:
+        raise Unsupported(f"avg pool backward with a window over {MAX_BACKWARD_TAPS} elements")
     acc = _opmath(grad.dtype)
     f = _Math(L, acc)
     if divisor_override:

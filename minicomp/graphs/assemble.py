@@ -3,6 +3,7 @@ and the wrapper's source to the cache (``generate`` -> ``Artifacts``), and impor
 ``Executable``). The graph cache stores the ``Artifacts`` and loads them again in another process."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -118,11 +119,18 @@ def _externs(program: Program) -> dict[int, tuple]:
 
 
 def _kernel_info(k: Kernel | StagedLaunch, path: str, function: str) -> KernelInfo:
+    stages = k.stages if isinstance(k, StagedLaunch) else [k]
+    args = [a for s in stages for a in s.args]
+    read, written = (sum(math.prod(a.node.shape) * a.node.dtype.itemsize for a in args if a.is_output == out)
+                     for out in (False, True))
+    cost = dict(bytes_read=read, bytes_written=written, flops=sum(s.flops for s in stages),
+                product_math=next((s.product_math for s in stages if s.product_math), ""),
+                covers=tuple({(str(o), o.fx): o for s in stages for o in s.covers}.values()))
     if isinstance(k, StagedLaunch):
         origins = tuple(dict.fromkeys(o for s in k.stages for o in s.origins))
         return KernelInfo(k.name, k.kind, origins, path, sum(s.bytes_moved for s in k.stages), function,
-                                    tuple(s.name for s in k.stages))
-    return KernelInfo(k.name, k.schedule.kind, k.origins, path, k.bytes_moved, function)
+                          tuple(s.name for s in k.stages), **cost)
+    return KernelInfo(k.name, k.schedule.kind, k.origins, path, k.bytes_moved, function, **cost)
 
 
 def _arg_dtypes(k: Kernel | StagedLaunch) -> list[torch.dtype]:

@@ -21,6 +21,7 @@ import triton
 from .. import config
 from ..errors import MinicompError
 from ..frontend.lowering import Lowering
+from ..frontend.provenance import fx_ops
 from ..frontend.specialize import specialize
 from ..ir import collectives
 from ..ir.target import Target
@@ -28,11 +29,12 @@ from ..passes.conv_lowering import tunable as conv_tunable
 from ..passes.gemm_choice import ATEN
 from ..passes.manager import run_pipeline
 from ..report import Fallback, Report, record
-from ..runtime import cache, cuda_graphs
 from ..passes.tune import Tuning
+from ..runtime import cache, cuda_graphs
+from ..runtime.eager_errors import is_eager_error, same_as_eager
 from ..templates import gemm as gemm_template
 from . import assemble, validation
-from .base import GraphCallable, recoverable
+from .base import GraphCallable
 from .options import Options
 from .signatures import has_fakes, signature
 
@@ -104,22 +106,43 @@ class CompiledGraph(GraphCallable):
             return fn(args)
         try:  # the first run compiles and launches the kernels: its errors are compile errors too
             out = fn(args)
-        except Exception as e:  # noqa: BLE001 - never fail the user's model
-            if recoverable(e):
-                self._specializations[key] = fallback = self.fall_back(rep, "first run", e)
-                self._remember(fallback, args)
-                return fallback(args)
-            if not isinstance(e, config.ConfigError):
-                # the caller's error, as eager would raise it on these values: the graph stays
-                # compiled, and the next call of this signature is a first run again
-                self._specializations.pop(key, None)
-                self._unproven[key] = (fn, art, rep)
+        except config.ConfigError:  # a setting with a value it does not take: the user must fix it
             raise
+        except Exception as e:  # noqa: BLE001 - never fail the user's model
+            return self._first_run_failed(key, args, e, (fn, art, rep))
         self._specializations[key] = fn = self.captured(fn, args, rep)  # captured from the next call on
         self._remember(fn, args)
         if self.on_compiled and art is not None and len(self._specializations) == 1:
             self.on_compiled(key, art, rep)
         return out
+
+    def _first_run_failed(self, key: tuple, args, error: Exception, compiled: tuple):
+        """The first run of a specialization raised ``error``. Where eager raises it on these values too
+        (an index out of range a kernel caught, ``is_eager_error``; or a float64 input into a float32
+        model, ``same_as_eager``), it is the caller's error, raised as eager raises it, not minicomp's:
+        the graph stays compiled, and the next call of this signature is a first run again. Otherwise
+        the graph runs in PyTorch from now on (``fall_back``), and this call's results are eager's."""
+        if is_eager_error(error):
+            self._unproven_again(key, compiled)
+            raise error
+        try:
+            out = self.gm(*args)
+        except Exception as eager:  # noqa: BLE001 - eager fails too: whose error is it?
+            if not same_as_eager(error, eager):
+                self._run_in_pytorch_from_now(key, args, compiled[2], error)
+                raise
+            self._unproven_again(key, compiled)
+            raise eager from None  # eager's error alone: minicomp's attempt is no part of it
+        self._run_in_pytorch_from_now(key, args, compiled[2], error)
+        return out
+
+    def _run_in_pytorch_from_now(self, key: tuple, args, rep: Report, error: Exception) -> None:
+        self._specializations[key] = fallback = self.fall_back(rep, "first run", error)
+        self._remember(fallback, args)
+
+    def _unproven_again(self, key: tuple, compiled: tuple) -> None:
+        self._specializations.pop(key, None)
+        self._unproven[key] = compiled
 
     def _remember(self, fn: Callable, args) -> None:
         """Only where Dynamo has checked some tensors (``checked_inputs``); the others are compared in full."""
@@ -215,6 +238,8 @@ class CompiledGraph(GraphCallable):
             (dump / "fx_graph.py").write_text(self.gm.print_readable(print_output=False))
         lowering = Lowering(specialize(self.gm, args), args)  # symbolic sizes made this call's
         graph = lowering.run()
+        if self.options.explain:
+            rep.fx_ops, rep.node_origins = fx_ops(lowering.gm), {n.id: n.origin for n in graph.nodes}
         graph.gemm_choices = dict(gemm_choices or {})
         tuning = Tuning(self.options.autotune, args, self._executable, cache.load_tuned, cache.store_tuned)
         validator = validation.Validator(self.gm, args) if validation.enabled() else None
@@ -226,6 +251,10 @@ class CompiledGraph(GraphCallable):
             raise MinicompError(f"MINICOMP_STRICT: {op} falls back to PyTorch ({reason})")
         rep.fallbacks = [Fallback(op, reason) for op, reason in lowering.fallbacks]
         rep.decisions = list(dict.fromkeys(self.notes + graph.decisions))
+        if self.options.explain:
+            rep.node_origins.update((n.id, n.origin) for n in graph.nodes)
+        rep.externs = [Fallback(n.origin[0] if n.origin else str(n.attrs["target"]), n.attrs.get("reason", ""))
+                       for n in graph.nodes if n.op == "extern"]
         call, art = self._assemble(graph, graph.kernels, dump, rep)
         if validator:
             validator.check_outputs("codegen (generated kernels)", call)

@@ -59,10 +59,16 @@ class Options:
     pipeline: list[Pass] = field(default_factory=lambda: list(PIPELINE))
     static_outputs: bool = False  # CUDA graphs: return the graph's own output buffers (see cuda_graphs.py)
     freeze: bool = False  # inference: parameters are constants, batch norm folded (frontend/freeze.py)
+    cpu: str | None = None  # CPU tensors: "pytorch" or "interpret" (None: ``config.cpu``, MINICOMP_CPU)
+    # minicomp.explain: reports also list the traced graph's aten ops and every IR node's origin
+    explain: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"minicomp: unknown mode {self.mode!r}; the modes are {', '.join(MODES)}")
+        cpu_choices = config.SETTINGS["cpu"].choices
+        if self.cpu is not None and self.cpu not in cpu_choices:
+            raise ValueError(f"minicomp: unknown cpu {self.cpu!r}; one of {', '.join(cpu_choices)}")
         self.dump_dir = self.dump_dir or (str(config.dump) if config.dump else None)
 
     @property
@@ -74,6 +80,11 @@ class Options:
     def cudagraphs(self) -> bool:
         """Run each CUDA specialization as a captured CUDA graph (``reduce-overhead``, ``max-autotune``)."""
         return self.mode in ("reduce-overhead", "max-autotune")
+
+    @property
+    def cpu_runs(self) -> str:
+        """What runs a graph on CPU tensors: ``"pytorch"`` or ``"interpret"`` (this option, else the setting)."""
+        return self.cpu or config.cpu
 
     @property
     def strict(self) -> bool:

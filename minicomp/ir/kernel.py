@@ -198,6 +198,11 @@ class Kernel:
     bytes_moved: int = 0
     operands: tuple[str, ...] = ()  # attention: the statements that hold q, kᵀ, v (and the mask) tiles
     notes: tuple[str, ...] = ()  # what building it decided beyond its schedule (the schedule pass records them)
+    # for the report (``minicomp.explain``): every FX op it computes, with its source line
+    # (``ir/origin.py``), and its arithmetic (``ir/cost.py``: FLOPs, and what its products run on)
+    covers: tuple[str, ...] = ()
+    flops: int = 0
+    product_math: str = ""
 
     @property
     def numels(self) -> dict[str, int]:

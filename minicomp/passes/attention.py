@@ -1,6 +1,8 @@
 """The ``attention`` pass: find ``softmax(q @ kᵀ * scale + mask) @ v`` written out in plain ops and
 replace it by one ``attention`` node (``ir/attention.py``), which the attention template runs as a
-streaming kernel that never stores the score matrix.
+streaming kernel that never stores the score matrix — or, where the rule ``ir/choices.ATTENTION``
+picks its third side, by one call of PyTorch's SDPA (``attention_sdpa.py``); where it picks cuBLAS
+products around a fused softmax, the written-out ops stay.
 
 It starts from each product ``P @ v`` whose left operand is, through views and casts, a softmax over
 its last axis (``ROW_SOFTMAX``: ``e / sum(e)`` with ``e = exp(x - max(x))``), then walks the scores
@@ -25,6 +27,7 @@ matched, is a decision ``attention not fused: <why>`` in the report.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -35,7 +38,8 @@ from ..ir.interpreter import run as interpret
 from ..ir import views
 from ..ir.patterns import Pat
 from ..templates.attention import decode_splits
-from .simplify import dce
+from .attention_sdpa import SDPA_OP, elementwise_producers, made_in, sdpa_blocker, to_sdpa
+from .simplify import dce, view_folding
 
 _ROW_MAX = Pat("reduce", fn="max", name="max", inputs=(Pat(name="x"),))
 _ROW_SUM = Pat("reduce", fn="sum", name="sum", inputs=(Pat(name="e"),))
@@ -60,9 +64,9 @@ class NotAttention(Exception):
 
 
 def attention(graph: Graph) -> Graph:
-    """Replace every recognised written-out attention by one ``attention`` node."""
+    """Replace every recognised written-out attention by one ``attention`` node (or one SDPA call)."""
     forced = choices.ATTENTION.forced()
-    if forced and not forced.template:  # MINICOMP_ATTENTION=0
+    if forced and forced.side == choices.LIBRARY:  # MINICOMP_ATTENTION=0
         return graph
     graph.recompute_users()
     found = 0
@@ -79,6 +83,8 @@ def attention(graph: Graph) -> Graph:
         graph.decisions.append(f"attention: {new.name} replaces {node.name} (softmax(q @ kᵀ) @ v): {how}")
     for node in [n for n in graph.nodes if n.op == "attention" and n.attrs["result"] == "out"]:
         found += _split_keys(graph, node)
+    if any(n.op == "extern" and n.attrs["target"] is SDPA_OP for n in graph.nodes):
+        graph = view_folding(graph)  # (the SDPA call's operands: views of the attention's views)
     if found:
         graph = dce(graph)
     return graph
@@ -207,12 +213,15 @@ def _rewrite(graph: Graph, mm: Node, p: Node, p_idx: tuple, b: dict, score_vars,
         scale = scores.scale
         if not (q.dtype == k.dtype == v.dtype):
             raise NotAttention(f"q, k and v are {q.dtype}, {k.dtype}, {v.dtype}")
-    choice = forced or choices.ATTENTION(v.dtype, graph.target)
-    if not choice.template:
+    plan = scores.mask_plan(graph)
+    blocker = sdpa_blocker(q.dtype, plan.kind, made_in(plan.terminal) if plan.terminal is not None else None)
+    facts = choices.AttentionFacts(v.dtype, d, v.shape[-1], blocker, elementwise_producers(q, k, v))
+    choice = _choice(forced, facts, graph.target)
+    if choice.side == choices.LIBRARY:
         raise NotAttention(str(choice))
     if scale <= 0 and scores.mask is not None:  # -inf times the scale would not stay -inf
         raise NotAttention(f"scale {scale} <= 0 with a mask")
-    kind, mask, causal, how = scores.mask_attrs(graph)  # the last check passed: nodes may be added now
+    kind, mask, causal, how = scores.mask_attrs(graph, plan)  # the last check passed: nodes may be added now
     origin = tuple(dict.fromkeys(("attention",) + mm1.origin + b["x"].origin + p.origin + mm.origin))
     q = graph.view(q, tuple(v.size for v in qv), q_idx, kind="attention-q", origin=origin)
     k = graph.view(k, tuple(v.size for v in kv), k_idx, kind="attention-k", origin=origin)
@@ -232,7 +241,20 @@ def _rewrite(graph: Graph, mm: Node, p: Node, p_idx: tuple, b: dict, score_vars,
         graph.nodes.remove(result)
         graph.nodes.insert(graph.nodes.index(mm), result)
     _replace(graph, mm, result)
+    if choice.side == choices.SDPA_CALL:
+        new = to_sdpa(graph, new)
     return new, f"scale {scale:.6g}, {how}; {choice}"
+
+
+def _choice(forced: choices.Choice | None, facts: choices.AttentionFacts, target) -> choices.Choice:
+    """The side: the switch's, else the rule's; where the switch asks for one SDPA call that would not
+    be exact, the rule's other sides decide, and the decision says why."""
+    if forced is not None and not (forced.side == choices.SDPA_CALL and facts.sdpa_blocker):
+        return forced
+    choice = choices.ATTENTION(facts, target)
+    if forced is not None:
+        return choice._replace(why=f"{forced.why}, but {facts.sdpa_blocker}: {choice.why}")
+    return choice
 
 
 def _head_dims(p: Node, p_idx: tuple, batch) -> tuple[int, ...] | None:
@@ -369,24 +391,38 @@ class _Scores:
             raise NotAttention("the scores are scaled after the mask is added")
         self.mask = (kind, node, idx)
 
-    def mask_attrs(self, graph: Graph):
-        """(mask kind, mask view node or None, causal offset or None, description)."""
+    def mask_plan(self, graph: Graph) -> "_MaskPlan":
+        """What the mask met becomes (nothing is added to the graph yet)."""
         if self.mask is None:
-            return None, None, None, "no mask"
+            return _MaskPlan(None, None, (), None, "no mask")
         kind, node, idx = self.mask
         terminal, t_idx = _through(node, idx)
         keep = _constant_keep(graph, kind, terminal, t_idx, self.vars)
         if keep is not None:
             if bool(keep.all()):
-                return None, None, None, "the mask hides nothing (dropped)"
+                return _MaskPlan(None, None, (), None, "the mask hides nothing (dropped)")
             causal = _causal_offset(keep)
             finite_rows = kind == "add" and causal is not None and causal < 0
             if causal is not None and not finite_rows:
-                return None, None, causal, f"causal j <= i{causal:+d} (from a constant mask)"
-        shape = tuple(v.size for v in self.vars)
-        view = graph.view(terminal, shape, t_idx, kind="attention-mask")
+                return _MaskPlan(None, None, (), causal, f"causal j <= i{causal:+d} (from a constant mask)")
         source = "constant, not causal" if keep is not None else "read from memory"
-        return kind, view, None, f"mask {kind} {terminal.name} ({source})"
+        return _MaskPlan(kind, terminal, t_idx, None, f"mask {kind} {terminal.name} ({source})")
+
+    def mask_attrs(self, graph: Graph, plan: "_MaskPlan"):
+        """(mask kind, mask view node or None, causal offset or None, description)."""
+        if plan.terminal is None:
+            return None, None, plan.causal, plan.how
+        shape = tuple(v.size for v in self.vars)
+        view = graph.view(plan.terminal, shape, plan.index, kind="attention-mask")
+        return plan.kind, view, None, plan.how
+
+
+class _MaskPlan(NamedTuple):
+    kind: str | None          # a mask kept as an input: "add", "keep" or "drop"
+    terminal: Node | None     # the mask's values (read at ``index`` in score coordinates)
+    index: tuple
+    causal: int | None
+    how: str
 
 
 def _constant_keep(graph: Graph, kind: str, node: Node, idx: tuple, score_vars) -> torch.Tensor | None:

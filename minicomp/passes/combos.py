@@ -16,7 +16,7 @@ from ..ir.kernel import Combo, Kernel
 from .program import grid, launch_of_stage, launch_order
 
 JOINS = ("layout copy (layout_plan)",)        # the rules of the groups whose kernels join the launch before
-TEMPLATES = ("pointwise", "tiled", "reduction")  # one-axis grids, no shared memory or TMA of their own
+TEMPLATES = ("pointwise", "tiled", "reduction", "window")  # one-axis grids, no shared memory or TMA of their own
 
 
 def combos(graph: Graph) -> Graph:

@@ -17,9 +17,9 @@ nodes the templates already run, so bias, batch norm, activations and casts fuse
 
 * **grouped** (1 < groups < Cin, at least ``GROUPED_MIN_WIDTH`` output channels and K per group):
   the ``batched`` form with the group as a second batch dim, ``W_g[Cout/G, K] @ X_g[K, OH*OW]`` per
-  image and group: RegNet's 3x3 convolutions of 24 channels per group. cuDNN runs these poorly
-  (channels-last: two thirds of its time in layout transforms; NCHW: a transpose on each side, plus
-  the copies to and from the graph's channels-last buffers).
+  image and group: RegNet's 3x3 convolutions of 24 channels per group. Over NHWC data cuDNN runs these
+  poorly (two thirds of its time in layout transforms, or NCHW with copies to and from the graph's
+  channels-last buffers), so ``auto`` lowers them there; over NCHW data cuDNN's own kernel is faster.
 
 * **depthwise** (groups == Cin, Cout a multiple of Cin) becomes ``sum`` over a ``[N, Cout, OH, OW,
   KH, KW]`` window view of the input times the broadcast weight: the reduction template, with
@@ -135,10 +135,11 @@ def precision(conv: Conv, target: Target) -> str:
 
 def facts(conv: Conv, target: Target, channels_last: bool = False) -> choices.ConvFacts:
     """What the convolution rule reads of ``conv``; ``channels_last``: the graph's library convolutions
-    will run NHWC (``layout_plan.channels_last_pays``)."""
+    will run NHWC (``layout_plan.channels_last_pays``), so cuDNN would read NHWC data (as it would an
+    input given channels-last)."""
     n, cin, h, w = conv.x.shape
     return choices.ConvFacts(conv.kind, conv.x.dtype, precision(conv, target), cin, conv.w.shape[0], h, w,
-                             channels_last)
+                             channels_last or conv.channels_last)
 
 
 def tunable(node: Node) -> bool:
@@ -164,10 +165,25 @@ def _fixed_choice(conv: Conv, graph: Graph) -> tuple[bool, str] | None:
         return forced.template, str(forced)
     if conv.node.id in graph.gemm_choices:
         return graph.gemm_choices[conv.node.id] != ATEN, "measured (max-autotune)"
-    if conv.kind == "grouped":  # (the rule's choice for it does not depend on the layout)
-        choice = choices.CONV(facts(conv, graph.target), graph.target)
-        return choice.template, str(choice)
     return None
+
+
+def _forecast_nhwc(graph: Graph, convs: dict) -> bool:
+    """Whether the convolutions left to cuDNN/oneDNN would run channels-last (``layout_plan`` decides
+    after fusion): those chosen for the IR skipped, the undecided grouped ones too (kept in cuDNN they
+    make NHWC no likelier: ``CHANNELS_LAST_SPEEDUP``), the other undecided ones counted as library calls."""
+    skip = {node for node, (conv, fixed) in convs.items() if (fixed[0] if fixed else conv.kind == "grouped")}
+    return any(node not in skip for node in convs) and channels_last_pays(graph, skip=skip)[0]
+
+
+def _decide(graph: Graph, convs: dict, grouped: bool) -> None:
+    """The rule's choice for the undecided (grouped, or other) convolutions, given the forecast layout:
+    the others first, then the grouped ones knowing which others stay library calls."""
+    nhwc = _forecast_nhwc(graph, convs)
+    for node, (conv, fixed) in convs.items():
+        if fixed is None and (conv.kind == "grouped") == grouped:
+            choice = choices.CONV(facts(conv, graph.target, nhwc), graph.target)
+            convs[node] = (conv, (choice.template, str(choice)))
 
 
 def conv_lowering(graph: Graph) -> Graph:
@@ -180,13 +196,10 @@ def conv_lowering(graph: Graph) -> Graph:
             convs[node] = (conv, _fixed_choice(conv, graph))
         elif node.attrs.get("target") is torch.ops.aten.convolution.default:
             graph.decisions.append(f"conv {node.name}: cuDNN/oneDNN extern (not lowered: {why_not})")
-    # whether the convolutions left to cuDNN/oneDNN will run channels-last (layout_plan decides after fusion)
-    lowered = {node for node, (_, fixed) in convs.items() if fixed and fixed[0]}
-    channels_last = any(n not in lowered for n in convs) and channels_last_pays(graph, skip=lowered)[0]
+    _decide(graph, convs, grouped=False)
+    _decide(graph, convs, grouped=True)
+    channels_last = _forecast_nhwc(graph, convs)  # every choice made: the layout the IR's loads follow
     for node, (conv, fixed) in convs.items():
-        if fixed is None:
-            choice = choices.CONV(facts(conv, graph.target, channels_last), graph.target)
-            fixed = choice.template, str(choice)
         use_ir, reason = fixed
         if not use_ir:
             graph.decisions.append(f"{conv.describe()}: cuDNN/oneDNN extern ({reason})")

@@ -76,21 +76,25 @@ def gemm_backend(graph: Graph) -> Graph:
 
 def plain_gemms(graph: Graph) -> Graph:
     """A GEMM kernel that fused nothing (the product and its rounding to the operand dtype, no prologue,
-    no epilogue) goes where ``choices.PLAIN_GEMM`` says: on GPUs cuBLAS, which runs it faster and needs
-    no compile. Llama's q/k/v and head projections are such products."""
-    rule = choices.PLAIN_GEMM.forced() or choices.PLAIN_GEMM(graph.target)
-    if rule.template:
-        return graph
+    no epilogue) goes where ``choices.PLAIN_GEMM`` says for it: on GPUs cuBLAS from a size on, which
+    runs it at least as fast and needs no compile. Llama's LM head is such a product. The rule's
+    choice replaces the decision ``gemm_backend`` recorded for it."""
     graph.recompute_users()
-    plain = [g for g in graph.groups if _plain(g, graph)]
-    if not plain:
+    forced = choices.PLAIN_GEMM.forced()
+    chosen = [(g, forced or choices.PLAIN_GEMM(product(g.matmul, graph.target), graph.target))
+              for g in graph.groups if _plain(g, graph)]
+    if not chosen:
         return graph
-    moved = {g.matmul.name for g in plain}
+    moved = {g.matmul.name for g, _ in chosen}
     graph.decisions[:] = [d for d in graph.decisions if not (d.startswith("gemm ") and d.split()[1] in moved)]
+    plain = [g for g, rule in chosen if not rule.template]
+    for group, rule in chosen:
+        node = group.matmul
+        side = "Triton template" if rule.template else "cuBLAS via aten"
+        graph.decisions.append(f"gemm {node.name} {list(node.shape)}: {side} ({rule})")
     gone: set[Node] = set()
     for group in plain:
         node = group.matmul
-        graph.decisions.append(f"gemm {node.name} {list(node.shape)}: cuBLAS via aten ({rule})")
         out_type = node.type.with_(dtype=node.inputs[0].dtype)
         ext = _extern(graph, node, out_type)
         for member in group.nodes:  # the product rounded to the operand dtype (fp32: the product): cuBLAS's result

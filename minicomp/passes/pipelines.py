@@ -23,7 +23,13 @@ from .program import launch_of_stage, launch_order
 PIPELINE_MIN_BYTES = 32 << 20  # on the GPU, a smaller re-read finds its data in L2 anyway (H200: 60 MB)
 # measured on the H200 (softmax 256x262144 bf16, log_softmax, x/x.sum(-1) over long rows):
 IN_FLIGHT = 512                # tickets between a row's stages (so a stage seldom waits for the one before)
-POINTWISE_TILE = 16384         # elements per pointwise program: fewer tickets and waits per byte
+# Elements per thread of a pointwise stage's program (large: fewer tickets and waits per byte), no
+# more than the 8192-element chunk stages hold at 8 warps. A pipeline is one kernel, so its largest
+# stage's registers decide how many of its programs an SM holds: GroupNorm(32) of 64x512x32x32 fp32 with
+# 16384-element normalize tiles (64 values a thread, the per-channel scale and shift gathered per
+# element) took 138 registers (ptxas, sm_90): one program of 8 warps an SM (H200: 0.171 ms; the
+# instance norm of the same bytes, 126 registers and two programs, 0.102). At 32 values: 66 and 48.
+STAGE_VALUES_PER_THREAD = 32
 MAX_ROW_CANDIDATES = 32
 MAX_STAGE_TILES = 128          # an elementwise stage cut into more tiles per row is not pipelined
 # a stage that moves this share of the bytes must have this share of each row's programs (``_starved_stage``);
@@ -71,11 +77,14 @@ def _pipeline(graph: Graph, stages: list[Kernel], number: int, explain: bool) ->
             decisions.append(f"not pipelined: {names} re-read {reread[0].name} but are not row-local")
         return None
     tiles = []
+    # one launch, one warp count: the most any stage asks for. Fewer starve the big blocks (an 8192-element
+    # chunk stage run with its 1-warp combine's count holds 256 values a thread); more only replicate small ones
+    warps = max(k.schedule.num_warps for k in stages)
     for i, k in enumerate(stages):  # a program must stay inside its row
         per_row = k.vars["x"].size // rows
         xblock = k.schedule.blocks["XBLOCK"]
         if on_gpu and k.schedule.template == "pointwise":
-            xblock = max(xblock, POINTWISE_TILE)
+            xblock = max(xblock, STAGE_VALUES_PER_THREAD * 32 * warps)
         blocks = {**k.schedule.blocks, "XBLOCK": math.gcd(xblock, per_row)}
         if k.schedule.template == "pointwise" and per_row // blocks["XBLOCK"] > MAX_STAGE_TILES:
             # a row length with few factors of 2 cuts the elementwise stage into tiny tiles (a row of
@@ -93,10 +102,7 @@ def _pipeline(graph: Graph, stages: list[Kernel], number: int, explain: bool) ->
     lag = min(rows, -(-IN_FLIGHT // sum(tiles))) if on_gpu else 1
     reblocked = {k.name: k for k in stages}
     graph.kernels = [reblocked.get(k.name, k) for k in graph.kernels]
-    # one launch, one warp count: the most any stage asks for. Fewer starve the big blocks (an 8192-element
-    # chunk stage run with its 1-warp combine's count holds 256 values a thread); more only replicate small ones
-    p = Pipeline(_launch_name(number, stages), stages, max(k.schedule.num_warps for k in stages),
-                 rows=rows, tiles=tiles, lag=lag)
+    p = Pipeline(_launch_name(number, stages), stages, warps, rows=rows, tiles=tiles, lag=lag)
     decisions.append(f"pipelined: {names} as one launch over {rows} rows (re-reads {reread[0].name} from L2)")
     return p
 

@@ -34,7 +34,7 @@ from ..ir.layout import buffer_strides, channels_last_strides
 from ..ir.ops import reduce_identity
 from ..ir.patterns import Match, Pat, Rule, rewrite
 from ..ir.types import is_float
-from ..templates.reduction import COLUMN_TILE, persistent_limit
+from ..templates.reduction import COLUMN_TILE, COLUMN_WARPS, column_tile, fills, persistent_column_rows, persistent_limit
 from .layout_plan import is_conv2d, plans_channels_last
 from .simplify import dce, view_folding
 
@@ -60,7 +60,7 @@ def split_reductions(graph: Graph) -> Graph:
     for node in list(graph.nodes):
         if node.op == "reduce" and (node.inputs[0], node.attrs["axes"]) not in online:
             pooled = nhwc and _pools_an_image(node, per_channel=True)
-            chunks = _split_factor(node, pooled)
+            chunks = _split_factor(node, graph.target, pooled)
             if chunks > 1:
                 d, at = _split_place(node, pooled)
                 low = None
@@ -80,6 +80,29 @@ def _pools_an_image(r: Node, per_channel: bool = False) -> bool:
     return len(r.inputs[0].shape) == 4 and (axes == (2, 3) or per_channel and axes == (0, 2, 3))
 
 
+def whole_limit(x: Node, axes: tuple[int, ...], target) -> int:
+    """The most elements per output of ``x`` reduced over ``axes`` that the reduction template holds
+    in one persistent block when the group reads ``x`` again after reducing it (a softmax, a
+    variance): a row's ``persistent_limit``; on the GPU a column's ``persistent_column_rows`` (its
+    outputs are neighbours in memory: row-major ``x``, an axis after the reduced ones kept)."""
+    inner = math.prod(x.shape[max(axes) + 1:])
+    if not target.is_cuda or inner == 1:
+        return persistent_limit(target)
+    return persistent_column_rows(inner, _read_itemsize(x), target)
+
+
+def held_whole(x: Node, axes: tuple[int, ...], target) -> bool:
+    """Whether the template holds each output's reduced elements of ``x`` in one block (``whole_limit``):
+    a second pass over them reads registers, not memory."""
+    return math.prod(x.shape[a] for a in axes) <= whole_limit(x, axes, target)
+
+
+def _read_itemsize(x: Node) -> int:
+    """Bytes of the narrowest element a kernel computing ``x`` reads whole (through casts)."""
+    sizes = [n.dtype.itemsize for n, _ in _reads(x, index_vars(x.shape)) if math.prod(n.shape) >= math.prod(x.shape)]
+    return min(sizes, default=x.dtype.itemsize)
+
+
 # --- online softmax ------------------------------------------------------------------------------
 
 # sum(exp(x - expand(max(x)))) over one axis: the statistics of a softmax (or log_softmax) row
@@ -96,10 +119,10 @@ def _softmax_statistics(b: Match, graph: Graph) -> dict[Node, Node] | None:
     if m.attrs["axes"] != s.attrs["axes"]:
         return None
     (axis,) = s.attrs["axes"]
-    if x.shape[axis] <= persistent_limit(graph.target):
+    if held_whole(x, (axis,), graph.target):
         return None
     rows = math.prod(x.shape) // x.shape[axis]
-    if softmax_rows_split(rows, graph.target):
+    if softmax_rows_split(rows, graph.target) and x.shape[axis] > SOFTMAX_CHUNK:  # (a column: not one chunk)
         return _online_softmax(graph, m, s)
     return _looped_softmax(graph, m, s, rows)
 
@@ -135,7 +158,7 @@ def _logsumexp_statistics(b: Match, graph: Graph) -> Node | None:
         return None
     (axis,) = s.attrs["axes"]
     rows = math.prod(x.shape) // x.shape[axis]
-    if x.shape[axis] <= persistent_limit(graph.target) or softmax_rows_split(rows, graph.target):
+    if held_whole(x, (axis,), graph.target) or softmax_rows_split(rows, graph.target):
         return None
     online = _looped_softmax(graph, m, s, rows)
     origin = s.origin
@@ -170,10 +193,11 @@ def _looped_softmax(graph: Graph, m: Node, s: Node, rows: int) -> Node:
     the row (the group's first phase), and the normalizing phase reads it a second time."""
     x = m.inputs[0]
     (d,) = s.attrs["axes"]
+    why = (f">= {SOFTMAX_ROWS_PER_SM} per SM of {graph.target.sm_count}" if not softmax_rows_split(rows, graph.target)
+           else f"each of at most {SOFTMAX_CHUNK} elements")
     graph.decisions.append(
-        f"online softmax: {m.name}/{s.name} over {x.shape[d]} elements, {rows} rows (>= "
-        f"{SOFTMAX_ROWS_PER_SM} per SM of {graph.target.sm_count}) -> one looped program per row, max and "
-        f"rescaled sum in one loop")
+        f"online softmax: {m.name}/{s.name} over {x.shape[d]} elements, {rows} rows ({why}) -> one looped "
+        f"program per row, max and rescaled sum in one loop")
     return graph.add("reduce", [x], s.type, m.origin + s.origin, before=s, fn="softmax_sum", axes=s.attrs["axes"])
 
 
@@ -234,7 +258,7 @@ def _moments_statistics(b: Match, graph: Graph) -> dict[Node, Node] | None:
     nhwc = plans_channels_last(graph)
     if _pools_an_image(s) and nhwc:
         return None  # a pooled channels-last image: left to the split (its chunks divide H)
-    chunks = _moment_chunks(s, persistent_limit(graph.target))
+    chunks = _moment_chunks(s, whole_limit(x, s.attrs["axes"], graph.target), graph.target)
     if chunks <= 1:
         return None
     return _chunked_moments(graph, s, ss, chunks, nhwc)
@@ -243,13 +267,13 @@ def _moments_statistics(b: Match, graph: Graph) -> dict[Node, Node] | None:
 ONE_PASS_MOMENTS = Rule("one-pass-moments", MOMENTS, _moments_statistics)
 
 
-def _moment_chunks(s: Node, limit: int) -> int:
+def _moment_chunks(s: Node, limit: int, target) -> int:
     """How many chunks to cut ``s``'s longest reduced axis into: none (1) where one persistent block
     holds the reduction and it has outputs enough (its second pass reads registers); else enough that
-    a chunk fits one block (``limit`` elements), and at least as many as a split would take."""
+    a chunk fits one block (``limit`` elements per output), and at least as many as a split would take."""
     x, axes = s.inputs[0], s.attrs["axes"]
     n = math.prod(x.shape[a] for a in axes)
-    split = _split_factor(s)
+    split = _split_factor(s, target)
     if n <= limit and split == 1:
         return 1
     d, _ = _split_place(s, False)
@@ -312,29 +336,36 @@ def _chunked_moments(graph: Graph, s: Node, ss: Node, chunks: int, nhwc: bool) -
 
 # --- split reductions ----------------------------------------------------------------------------
 
-def _split_factor(r: Node, pooled: bool = False) -> int:
+def _split_factor(r: Node, target, pooled: bool = False) -> int:
     """How many chunks to cut ``r``'s longest reduced axis into (1: leave it alone). ``pooled``: a
     channels-last image pooled over H, W (``_pools_an_image``): a column reduction whose chunks
-    divide the axis (an unmasked view, which the reduction template reads as strided memory)."""
+    divide the axis (an unmasked view, which the reduction template reads as strided memory). A
+    column reduction (row-major: an axis after the reduced ones kept) counts warps, as its template
+    narrows its tiles (``column_tile``): split where even the narrowest leave SMs short of warps."""
     if r.attrs["fn"] not in SPLITTABLE:
         return 1
     x = r.inputs[0]
     axes = r.attrs["axes"]
     reduced = math.prod(x.shape[a] for a in axes)
     outputs = math.prod(s for k, s in enumerate(x.shape) if k not in axes)
-    row = x.type.ndim - 1 in axes and not pooled
+    inner = math.prod(x.shape[max(axes) + 1:])
     # a pooled image's program streams C neighbouring outputs per pixel: its (short) pixel rows count
     # as that many elements (other reductions are measured by reduced elements alone, as tuned)
     run = min(COLUMN_TILE, x.shape[1]) if pooled else 1
-    if reduced * run < SPLIT_MIN_REDUCED:
-        return 1
-    programs = outputs if row else -(-outputs // COLUMN_TILE)
-    if programs >= (POOLED_SPLIT_BELOW if pooled else TARGET_PROGRAMS // 4):  # enough programs already
+    # starved(1): too few programs to leave unsplit; short(chunks): too few to stop doubling the chunks
+    if inner > 1 and not pooled and target.is_cuda:
+        tile = column_tile(inner, outputs, _read_itemsize(x), target)
+        starved = short = lambda chunks: not fills(-(-outputs // tile) * chunks * COLUMN_WARPS, target)  # noqa: E731
+    else:
+        programs = outputs if inner == 1 and not pooled else -(-outputs // COLUMN_TILE)
+        enough = POOLED_SPLIT_BELOW if pooled else TARGET_PROGRAMS // 4
+        starved = lambda chunks: programs * chunks < enough  # noqa: E731
+        short = lambda chunks: programs * chunks < TARGET_PROGRAMS  # noqa: E731
+    if reduced * run < SPLIT_MIN_REDUCED or not starved(1):
         return 1
     axis, _ = _split_place(r, pooled)
     chunks = 1
-    while programs * chunks < TARGET_PROGRAMS and reduced * run // (chunks * 2) >= MIN_CHUNK \
-            and chunks * 2 <= x.shape[axis]:
+    while short(chunks) and reduced * run // (chunks * 2) >= MIN_CHUNK and chunks * 2 <= x.shape[axis]:
         chunks *= 2
     while pooled and x.shape[axis] % chunks:
         chunks -= 1

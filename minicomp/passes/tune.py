@@ -13,7 +13,8 @@ structural hash, and any schedule of the template's space is correct whatever th
 (``index_checks`` only adds checks), so a winner stays valid; a graph's GEMM choices, keyed by the
 graph, do take it (``graphs/compiled.py``). In ``max-autotune`` a kernel without an entry is
 timed under each config of its template's space, the whole graph running with the other kernels
-fixed, and the winner is stored.
+fixed, and the winner is stored; compiled kernels only (``measures``): in Triton's interpreter the
+heuristic's schedule stays, and the report says so.
 
 The pass needs what the graph does not hold: the inputs to time with, a way to turn the graph and a
 variant of its kernels into a callable (codegen and loading, above the passes) and the tuned-schedule
@@ -59,11 +60,26 @@ class Tuning:
     store: Callable[[str, dict], None]
 
 
+NOT_MEASURED = ("max-autotune: nothing measured: the kernels run in Triton's interpreter, whose timings (Python "
+                "running each block) say nothing of a device's and take seconds a config; the heuristic "
+                "schedules (and tuned ones stored earlier) are kept")
+_not_measured_said = False  # the warning is printed once per process; the report says it per graph
+
+
+def measures(target: Target) -> bool:
+    """Whether max-autotune times kernels on ``target``: compiled ones only, never interpreted ones."""
+    return not target.interpreted
+
+
 def tune(graph: Graph, tuning: Tuning | None = None) -> Graph:
     """Use a stored tuned schedule for every kernel that has one; in max-autotune, measure the
-    template's config space for the others and store the winners."""
+    template's config space for the others and store the winners (where ``measures``: else the
+    heuristic's schedule stays, and the report and one warning say so)."""
     if tuning is None:
         return graph
+    if tuning.autotune and not measures(graph.target):
+        tuning = dataclasses.replace(tuning, autotune=False)
+        _say_not_measured(graph)
     kernels, groups = graph.kernels, graph.groups
     ctx = Context(graph.target, graph.layouts, graph.gemm_choices)
     staged = launch_of_stage(graph)
@@ -88,6 +104,14 @@ def tune(graph: Graph, tuning: Tuning | None = None) -> Graph:
         kernels[i] = template.kernel(group, ctx, sched)
         graph.decisions.append(f"tuned: {kernel.name} {kernels[i].schedule}")
     return graph
+
+
+def _say_not_measured(graph: Graph) -> None:
+    global _not_measured_said
+    graph.decisions.append(NOT_MEASURED)
+    if not _not_measured_said:
+        _not_measured_said = True
+        warnings.warn(f"minicomp: {NOT_MEASURED}")
 
 
 MAX_BLOCK = 2**20
@@ -155,7 +179,8 @@ def _measure(graph: Graph, i: int, ctx: Context, tuning: Tuning) -> Schedule:
 
 
 def _time_ms(fn, target: Target) -> float:
-    """Median milliseconds per call: do_bench on a GPU, a few timed calls in the interpreter."""
+    """Median milliseconds per call: do_bench on a GPU, a few timed calls in the interpreter (where a
+    test lets ``measures`` time interpreted kernels, to exercise tuning on the CPU)."""
     if target.is_cuda:
         from triton.testing import do_bench
         return do_bench(fn, warmup=10, rep=60, return_mode="median")

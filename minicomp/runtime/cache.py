@@ -20,7 +20,7 @@ Inside a folder that only we can write nobody else can plant a file or a symboli
 a module by its path (``load``), checking a file's content against its name (``intact``) and then
 importing it cannot be redirected; writes go to a fresh ``mkstemp`` file (``O_EXCL``, 0600) renamed
 over the name, which replaces a link rather than following it. Data read back (tuned schedules,
-graph entries) is JSON, never unpickled, and is validated by its reader (``tuning.py``,
+graph entries) is JSON, never unpickled, and is validated by its reader (``passes/tune.py``,
 ``graphs/cache_entry.py``) before it reaches generated source.
 """
 from __future__ import annotations

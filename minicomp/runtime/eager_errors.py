@@ -47,6 +47,14 @@ def is_eager_error(error: BaseException) -> bool:
         type(error) is kind and re.fullmatch(pattern, str(error)) for kind, pattern in EAGER_ERRORS)
 
 
+def same_as_eager(error: BaseException, eager: BaseException) -> bool:
+    """Whether ``eager``, raised by the graph in PyTorch on the values a compiled graph's first run failed
+    on, is that run's ``error``: the same type and message (a float64 input into a float32 model, which
+    the compiled graph's fallback op and eager reject alike). Never a CUDA error: once a kernel faults,
+    every later launch raises the same one, eager's too."""
+    return type(error) is type(eager) and str(error) == str(eager) and "CUDA error" not in str(error)
+
+
 def surfaced(error: BaseException, checking: tuple[str, ...]) -> BaseException | None:
     """The eager error that ``error`` (raised while a graph ran) stands for, or None: one a kernel raised
     inside the interpreter's error around it, or a device-side assert where the graph has kernels that

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..ir.kernel import Kernel
 from ..ir.graph import Group
-from . import attention, attention_backward, gemm, pointwise, reduction, scan, tiled
+from . import attention, attention_backward, gemm, pointwise, reduction, scan, tiled, window
 from .base import Context, Template
 
 TEMPLATES: list[Template] = [
@@ -22,6 +22,7 @@ TEMPLATES: list[Template] = [
     attention_backward.DQ,
     gemm.TEMPLATE,
     scan.TEMPLATE,
+    window.TEMPLATE,     # before reduction: it takes the reductions over a short sliding window
     reduction.TEMPLATE,
     tiled.TEMPLATE,      # before pointwise: it takes the pointwise groups that read across their stores
     pointwise.TEMPLATE,  # last: it matches every elementwise group

@@ -11,12 +11,14 @@ import re
 import torch
 
 from ..ir.expr import Affine, Range, Var, index_vars, linear_index, unravel
+from ..ir.cost import flops, product_math
 from ..ir.graph import Group, Node, Scalar, compose_gather, compose_view, indirect_vars, terminal
 from ..ir.kernel import (Compute, IndexCheck, IndexValue, Indirect, Kernel, KernelArg, Load, Masked, Phase, Reduce,
                          Schedule, Store)
 from ..ir.ops import OPS
 from ..ir.target import Target
 from ..ir.layout import buffer_strides
+from ..ir.origin import provenance
 from ..ir.types import short_dtype
 from ..ir.placement import canonical_index
 
@@ -252,6 +254,8 @@ def finish_kernel(group: Group, em: Emitter, sched: Schedule, flat: dict, mappin
     kernel = Kernel(kernel_name(group), flat, args, [p for p in em.phases if p.outer or p.inner or p.reductions],
                     sched, origins(group))
     kernel.bytes_moved = sum(math.prod(a.node.shape) * a.node.dtype.itemsize for a in args)
+    kernel.covers, kernel.flops, kernel.product_math = provenance(group.nodes), flops(group.nodes), \
+        product_math(group.nodes)
     return kernel
 
 
@@ -341,6 +345,10 @@ def substitute(stmt, mapping) -> None:
 
 _NAME_ALIASES = {"_softmax": "softmax", "_log_softmax": "log_softmax", "native_layer_norm": "layer_norm",
                  "_to_copy": "to", "convert_element_type": "to"}
+_HOW_NOT_WHAT = re.compile(r"^native_|_legit(?:_no_training|_functional)?|_with_indices")  # in aten's names
+MAX_NAME = 48       # a kernel's name fits the report's name column and a profiler's table
+MAX_OPS_NAMED = 3   # ops a name lists; the rest are counted (every op is in the report's list)
+MAX_SPACE = 16      # a longer shape (high rank) is named by its element count
 
 
 def origins(group: Group) -> tuple[str, ...]:
@@ -353,10 +361,13 @@ def origins(group: Group) -> tuple[str, ...]:
 
 
 def kernel_name(group: Group) -> str:
+    """What the kernel computes, bounded to ``MAX_NAME`` characters: ``k<group>_<ops>_<dtype>_<space>``
+    (``k3_batch_norm_relu_max_pool2d_f32_row9``, ``k0_relu_mul_add_plus2_f32_300``). The group's id
+    keeps names unique within a graph; the same group is always named the same."""
     names = []
     for o in origins(group):
         base = o.split(".")[0]
-        base = _NAME_ALIASES.get(base, base.strip("_"))
+        base = _HOW_NOT_WHAT.sub("", _NAME_ALIASES.get(base, base.strip("_")))
         if base not in names:
             names.append(base)
     if group.kind in ("attention", "attention_backward"):
@@ -365,7 +376,6 @@ def kernel_name(group: Group) -> str:
         names = ["mm"] + [n for n in names if n not in ("mm", "addmm", "bmm", "baddbmm", "to")]
     elif any(n in names for n in ("softmax", "log_softmax", "layer_norm")):
         names = [n for n in names if n in ("softmax", "log_softmax", "layer_norm")]
-    summary = "_".join(names[:3]) or "copy"
     dtype = short_dtype(group.stores[0].dtype if group.stores else group.nodes[-1].dtype)
     if group.axes:
         rnumel = math.prod(group.shape[d] for d in group.axes)
@@ -373,4 +383,18 @@ def kernel_name(group: Group) -> str:
         space = f"{'row' if last else 'col'}{rnumel}"
     else:
         space = "x".join(map(str, group.shape)) or "scalar"
-    return re.sub(r"[^0-9a-zA-Z_]", "_", f"k{group.id}_{summary}_{dtype}_{space}")
+        space = space if len(space) <= MAX_SPACE else f"n{math.prod(group.shape)}"
+    prefix, suffix = f"k{group.id}_", f"_{dtype}_{space}"
+    summary = _ops_summary(names or ["copy"], MAX_NAME - len(prefix) - len(suffix))
+    return re.sub(r"[^0-9a-zA-Z_]", "_", f"{prefix}{summary}{suffix}")
+
+
+def _ops_summary(names: list[str], budget: int) -> str:
+    """The first ops' names that fit ``budget`` characters (at most ``MAX_OPS_NAMED``), and how many
+    more there are (``relu_mul_add_plus2``); the first op's name cut short where it alone does not fit."""
+    for n in range(min(len(names), MAX_OPS_NAMED), 0, -1):
+        more = len(names) - n
+        text = "_".join(names[:n]) + (f"_plus{more}" if more else "")
+        if len(text) <= budget:
+            return text
+    return names[0][:max(budget, 1)]

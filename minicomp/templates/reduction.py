@@ -24,20 +24,32 @@ from ..ir.ops import reduce_identity
 from ..ir.types import is_float
 from ..ir.target import Target
 from ..ir.placement import NotFusable, check_group
-from .base import Context, Template, fill_sms
+from .base import Context, Template
 from .emitter import build_rows, pow2, walk_order
-from .pointwise import MIN_BLOCK
 from .reduction_order import walk_in_memory_order
 
 # Triton's own sum combine: the interpreter sums with numpy when a tl.reduce names it (see ``finish``)
 FLOAT_SUM = "tl.standard._sum_combine"
 
 COLUMN_TILE = 64  # contiguous outputs per program of a column reduction
+COLUMN_BLOCK = 4096  # elements per loop step of a column program ([64, 64]: sum dim 1 of 128x4096x4095)
+COLUMN_WARPS = 4
 # An argmax/argmin down columns keeps a [64, 8] block (value and int64 index): its [64, 64] block ran
 # 3.90 ms over dim 1 of 128x4096x4095 fp32 on the H200 and 4.27 at 4096 columns; [64, 8] 2.48 and
 # 1.95 (Inductor 2.67 and 2.01; benchmarks/column_tiles.py, experiments.md)
 ARG_COLUMN_TILE = 512
-WINDOW = 32  # a pooling window (or a window-sum convolution's taps) of at most this many is unrolled
+# A looped column program keeps only a few of a step's loads in flight per thread (ptxas interleaves
+# the [64, 64] sum's eight 16-byte loads with their adds, 2-4 outstanding), so an SM's loads in flight
+# come from its resident warps: x.sum(0) of 4096x16384 fp32 as 256 [64, 64] programs (8 warps an SM)
+# ran 0.105 ms on the H200, Inductor's 1024 [16, 32] programs of 4 warps 0.068 (the memory floor).
+# A column tile narrows until the grid gives every SM this many warps (a prediction, not measured:
+# benchmarks/reduction_variants.py); then split_reductions splits the reduced axis.
+COLUMN_WARPS_PER_SM = 24
+MIN_COLUMN_RUN_BYTES = 64  # a looped column tile keeps two 32-byte sectors of each row it reads
+# A column group that reads its input again after a reduction (a softmax down dim 1, a variance) is
+# persistent where its rows fit one block in runs of one sector per row: looped, it reads the input
+# twice or three times from DRAM (softmax dim 1 of 64x1000x1024 fp32: 0.28 ms, three reads and a write)
+PERSISTENT_COLUMN_RUN_BYTES = 32
 
 
 def persistent_limit(target: Target) -> int:
@@ -54,17 +66,11 @@ def reduction_schedule(group: Group, target: Target, layouts: dict | None = None
     rnumel = math.prod(group.shape[d] for d in group.axes)
     xnumel = numel // max(rnumel, 1) if rnumel else math.prod(
         s for d, s in enumerate(group.shape) if d not in group.axes)
-    if 1 < rnumel <= WINDOW and reads_window(group):
-        return window_schedule(xnumel, target)
     inner = contiguous_outputs(group, layouts or {}) if on_gpu else None
     if inner is None:  # nothing read whole: row-major buffers assumed
         inner = math.prod(group.shape[max(group.axes) + 1:])
     if on_gpu and inner > 1:
-        # a column reduction: a program takes COLUMN_TILE neighbouring outputs so every load is a
-        # contiguous run, and walks down the reduced rows (measured on the H200: x.sum(0))
-        xblock = min(COLUMN_TILE, pow2(inner))
-        rblock = min(pow2(rnumel), (ARG_COLUMN_TILE if carries_index(group) else 4096) // xblock)
-        return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, 4, 1, rblock >= rnumel)
+        return column_schedule(group, inner, xnumel, rnumel, target)
     if pow2(rnumel) <= persistent_limit(target):
         # measured on the H200 (layer_norm, softmax rows of 1024-4096): one row per program beats
         # wider blocks; short rows pack several per program, 2048 elements. Warps: a layer norm over
@@ -72,34 +78,93 @@ def reduction_schedule(group: Group, target: Target, layouts: dict | None = None
         # 1024 and two for 2048, but 10-32 us with the 4 warps used before (rows of 96: 31.7 us)
         rblock = pow2(rnumel)
         xblock = min(pow2(xnumel), max(1, (2048 if on_gpu else 2**15) // rblock))
-        warps = (1 if rblock <= 1024 else 2 if rblock <= 2048 else 4 if rblock <= 4096 else 8) if on_gpu else 1
-        return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, warps, 1, True)
+        return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, row_warps(rblock) if on_gpu else 1, 1, True)
     rblock = 2048 if on_gpu else 4096
     return Schedule("reduction", {"XBLOCK": 1, "RBLOCK": rblock}, 8 if on_gpu else 1, 1, False)
+
+
+def row_warps(block: int) -> int:
+    """Warps of a persistent block of ``block`` elements (a row, or a column held whole)."""
+    return 1 if block <= 1024 else 2 if block <= 2048 else 4 if block <= 4096 else 8
+
+
+def column_schedule(group: Group, inner: int, xnumel: int, rnumel: int, target: Target) -> Schedule:
+    """A column reduction (neighbouring outputs are neighbours in memory): a program takes a tile of
+    neighbouring outputs, so every load is a contiguous run, and walks down the reduced rows. Held
+    whole where its rows fit (``persistent_column_rows``) and it reads its input again; else looped
+    over blocks of ``COLUMN_BLOCK`` elements (``ARG_COLUMN_TILE`` for an argmax), its tile narrowed
+    to fill the GPU (``column_tile``)."""
+    rows = pow2(rnumel)
+    step = ARG_COLUMN_TILE if carries_index(group) else COLUMN_BLOCK
+    xblock = min(COLUMN_TILE, pow2(inner))
+    if rows * xblock > step:  # looped, unless held whole; a one-step program streams nothing to narrow for
+        itemsize = read_itemsize(group)
+        if rereads(group) and rnumel <= persistent_column_rows(inner, itemsize, target):
+            xblock = min(xblock, persistent_limit(target) // rows)
+            return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rows}, row_warps(xblock * rows), 1, True)
+        xblock = column_tile(inner, xnumel, itemsize, target)
+    rblock = min(rows, step // xblock)
+    return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, COLUMN_WARPS, 1, rblock >= rnumel)
+
+
+def column_tile(inner: int, xnumel: int, itemsize: int, target: Target) -> int:
+    """Outputs per program of a looped column reduction: ``COLUMN_TILE``, halved (down to runs of
+    ``MIN_COLUMN_RUN_BYTES``) while its grid would leave SMs with fewer than ``COLUMN_WARPS_PER_SM``
+    warps."""
+    tile = min(COLUMN_TILE, pow2(inner))
+    narrowest = min(tile, max(1, MIN_COLUMN_RUN_BYTES // itemsize))
+    while tile > narrowest and not fills(-(-xnumel // tile) * COLUMN_WARPS, target):
+        tile //= 2
+    return tile
+
+
+def fills(warps: int, target: Target) -> bool:
+    """Whether a grid of ``warps`` warps in all gives every SM ``COLUMN_WARPS_PER_SM``."""
+    return warps >= COLUMN_WARPS_PER_SM * target.sm_count
+
+
+def persistent_column_rows(inner: int, itemsize: int, target: Target) -> int:
+    """The most reduced elements per output that a column group reading its input again holds in
+    one block: ``persistent_limit`` values, in runs of one ``PERSISTENT_COLUMN_RUN_BYTES`` sector per
+    row (fewer outputs where ``inner`` is narrower)."""
+    run = min(pow2(inner), max(1, PERSISTENT_COLUMN_RUN_BYTES // itemsize))
+    return persistent_limit(target) // run
+
+
+def read_itemsize(group: Group) -> int:
+    """Bytes of the narrowest element among the buffers the group reads along its reduced axes, not
+    a per-output parameter (runs are cut in bytes; a bf16 input read through an fp32 cast counts as
+    bf16)."""
+    members = set(group.nodes)
+    outputs = math.prod(n for d, n in enumerate(group.shape) if d not in group.axes)
+    sizes = []
+    for n in group.nodes:
+        for i in n.inputs:
+            while i.op == "view":
+                i = i.inputs[0]
+            if i not in members and math.prod(i.shape) > outputs:
+                sizes.append(i.dtype.itemsize)
+    return min(sizes, default=4)
+
+
+def rereads(group: Group) -> bool:
+    """Whether something of the group is computed over every element after one of its reductions
+    (a second reduction of ``x - mean``, a softmax's ``exp(x - max) / sum``): looped, the group
+    reads its input again."""
+    members, numel = set(group.nodes), math.prod(group.shape)
+    after: set = set()
+    for n in group.nodes:  # in graph order
+        for i in n.inputs:
+            while i.op == "view" and i not in members:
+                i = i.inputs[0]
+            if i in after or (i in members and i.op == "reduce"):
+                after.add(n)
+    return any(n.op == "reduce" or math.prod(n.shape) == numel for n in after)
 
 
 def carries_index(group: Group) -> bool:
     """An argmax/argmin: its accumulator is a value and an int64 index per element of the block."""
     return any(n.op == "reduce" and n.attrs["fn"] in ("argmax", "argmin") for n in group.nodes)
-
-
-def reads_window(group: Group) -> bool:
-    """The group reduces a sliding window (a ``window`` view: pooling, a convolution as window sums)."""
-    members = set(group.nodes)
-    return any(i.op == "view" and i.attrs.get("kind") == "window" and i not in members
-               for n in group.nodes for i in n.inputs)
-
-
-def window_schedule(xnumel: int, target: Target) -> Schedule:
-    """A short window (max pool's 3x3 taps, read from a channels-last buffer): one output per lane, the
-    taps unrolled (RBLOCK=1), so every load is a contiguous run across the outputs. A ``[XBLOCK, 16]``
-    tile of 9 taps left 7 of 16 lanes idle and strided its loads (a ResNet-18 stem pool at batch 32 ran
-    165 us on the H200, now 47; Inductor's bn + unrolled pool, 85)."""
-    if not target.is_cuda:
-        return Schedule("reduction", {"XBLOCK": min(2**15, pow2(xnumel)), "RBLOCK": 1}, 1, 1, False)
-    xblock = fill_sms(min(1024, pow2(xnumel)), xnumel, target, MIN_BLOCK)
-    # two outputs per thread: 40.5 us for that pool at 1024/8 warps, 44.7 at 1024/4 (H200)
-    return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": 1}, max(1, xblock // 128), 1, False)
 
 
 def contiguous_outputs(group: Group, layouts: dict) -> int | None:
@@ -271,11 +336,9 @@ class ReductionTemplate(Template):
             if not (phase.inner or phase.reductions):
                 continue
             steps = -(-k.numels["r"] // k.schedule.blocks["RBLOCK"])
-            window = k.schedule.blocks["RBLOCK"] == 1 and steps <= WINDOW
-            # a streamed buffer that a later loop reads again should stay in L2; one read once should
-            # not (a window's taps overlap their neighbours': no hint)
+            # a streamed buffer that a later loop reads again should stay in L2; one read once should not
             again = set().union(*loaded[i + 1:])
-            p.evict = {} if window else {b: "evict_last" if b in again else "evict_first" for b in loaded[i]}
+            p.evict = {b: "evict_last" if b in again else "evict_first" for b in loaded[i]}
             # the row's max, where a softmax_sum of the same values keeps it already (a softmax's
             # statistics in one loop): read from that one's finish, not accumulated twice
             kept = {q.value: q for q in phase.reductions if q.fn == "softmax_sum"}
@@ -290,10 +353,8 @@ class ReductionTemplate(Template):
                 if r.fn == "softmax_sum":
                     body.append(f"{ind}acc_{r.var}_s = {p.full('[XBLOCK, RBLOCK]', 0, dt)}")
             inner = ind * 2
-            # range over a literal count: triton 3.6's interpreter cannot range over constexprs (numpy >= 2.3);
-            # a window's few single-element steps unrolled, so its tap offsets fold to constants
-            loop = "tl.static_range" if window else "range"
-            body += [f"{ind}for rstep in {loop}({steps}):", f"{inner}roffset = rstep * RBLOCK",
+            # range over a literal count: triton 3.6's interpreter cannot range over constexprs (numpy >= 2.3)
+            body += [f"{ind}for rstep in range({steps}):", f"{inner}roffset = rstep * RBLOCK",
                      f"{inner}rindex = roffset + tl.arange(0, RBLOCK)[None, :]", f"{inner}rmask = rindex < rnumel"]
             for s in phase.inner:
                 p.emit(s, inner)

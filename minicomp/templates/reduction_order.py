@@ -43,7 +43,7 @@ def walk_in_memory_order(kernel: Kernel) -> str | None:
     does not already; returns what changed (for ``graph.decisions``) or None."""
     r = kernel.vars.get("r")
     blocks = kernel.schedule.blocks
-    if r is None or r.size <= 1 or blocks.get("RBLOCK", 1) == 1:  # a window's unrolled taps: nothing to walk
+    if r is None or r.size <= 1 or blocks.get("RBLOCK", 1) == 1:  # one element a step: nothing to walk
         return None
     stmts = [s for p in kernel.phases for s in p.outer + p.inner + p.reductions]
     if any(isinstance(s, Scan) for s in stmts):
