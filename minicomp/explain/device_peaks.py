@@ -18,6 +18,7 @@ from typing import Callable
 
 import torch
 
+from .. import config
 from ..runtime import cache
 
 COPY_BYTES = 1 << 30        # 1 GiB: 20x the H100/H200 L2
@@ -79,15 +80,11 @@ def _measure(device: torch.device) -> dict:
     bandwidth = 2 * COPY_BYTES / _best_seconds(lambda: dst.copy_(src))
     del src, dst
     flops = {}
-    saved = torch.backends.cuda.matmul.allow_tf32
-    try:
-        for name, (dtype, tf32) in PRODUCTS.items():
-            torch.backends.cuda.matmul.allow_tf32 = tf32
+    for name, (dtype, tf32) in PRODUCTS.items():
+        with config.patch(cuda_matmul_allow_tf32=tf32):
             a = torch.randn(MATMUL_SIZE, MATMUL_SIZE, dtype=dtype, device=device)
             b = torch.randn_like(a)
             flops[name] = 2 * MATMUL_SIZE ** 3 / _best_seconds(lambda: a @ b)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved
     return {"bandwidth": bandwidth, "flops": flops}
 
 
