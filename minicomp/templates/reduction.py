@@ -38,6 +38,12 @@ COLUMN_WARPS = 4
 # 3.90 ms over dim 1 of 128x4096x4095 fp32 on the H200 and 4.27 at 4096 columns; [64, 8] 2.48 and
 # 1.95 (Inductor 2.67 and 2.01; benchmarks/column_tiles.py, experiments.md)
 ARG_COLUMN_TILE = 512
+# Where few outputs narrow an argmax's tile, its rows per step grow back to this block and the tile stops
+# at ARG_MIN_TILE outputs whatever the dtype: dim 1 of 16x4096x1023 on the H200 (reduction_variants.py;
+# experiments/reduction-variants.json): fp32 [16, 64] 0.110 ms, [16, 32] 0.145, [8, 64] 0.125; bf16
+# [16, 64] 0.090, [32, 16] 0.233 (Inductor 0.116 / 0.097)
+ARG_NARROW_BLOCK = 1024
+ARG_MIN_TILE = 16
 # A looped column program keeps only a few of a step's loads in flight per thread (ptxas interleaves
 # the [64, 64] sum's eight 16-byte loads with their adds, 2-4 outstanding), so an SM's loads in flight
 # come from its resident warps: x.sum(0) of 4096x16384 fp32 as 256 [64, 64] programs (8 warps an SM)
@@ -102,17 +108,20 @@ def column_schedule(group: Group, inner: int, xnumel: int, rnumel: int, target: 
         if rereads(group) and rnumel <= persistent_column_rows(inner, itemsize, target):
             xblock = min(xblock, persistent_limit(target) // rows)
             return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rows}, row_warps(xblock * rows), 1, True)
-        xblock = column_tile(inner, xnumel, itemsize, target)
+        arg = carries_index(group)
+        xblock = column_tile(inner, xnumel, itemsize, target, ARG_MIN_TILE if arg else None)
+        if arg and xblock < min(COLUMN_TILE, pow2(inner)):
+            step = ARG_NARROW_BLOCK
     rblock = min(rows, step // xblock)
     return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, COLUMN_WARPS, 1, rblock >= rnumel)
 
 
-def column_tile(inner: int, xnumel: int, itemsize: int, target: Target) -> int:
+def column_tile(inner: int, xnumel: int, itemsize: int, target: Target, min_tile: int | None = None) -> int:
     """Outputs per program of a looped column reduction: ``COLUMN_TILE``, halved (down to runs of
-    ``MIN_COLUMN_RUN_BYTES``) while its grid would leave SMs with fewer than ``COLUMN_WARPS_PER_SM``
-    warps."""
+    ``MIN_COLUMN_RUN_BYTES``, or ``min_tile`` outputs) while its grid would leave SMs with fewer than
+    ``COLUMN_WARPS_PER_SM`` warps."""
     tile = min(COLUMN_TILE, pow2(inner))
-    narrowest = min(tile, max(1, MIN_COLUMN_RUN_BYTES // itemsize))
+    narrowest = min(tile, min_tile or max(1, MIN_COLUMN_RUN_BYTES // itemsize))
     while tile > narrowest and not fills(-(-xnumel // tile) * COLUMN_WARPS, target):
         tile //= 2
     return tile
