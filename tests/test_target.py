@@ -296,10 +296,11 @@ def test_norm_statistics_read_x_once_on_the_gpu():
 def test_an_argmax_down_columns_keeps_a_small_block():
     """An argmax/argmin down columns carries a value and an int64 index per block element: [64, 8]
     (H200, argmax over dim 1 of 128x4096x4095: 3.90 ms as [64, 64], 2.48 as [64, 8]); a sum keeps [64, 64].
-    (Both as narrowed for these few outputs: 512 and 4096 elements in tiles of 16 columns.)"""
-    from minicomp.templates.reduction import ARG_COLUMN_TILE
+    (Both as narrowed for these few outputs, in tiles of 16 columns: the argmax's block grows back to
+    ``ARG_NARROW_BLOCK`` elements, the sum's stays 4096; tests/test_column_reductions.py has the wide case.)"""
+    from minicomp.templates.reduction import ARG_NARROW_BLOCK
     x = torch.empty(2, 256, 300)  # too short a sum to split
-    for fn, block in ((lambda x: x.argmax(1), ARG_COLUMN_TILE), (lambda x: x.argmin(1), ARG_COLUMN_TILE),
+    for fn, block in ((lambda x: x.argmax(1), ARG_NARROW_BLOCK), (lambda x: x.argmin(1), ARG_NARROW_BLOCK),
                       (lambda x: x.sum(1), 4096)):
         _, (k,) = _scheduled(fn, [x], H200)
         assert k.schedule.blocks["XBLOCK"] * k.schedule.blocks["RBLOCK"] == block, k.schedule
