@@ -406,20 +406,23 @@ def test_heads_merged_back_are_a_plain_operand_of_the_next_product(monkeypatch):
     assert len(loads) == 2, kernels[1]
 
 
+class TrilBufferAttention(torch.nn.Module):
+    """minGPT's attention core: its causal mask a registered buffer, sliced to the sequence."""
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("bias", torch.tril(torch.ones(33, 33)).view(1, 1, 33, 33))
+
+    def forward(self, q, k, v):
+        t = q.shape[-2]
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :t, :t] == 0, NEG)
+        return F.softmax(att, dim=-1) @ v
+
+
 def test_mingpt_module_with_a_registered_tril_buffer():
     """minGPT registers its causal mask as a buffer: a graph input whose values are not known when
     compiling, so it is read as a mask (still one attention kernel and the mask's comparison)."""
-    class Attention(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("bias", torch.tril(torch.ones(33, 33)).view(1, 1, 33, 33))
-
-        def forward(self, q, k, v):
-            t = q.shape[-2]
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-            att = att.masked_fill(self.bias[:, :, :t, :t] == 0, NEG)
-            return F.softmax(att, dim=-1) @ v
-    report = compile_and_compare(Attention(), *qkv(tq=17))
+    report = compile_and_compare(TrilBufferAttention(), *qkv(tq=17))
     assert len(fused(report)) == 1 and "read from memory" in decisions(report)
 
 

@@ -15,7 +15,7 @@ import minicomp
 from minicomp.ir import choices
 from minicomp.ir.target import INTERPRETER
 from minicomp.passes.attention_sdpa import SDPA_OP
-from tests.test_attention import NEG, decisions, fused, mingpt, qkv
+from tests.test_attention import NEG, TrilBufferAttention, decisions, fused, mingpt, qkv
 from tests.utils import H200, compare_gradients, compile_and_compare, layout_copies
 
 SIDE = "[rule attention: sdpa]"
@@ -101,17 +101,7 @@ def test_a_padding_mask_stays_in_its_own_shape(sdpa_side, dtype):
 
 
 def test_minGPT_module_with_its_tril_buffer(sdpa_side):
-    class Attention(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("bias", torch.tril(torch.ones(33, 33)).view(1, 1, 33, 33))
-
-        def forward(self, q, k, v):
-            t = q.shape[-2]
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-            att = att.masked_fill(self.bias[:, :, :t, :t] == 0, NEG)
-            return F.softmax(att, dim=-1) @ v
-    assert on_sdpa(compile_and_compare(Attention(), *qkv(tq=17)))
+    assert on_sdpa(compile_and_compare(TrilBufferAttention(), *qkv(tq=17)))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
