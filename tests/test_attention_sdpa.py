@@ -5,11 +5,8 @@ match eager's written-out ops, NaN rows included. Scheduled for the H200 (nothin
 picks the SDPA side by itself."""
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
-import torch.nn.functional as F
 
 import minicomp
 from minicomp.ir import choices
