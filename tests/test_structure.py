@@ -38,11 +38,6 @@ KNOWN_EXCEPTIONS: set[tuple[str, str]] = set()
 MAX_LINES = 600
 KNOWN_LARGE: set[str] = set()
 TESTS = Path(__file__).resolve().parent
-# Test modules over MAX_LINES today, each to be split by topic as test_ir.py was (into test_ir_expr,
-# _views, _graph, _passes); they are left whole while other changes edit them. The test fails on an entry
-# that is no longer over the cap.
-KNOWN_LARGE_TESTS = {"test_runtime.py", "test_memory_plan.py", "test_fuzz.py", "test_attention.py", "test_cuda.py",
-                     "test_reductions_views.py"}
 
 # The modules that may touch the process environment, and why. Every MINICOMP_* setting is read in
 # config; triton_shims sets Triton's own TRITON_INTERPRET around importing generated code (Triton reads
@@ -274,15 +269,12 @@ def test_module_size(rel):
 @pytest.mark.parametrize("rel", sorted(str(p.relative_to(TESTS)) for p in TESTS.rglob("*.py")))
 def test_test_module_size(rel):
     lines = len((TESTS / rel).read_text().splitlines())
-    if rel in KNOWN_LARGE_TESTS:
-        pytest.skip(f"tests/{rel}: {lines} lines, to be split by topic")
     assert lines <= MAX_LINES, f"tests/{rel} has {lines} lines (at most {MAX_LINES}): split it by topic"
 
 
 def test_known_large_modules_are_still_large():
-    small = [rel for root, names in ((ROOT.parent, KNOWN_LARGE), (TESTS, KNOWN_LARGE_TESTS)) for rel in names
-             if len((root / rel).read_text().splitlines()) <= MAX_LINES]
-    assert not small, f"remove these from KNOWN_LARGE / KNOWN_LARGE_TESTS, they are under the cap now: {small}"
+    small = [rel for rel in KNOWN_LARGE if len((ROOT.parent / rel).read_text().splitlines()) <= MAX_LINES]
+    assert not small, f"remove these from KNOWN_LARGE, they are under the cap now: {small}"
 
 
 def _torch_object(dotted: str):

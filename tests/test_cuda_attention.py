@@ -1,0 +1,106 @@
+"""Attention (issue 18) on a real GPU: minicomp's flash kernels for written-out attention (and SDPA's ops
+where MINICOMP_ATTENTION=1), decode split over the keys, SDPA training. GPU-only: every test skips without
+CUDA."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import minicomp
+from tests.utils import compile_and_compare
+from tests.test_cuda import _dev
+
+pytestmark = pytest.mark.gpu
+
+
+# --- attention (issue 18): minicomp's flash kernels (SDPA's ops too where MINICOMP_ATTENTION=1) -----
+
+@pytest.fixture
+def sdpa_lowered(monkeypatch):
+    monkeypatch.setenv("MINICOMP_ATTENTION", "1")
+
+
+def _causal_written_out(q, k, v):
+    t = q.shape[-2]
+    s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    s = s.masked_fill(torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return torch.softmax(s.float(), -1).to(q.dtype) @ v
+
+
+@pytest.mark.parametrize("d,t", [(64, 1024), (128, 257)])
+def test_attention_written_out_is_one_flash_kernel(sdpa_lowered, d, t):
+    q, k, v = _dev((2, 4, t, d), (2, 4, t, d), (2, 4, t, d), dtype=torch.bfloat16)
+    report = compile_and_compare(_causal_written_out, q, k, v)
+    assert [k.template for k in report.kernels].count("attention") == 1, report.summary()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_written_out_is_one_sdpa_call_by_default(monkeypatch, dtype):
+    """The rule's side on a GPU (ir/choices.ATTENTION): one SDPA call, NaN where a tril buffer read
+    from memory hides a whole row (as written out), [B, T, H, D] in and out without copies."""
+    from tests.utils import layout_copies, tolerances
+    monkeypatch.delenv("MINICOMP_ATTENTION", raising=False)
+    copied = layout_copies(monkeypatch)
+    x, w = _dev((2, 300, 256), (256, 768), dtype=dtype)
+    w = w * 0.05  # (scaled here: a scale on q, k, v in half precision is a producer the template keeps)
+    bias = torch.ones(300, 300, device="cuda").tril().view(1, 1, 300, 300)
+    bias[..., 7, :] = 0  # row 7 sees no key
+
+    def fn(x, w, bias):
+        b, t, _ = x.shape
+        q, k, v = (z.view(b, t, 4, 64).transpose(1, 2) for z in (x @ w).split(256, -1))
+        s = (q @ k.transpose(-1, -2) * 0.125).masked_fill(bias[:, :, :t, :t] == 0, float("-inf"))
+        return (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(b, t, 256)
+    assert fn(x, w, bias)[:, 7].isnan().all()
+    report = compile_and_compare(fn, x, w, bias)
+    assert any("[rule attention: sdpa]" in d for d in report.decisions), report.summary()
+    assert "attention" not in [k.template for k in report.kernels], report.summary()
+    copied.clear()
+    torch.testing.assert_close(minicomp.compile(fn)(x, w, bias), fn(x, w, bias), equal_nan=True, **tolerances(dtype))
+    assert copied == []
+
+
+def test_attention_decode_splits_the_keys(sdpa_lowered):
+    q, k, v = _dev((8, 16, 1, 128), (8, 16, 8192, 128), (8, 16, 8192, 128), dtype=torch.bfloat16)
+    report = compile_and_compare(lambda q, k, v: torch.softmax((q @ k.transpose(-1, -2)).float() / 11.3, -1)
+                                 .to(q.dtype) @ v, q, k, v)
+    assert "attention" in [k.template for k in report.kernels], report.summary()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_training_runs_minicomp_forward_and_backward_kernels(sdpa_lowered, causal):
+    q, k, v, dout = _dev((2, 4, 300, 64), (2, 4, 300, 64), (2, 4, 300, 64), (2, 4, 300, 64), dtype=torch.bfloat16)
+
+    def run(fn):
+        leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+        out = fn(*leaves)
+        out.backward(dout)
+        return [out] + [x.grad for x in leaves]
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    expected = run(fn)
+    before = minicomp.report()
+    actual = run(minicomp.compile(fn))
+    for e, a in zip(expected, actual):
+        assert (a.float() - e.float()).abs().max() <= 2e-2 * e.float().abs().max(), (e, a)
+    templates = {k.template for r in minicomp.reports_since(before) for k in r.kernels}
+    assert {"attention", "attention_dq", "attention_dkdv"} <= templates, templates
+
+
+def test_sdpa_kept_in_training_reads_its_cpu_rng_state_as_eager_does():
+    # PyTorch's memory-efficient attention (fp32) returns its RNG seed and offset as CPU tensors and
+    # its backward reads them: the fallback takes them as they are, no copy to the GPU per call
+    q, k, v, dout = _dev((2, 4, 64, 32), (2, 4, 64, 32), (2, 4, 64, 32), (2, 4, 64, 32))
+
+    def run(fn):
+        leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+        out = fn(*leaves)
+        out.backward(dout)
+        return [out] + [x.grad for x in leaves]
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * 2  # noqa: E731
+    expected = run(fn)
+    before = minicomp.report()
+    actual = run(minicomp.compile(fn))
+    for e, a in zip(expected, actual):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+    ops = [f.op for r in minicomp.reports_since(before) for f in r.fallbacks]
+    assert any("efficient_attention_backward" in op for op in ops), ops  # the path under test
+    assert "_to_copy" not in ops, ops
