@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 import minicomp
-from tests.utils import compare_gradients, compile_and_compare
 from tests.test_attention import NEG, decisions, fused, qkv
+from tests.utils import compare_gradients, compile_and_compare
 
 
 # --- producers of q, k, v and the mask in the kernel's loads (attention-prologue) -------------------

@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 import minicomp
-from tests.utils import compile_and_compare
 from tests.test_cuda import _dev
+from tests.utils import compile_and_compare
 
 pytestmark = pytest.mark.gpu
 

@@ -13,8 +13,8 @@ from minicomp.ir.kernel import Kernel, KernelArg, Load, Phase, Schedule, Store
 from minicomp.ir.program import (Allocate, Buffer, ExternArg, ExternCall, Free, KernelLaunch, Operand, Program,
                                  ProgramError)
 from minicomp.passes.memory_plan import plan_memory
-from tests.utils import compile_and_compare
 from tests.test_memory_plan import _buffers, _capture, _program, _run, check_plan
+from tests.utils import compile_and_compare
 
 aten = torch.ops.aten
 

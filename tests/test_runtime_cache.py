@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import minicomp
-from tests.utils import compile_and_compare
 from tests.test_runtime import assert_same, last_json, run_child, snapshot
+from tests.utils import compile_and_compare
 
 
 # A child script that compiles a fixed function and prints its results and what the cache did.

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import minicomp
-from tests.test_runtime import assert_same, fresh_reports
+from tests.test_runtime import assert_same, fresh_reports  # fresh_reports: a fixture
 
 
 # --- 8. shape changes ---------------------------------------------------------------------------

@@ -8,8 +8,8 @@ and values and that nothing fell back to PyTorch.
 import torch
 import torch.nn.functional as F
 
-from tests.utils import compile_and_compare
 from tests.test_reductions import randint
+from tests.utils import compile_and_compare
 
 
 # =============================================================================================
