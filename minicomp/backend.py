@@ -26,6 +26,7 @@ from .graphs.frozen import FrozenGraph
 from .graphs.options import Options
 from .report import Report, record
 from .runtime import cuda_graphs
+from .frontend.input_names import dynamo_input_names, forward_input_names, name_inputs
 from .frontend.interpolate_op import substitute_interpolate
 from .frontend.reinplace import reinplace
 from .frontend.recurrent_op import substitute_recurrent
@@ -164,6 +165,17 @@ class Backend:
             static_names.update(names[i] for i in static)
             return static
 
+        # the user's names of the inputs (``features.0.weight``, ``x``), for the dumps: the forward's by
+        # position, the backward's by the forward's placeholder names it receives its saved inputs under
+        dynamo_names = dynamo_input_names(gm)
+        forward_names: dict[str, str] = {}
+
+        def named(g: fx.GraphModule, forward: bool) -> fx.GraphModule:
+            if forward:
+                forward_names.update(forward_input_names(g, dynamo_names))
+            name_inputs(g, forward_names)
+            return g
+
         training = needs_autograd(gm, example_inputs)
         notes = ["freeze: ignored: grad mode is on and parameters require grad (frozen constants are "
                  "for inference: wrap the call in torch.no_grad() or inference_mode())"] \
@@ -174,6 +186,7 @@ class Backend:
         notes += [split] if split else []
 
         def inference(g, _):
+            named(g, True)
             # a static cache's update in place; not under CUDA graphs (a write inside the graph would
             # land in the replay's copy of the input, and recording runs the graph more than once)
             static = set(static_inputs(g, True))
@@ -191,8 +204,8 @@ class Backend:
         counters["aot_autograd"]["total"] += 1
         return aot_module_simplified(
             gm, example_inputs,
-            fw_compiler=lambda g, _: compiled_graph(g, opts, "forward", static_inputs(g, True), notes),
-            bw_compiler=lambda g, _: compiled_graph(g, opts, "backward", static_inputs(g, False), notes),
+            fw_compiler=lambda g, _: compiled_graph(named(g, True), opts, "forward", static_inputs(g, True), notes),
+            bw_compiler=lambda g, _: compiled_graph(named(g, False), opts, "backward", static_inputs(g, False), notes),
             inference_compiler=inference,
             decompositions=decompositions(training=training),
         )

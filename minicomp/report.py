@@ -56,6 +56,8 @@ class Report:
     fx_ops: list = field(default_factory=list)
     node_origins: dict[int, tuple[str, ...]] = field(default_factory=dict)
     externs: list[Fallback] = field(default_factory=list)
+    # when dumping: each IR pass in order -> whether it changed the IR (``passes/manager.PassDumps``)
+    passes: dict[str, bool] = field(default_factory=dict)
 
     def summary(self) -> str:
         lines = [f"graph {self.graph}: {len(self.kernels)} kernel(s), {len(self.fallbacks)} fallback op(s), "
@@ -76,9 +78,16 @@ class Report:
         if self.decisions:
             lines.append("decisions:")
             lines += [f"  {d}" for d in self.decisions]
+        if self.passes:
+            lines.append(f"passes that changed the IR: {_names(p for p, c in self.passes.items() if c)}")
+            lines.append(f"passes that left it as it was: {_names(p for p, c in self.passes.items() if not c)}")
         return "\n".join(lines) + "\n"
 
     __str__ = summary
+
+
+def _names(names) -> str:
+    return ", ".join(names) or "none"
 
 
 _reports: list[Report] = []

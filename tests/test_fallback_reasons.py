@@ -22,7 +22,7 @@ def test_every_entry_is_an_op_without_a_rule():
 
 def test_lookup_by_overload():
     assert "GRU" in deliberate_fallback(aten._thnn_fused_gru_cell.default)
-    assert "issue 18" in deliberate_fallback(aten._efficient_attention_backward.default)
+    assert "fused attention" in deliberate_fallback(aten._efficient_attention_backward.default)
     assert deliberate_fallback(aten._scaled_dot_product_efficient_attention_backward.default) is None  # a rule
     assert deliberate_fallback(aten._scaled_dot_product_efficient_attention.default) is None  # a rule says why
     assert "recurrent kernels" in deliberate_fallback(torch.ops.minicomp.recurrent.default)

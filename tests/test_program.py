@@ -27,7 +27,10 @@ from tests.utils import small_split_thresholds
 
 def _program_lines(dump: Path) -> list[str]:
     (folder,) = [p for p in dump.iterdir() if p.is_dir()]
-    return (folder / "program.txt").read_text().splitlines()
+    text = (folder / "program.txt").read_text()
+    if text.startswith("# inputs"):  # the header naming the inputs, a blank line after it
+        text = text.split("\n\n", 1)[1]
+    return text.splitlines()
 
 
 def conv_chain(x, w):

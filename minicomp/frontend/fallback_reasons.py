@@ -7,15 +7,17 @@ from __future__ import annotations
 from ..ir import collectives
 
 _ATTENTION = ("runs PyTorch's fused attention kernel ({}): one launch that never stores the score "
-              "matrix; minicomp's own attention template is issue 18")
-_ATTENTION_BACKWARD = "backward of PyTorch's fused attention kernel ({}), run with its forward (issue 18)"
+              "matrix (minicomp has no kernel of its own for this attention variant)")
+_ATTENTION_BACKWARD = "backward of PyTorch's fused attention kernel ({}), run because its forward ran it"
 _RNN_CELL = ("PyTorch's fused {} cell: the gates' pointwise math in one CUDA launch after the two matmuls; "
              "PyTorch has no decomposition of it, and its backward reads the kernel's own workspace")
 _RECURRENT = ("PyTorch's recurrent kernels (cuDNN, oneDNN) run the whole sequence; unrolled, every step and layer "
               "is a matrix-vector product and a gate kernel, bound by its launches (frontend/recurrent_op.py)")
 _COLLECTIVE = ("a collective: PyTorch's process group runs it, on every rank in program order; never fused, "
                "moved across its wait or dropped (ir/collectives.py)")
-_CONVOLUTION = "runs cuDNN's (oneDNN's on the CPU) convolution as an extern call; minicomp's convolution template is the convolution issue"
+# Reasons are read by users (the report, the dumps): they say what runs and why, never where work is tracked.
+_CONVOLUTION = ("runs cuDNN's (oneDNN's on the CPU) convolution as a library call, unless the conv_lowering "
+                "pass chooses minicomp's own kernels for it (the decisions say which)")
 
 # op (overload packet) name — aten's bare, other namespaces' qualified ("minicomp::recurrent") -> why it
 # falls back (the SDPA forward ops have rules in

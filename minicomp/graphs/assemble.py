@@ -46,14 +46,15 @@ class Artifacts:
 
 
 def generate(graph, kernels: list[Kernel], graph_name: str, dump: Path | None = None,
-             rep: Report | None = None) -> Artifacts:
+             rep: Report | None = None, dump_header: str = "") -> Artifacts:
     """Build and verify the graph's Program (``kernels``: the graph's, or the autotuner's variant),
     write the kernels' and the wrapper's source to the cache (and the dump folder). Kernels are named
-    by content (``codegen/naming.py``): launches of the same code share one file."""
+    by content (``codegen/naming.py``): launches of the same code share one file. ``dump_header``: the
+    top of the dumped ``program.txt`` (the inputs' names)."""
     asserts = triton_shims.device_assert_options()  # for the launches of kernels that check indices
     program = build_program(graph, graph_name, kernels, asserts=asserts)
     if dump:
-        (dump / "program.txt").write_text(str(program))
+        (dump / "program.txt").write_text(dump_header + str(program))
     program.verify()
     if rep is not None:
         rep.decisions.append(program.memory_summary())

@@ -20,6 +20,7 @@ import triton
 
 from .. import config
 from ..errors import MinicompError
+from ..frontend.input_names import dump_label, user_names
 from ..frontend.lowering import Lowering
 from ..frontend.provenance import fx_ops
 from ..frontend.specialize import specialize
@@ -27,7 +28,7 @@ from ..ir import collectives
 from ..ir.target import Target
 from ..passes.conv_lowering import tunable as conv_tunable
 from ..passes.gemm_choice import ATEN
-from ..passes.manager import run_pipeline
+from ..passes.manager import PassDumps, run_pipeline
 from ..report import Fallback, Report, record
 from ..passes.tune import Tuning
 from ..runtime import cache, cuda_graphs
@@ -37,6 +38,9 @@ from . import assemble, validation
 from .base import GraphCallable
 from .options import Options
 from .signatures import has_fakes, signature
+
+
+_dump_folders: set[Path] = set()  # taken in this process: two graphs of the same content get two folders
 
 
 @contextlib.contextmanager
@@ -83,6 +87,7 @@ class CompiledGraph(GraphCallable):
         self.static_inputs = frozenset(static_inputs)
         self._specializations: dict[tuple, Callable] = {}
         self._unproven: dict[tuple, tuple] = {}  # compiled, first run stopped by eager's error (a bad index)
+        self._dump_folder: str | None = None  # chosen at the first compile that dumps
 
     def call(self, args):
         if has_fakes(args):  # tensors without data (fake, functional): nothing to compute on
@@ -153,12 +158,47 @@ class CompiledGraph(GraphCallable):
         return cuda_graphs.facts_of_fx(self.gm, self.static_inputs)
 
     def _dump_dir(self) -> Path | None:
+        """This compile's dump folder: named from the graph (``dump_label``), ``_2`` ... where another
+        graph of this process took the name, ``_v1`` ... for this graph's later specializations."""
         if not self.options.dump_dir:
             return None
+        root = Path(self.options.dump_dir)
+        if self._dump_folder is None:
+            label = name = dump_label(self.gm, self.kind)
+            copies = 1
+            while root / name in _dump_folders:
+                copies += 1
+                name = f"{label}_{copies}"
+            _dump_folders.add(root / name)
+            self._dump_folder = name
         suffix = f"_v{len(self._specializations)}" if self._specializations else ""
-        path = Path(self.options.dump_dir) / f"{self.name}{suffix}"
+        path = root / f"{self._dump_folder}{suffix}"
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def _inputs_header(self) -> str:
+        """The top of every dumped graph and program: for each input the IR calls ``argN``, the traced
+        graph's name (AOTAutograd's ``argN_1`` or ``primals_N+1``) and the user's (``features.0.weight``,
+        ``x``); empty where no user name is known."""
+        placeholders = [n.name for n in self.gm.graph.nodes if n.op == "placeholder"]
+        names = user_names(self.gm)
+        if not any(names):
+            return ""
+        rows = [(f"arg{i}", fx_name, user or self._unnamed_input(fx_name))
+                for i, (fx_name, user) in enumerate(zip(placeholders, names))]
+        width = max(len(fx_name) for _, fx_name, _ in rows)
+        lines = ["# inputs: IR name, traced graph's name, your model's name"]
+        lines += [f"#   {ir:<6} {fx_name:<{width}}  {user}" for ir, fx_name, user in rows]
+        return "\n".join(lines) + "\n\n"
+
+    def _unnamed_input(self, fx_name: str) -> str:
+        """What an input without a user name is: a backward's incoming gradient or a value its forward
+        saved for it (AOTAutograd's names: ``tangents_N``, else the forward's node's name)."""
+        if self.kind != "backward":
+            return "-"
+        if fx_name.startswith("tangents_"):
+            return "incoming gradient of one of the forward's outputs"
+        return "computed and saved by the forward"
 
     def _compile(self, args) -> tuple[Callable, assemble.Artifacts | None, Report]:
         start = time.perf_counter()
@@ -234,8 +274,9 @@ class CompiledGraph(GraphCallable):
         return best
 
     def _build(self, args, dump: Path | None, rep: Report, gemm_choices: dict | None = None):
+        header = self._inputs_header() if dump else ""
         if dump:
-            (dump / "fx_graph.py").write_text(self.gm.print_readable(print_output=False))
+            (dump / "fx_graph.py").write_text(header + self.gm.print_readable(print_output=False))
         lowering = Lowering(specialize(self.gm, args), args)  # symbolic sizes made this call's
         graph = lowering.run()
         if self.options.explain:
@@ -245,7 +286,9 @@ class CompiledGraph(GraphCallable):
         validator = validation.Validator(self.gm, args) if validation.enabled() else None
         if validator:
             validator.check_graph("lowering", graph)
-        graph = run_pipeline(graph, self.options.pipeline, dump, validator and validator.check_graph, tuning=tuning)
+        dumps = PassDumps(dump, header) if dump else None
+        graph = run_pipeline(graph, self.options.pipeline, dumps, validator and validator.check_graph, tuning=tuning)
+        rep.passes = dumps.changed if dumps else {}
         if self.options.strict and lowering.fallbacks:
             op, reason = lowering.fallbacks[0]
             raise MinicompError(f"MINICOMP_STRICT: {op} falls back to PyTorch ({reason})")
@@ -255,7 +298,7 @@ class CompiledGraph(GraphCallable):
             rep.node_origins.update((n.id, n.origin) for n in graph.nodes)
         rep.externs = [Fallback(n.origin[0] if n.origin else str(n.attrs["target"]), n.attrs.get("reason", ""))
                        for n in graph.nodes if n.op == "extern"]
-        call, art = self._assemble(graph, graph.kernels, dump, rep)
+        call, art = self._assemble(graph, graph.kernels, dump, rep, header)
         if validator:
             validator.check_outputs("codegen (generated kernels)", call)
         return call, art
@@ -264,9 +307,9 @@ class CompiledGraph(GraphCallable):
         """The graph with these kernels (the tune pass's variant of them), as a callable."""
         return self._assemble(graph, kernels)[0]
 
-    def _assemble(self, graph, kernels, dump: Path | None = None, rep: Report | None = None):
+    def _assemble(self, graph, kernels, dump: Path | None = None, rep: Report | None = None, header: str = ""):
         """Generate and store the kernels and the wrapper; return the graph's Executable and the
-        artifacts that load it again."""
-        art = assemble.generate(graph, kernels, self.name, dump, rep)
+        artifacts that load it again. ``header``: the top of the dumped program."""
+        art = assemble.generate(graph, kernels, self.name, dump, rep, header)
         return assemble.load(art), art
 
