@@ -169,14 +169,18 @@ def test_grouped_query_heads_are_views():
     assert len(fused(report)) == 1
 
 
-def test_noncontiguous_heads_of_a_fused_qkv_projection():
-    w, wo = torch.randn(32, 96) / 6, torch.randn(32, 32) / 6
-
+def fused_qkv_block(w, wo):
+    """GPT-2's attention: q, k, v as head views of one projection, the result projected back."""
     def fn(x):
         b, t, _ = x.shape
         q, k, v = (x @ w).split(32, dim=-1)
         q, k, v = (z.view(b, t, 2, 16).transpose(1, 2) for z in (q, k, v))
         return mingpt(q, k, v).transpose(1, 2).reshape(b, t, 32) @ wo
+    return fn
+
+
+def test_noncontiguous_heads_of_a_fused_qkv_projection():
+    fn = fused_qkv_block(torch.randn(32, 96) / 6, torch.randn(32, 32) / 6)
     # the projections and the attention, which reads q, k, v as strided views of the first's result
     # and whose result the second reads back as [B, T, H*D] through a view
     report = compile_and_compare(fn, torch.randn(2, 17, 32), kernels=3)

@@ -12,7 +12,7 @@ import minicomp
 from minicomp.ir import choices
 from minicomp.ir.target import INTERPRETER
 from minicomp.passes.attention_sdpa import SDPA_OP
-from tests.test_attention import NEG, TrilBufferAttention, decisions, fused, mingpt, qkv
+from tests.test_attention import NEG, TrilBufferAttention, decisions, fused, fused_qkv_block, mingpt, qkv
 from tests.utils import H200, compare_gradients, compile_and_compare, layout_copies
 
 SIDE = "[rule attention: sdpa]"
@@ -126,13 +126,7 @@ def test_heads_of_a_fused_projection_go_in_and_come_back_without_copies(sdpa_sid
     """q, k, v: [B, T, H, D] in the projection's memory, handed as they are; SDPA's result, [B, T, H, D]
     in memory too, is read back as [B*T, H*D] by the next product: nothing copied, no kernel between."""
     copied = layout_copies(monkeypatch)
-    w, wo = torch.randn(32, 96) / 6, torch.randn(32, 32) / 6
-
-    def fn(x):
-        b, t, _ = x.shape
-        q, k, v = (x @ w).split(32, dim=-1)
-        q, k, v = (z.view(b, t, 2, 16).transpose(1, 2) for z in (q, k, v))
-        return mingpt(q, k, v).transpose(1, 2).reshape(b, t, 32) @ wo
+    fn = fused_qkv_block(torch.randn(32, 96) / 6, torch.randn(32, 32) / 6)
     x = torch.randn(2, 17, 32)
     report = compile_and_compare(fn, x, kernels=2)  # the two products
     assert on_sdpa(report), report.summary()
