@@ -341,14 +341,20 @@ def test_float64_is_not_fused():
     assert not fused(report)
 
 
+def tiny_gpt2():
+    """transformers' GPT-2, one layer of width 32, its attention written out (``attn_implementation="eager"``)."""
+    import transformers
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=64, vocab_size=50,
+                                     attn_implementation="eager")
+    return transformers.GPT2Model(config).eval()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["gpt2"])  # Llama's (GQA, rotary) took 15 s here: tests/test_models.py runs it
 def test_hugging_face_eager_attention_is_fused(model):
     transformers = pytest.importorskip("transformers")
     if model == "gpt2":
-        config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=64, vocab_size=50,
-                                         attn_implementation="eager")
-        m = transformers.GPT2Model(config).eval()
+        m = tiny_gpt2()
     else:
         config = transformers.LlamaConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=64,
                                           num_attention_heads=4, num_key_value_heads=2, vocab_size=50,

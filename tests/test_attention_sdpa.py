@@ -12,7 +12,8 @@ import minicomp
 from minicomp.ir import choices
 from minicomp.ir.target import INTERPRETER
 from minicomp.passes.attention_sdpa import SDPA_OP
-from tests.test_attention import NEG, TrilBufferAttention, decisions, fused, fused_qkv_block, mingpt, qkv
+from tests.test_attention import (NEG, TrilBufferAttention, decisions, fused, fused_qkv_block, mingpt, qkv,
+                                  tiny_gpt2)
 from tests.utils import H200, compare_gradients, compile_and_compare, layout_copies
 
 SIDE = "[rule attention: sdpa]"
@@ -171,9 +172,7 @@ def hugging_face(model: str):
     """A tiny transformers model with ``attn_implementation="eager"``, and its inputs (a padding mask)."""
     transformers = pytest.importorskip("transformers")
     if model == "gpt2":
-        config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=64, vocab_size=50,
-                                         attn_implementation="eager")
-        m = transformers.GPT2Model(config).eval()
+        m = tiny_gpt2()
     else:
         config = transformers.BertConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
                                          intermediate_size=64, vocab_size=50, attn_implementation="eager")

@@ -20,6 +20,7 @@ import torch
 
 from .. import config
 from ..runtime import cache
+from .timing import event_seconds
 
 COPY_BYTES = 1 << 30        # 1 GiB: 20x the H100/H200 L2
 MATMUL_SIZE = 8192          # large enough for cuBLAS to reach its plateau on a Hopper GPU
@@ -90,12 +91,4 @@ def _measure(device: torch.device) -> dict:
 
 def _best_seconds(fn: Callable[[], object]) -> float:
     fn()  # warm: cuBLAS's heuristics, the allocator
-    best = math.inf
-    for _ in range(REPEATS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        best = min(best, start.elapsed_time(end) / 1e3)
-    return best
+    return min(event_seconds(fn, REPEATS))

@@ -60,13 +60,18 @@ def per_function(kernels: list[tuple[str, float]], functions: set[str], calls: i
 
 
 def _call_seconds(call: Callable[[], object]) -> float:
+    times = sorted(event_seconds(call, TIMED_CALLS))
+    return times[len(times) // 2] if times else math.nan
+
+
+def event_seconds(fn: Callable[[], object], calls: int) -> list[float]:
+    """Seconds of each of ``calls`` runs of ``fn``, by CUDA events on the current stream."""
     times = []
-    for _ in range(TIMED_CALLS):
+    for _ in range(calls):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        call()
+        fn()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3)
-    times.sort()
-    return times[len(times) // 2] if times else math.nan
+    return times

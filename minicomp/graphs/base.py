@@ -14,8 +14,8 @@ A kind builds a callable and runs it a first time, where ``recoverable`` tells m
 (compile another way) from the caller's (raise them, as eager would); ``fall_back`` runs the whole
 graph in PyTorch from then on, with the reason in the report; ``captured`` hands a specialization to a
 CUDA graph in the modes that capture. A graph's name (``graph3_forward``: its report's; its dump
-folder is named from its content, ``CompiledGraph._dump_dir``) and its notes (decisions made before lowering: freeze, dynamic shapes, a DDP split) are
-given when it is built.
+folder is named from its content, ``CompiledGraph._dump_dir``) and its notes (decisions made before
+lowering: freeze, dynamic shapes, a DDP split) are given when it is built.
 """
 from __future__ import annotations
 
