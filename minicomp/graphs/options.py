@@ -37,7 +37,7 @@ PIPELINE: list[Pass] = [
     Pass("conv_lowering", conv_lowering, "rewrite chosen convolutions into matmuls over im2col views / window sums"),
     Pass("gemm_backend", gemm_backend, "choose the Triton GEMM template or cuBLAS for each matmul"),
     Pass("fusion", fusion, "group compute nodes into kernels"),
-    Pass("plain_gemms", plain_gemms, "a matrix product nothing fused into runs in cuBLAS"),
+    Pass("plain_gemms", plain_gemms, "a matrix product nothing fused into: cuBLAS or the template (rule plain_gemm)"),
     Pass("layout_plan", layout_plan, "store the 4-D buffers around convolutions channels-last"),
     Pass("schedule", schedule, "choose templates and block sizes, build kernels"),
     Pass("pipelines", row_pipelines, "run row-local kernel chains that re-read an input as one launch"),
