@@ -126,7 +126,9 @@ def test_gemm_on_cuda(name, fn, shapes, dtype, monkeypatch):
 
 
 PLAIN_GEMMS = [  # (..., the side of ir/choices.PLAIN_GEMM: 16-bit 2-D products this small stay in the template)
-    ("mm_bf16", lambda a, b: a @ b, ((1024, 512), (512, 768)), torch.bfloat16, "template"),
+    ("mm_bf16", lambda a, b: a @ b, ((8192, 1024), (1024, 1024)), torch.bfloat16, "template"),
+    # 24 tiles of the template for 132 SMs: the gemm rule takes cuBLAS before fusion
+    ("mm_bf16_few_tiles", lambda a, b: a @ b, ((1024, 512), (512, 768)), torch.bfloat16, "library"),
     ("mm_transposed_fp16", lambda a, b: a.t() @ b.t(), ((256, 200), (136, 256)), torch.float16, "template"),
     ("mm_odd_sizes_fp32", lambda a, b: a @ b, ((127, 17), (17, 33)), torch.float32, "library"),
     ("bmm_bf16", torch.bmm, ((3, 64, 48), (3, 48, 80)), torch.bfloat16, "library"),
