@@ -55,6 +55,9 @@ class Report:
     # the compiled graph runs in PyTorch (fallbacks, and the cuBLAS/cuDNN calls passes chose) and why
     fx_ops: list = field(default_factory=list)
     node_origins: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    # for ``minicomp.explain``: each graph input's IR node id -> the user's name (``fc1.weight``, ``x``; the
+    # dumps' ``argN`` where not known), so notes that name an input say which one
+    input_names: dict[int, str] = field(default_factory=dict)
     externs: list[Fallback] = field(default_factory=list)
     # when dumping: each IR pass in order -> whether it changed the IR (``passes/manager.PassDumps``)
     passes: dict[str, bool] = field(default_factory=dict)

@@ -5,6 +5,7 @@ figures only; the measured path is checked with given roofs and times."""
 from __future__ import annotations
 
 import inspect
+import re
 from html.parser import HTMLParser
 
 import torch
@@ -153,6 +154,31 @@ def test_fusions_not_taken_read_as_ops_and_lines():
     words = readable("not fused: %3 -> %5 [cycle] another kernel or fallback op sits between them", rep)
     assert words.startswith("kept apart: the kernels of addmm (net.py:7) and of _softmax (net.py:8): something else")
     assert "%" not in readable("gemm %3 [4, 8]: Triton template", rep)
+
+
+def test_notes_name_graph_inputs_by_the_users_names():
+    rep = Report("g", node_origins={3: (Origin("mul.Tensor", "mul", Source("net.py", 4)),)},
+                 input_names={0: "fc1.weight", 1: "x"})
+    assert readable("store-narrow: %3.. recomputes %3 (torch.float32) from %0, %1", rep) == \
+        "store-narrow: mul (net.py:4).. recomputes mul (net.py:4) (torch.float32) from fc1.weight, x"
+
+
+class Transposed(nn.Module):
+    """Its scaled weight feeds a scan and a reduction: the fusion pass recomputes it from the weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8, 16))
+
+    def forward(self, x):
+        y = self.weight.t() * 2
+        return y.cumsum(0) + y.sum(0) + x
+
+
+def test_explained_notes_name_no_ir_node():
+    text = str(minicomp.explain(Transposed(), torch.randn(16, 8)))
+    notes = text.split("fusions not taken:")[1]
+    assert not re.search(r"%\d", notes) and "from weight" in notes
 
 
 def _figures(flops: int, read: int, written: int, seconds: float | None, math: str = "") -> KernelFigures:

@@ -1,5 +1,6 @@
 """The compiler's notes in a reader's words: IR node numbers (``%14``) become the aten op and the user's
-source line they came from, fusion rule tags (``[cycle]``) become sentences, and numbers get units."""
+source line they came from (a graph input: the user's name for it, ``fc1.weight``), fusion rule tags
+(``[cycle]``) become sentences, and numbers get units."""
 from __future__ import annotations
 
 import html
@@ -48,9 +49,12 @@ def where(origin) -> str:
 
 
 def node_words(node_id: int, rep: Report) -> str:
-    """IR node ``node_id`` as the aten op it came from and where: ``relu (mlp.py:12)``."""
+    """IR node ``node_id`` as the aten op it came from and where: ``relu (mlp.py:12)``; a graph input as
+    the user's name for it (``fc1.weight``, ``x``)."""
+    if node_id in rep.input_names:
+        return rep.input_names[node_id]
     origins = rep.node_origins.get(node_id)
-    if not origins:  # not known, or made by minicomp (a graph input, a layout copy): the note says what
+    if not origins:  # not known, or made by minicomp (a layout copy): the note says what
         return f"%{node_id}"
     line = where(origins[0])
     return f"{op_name(origins[0])} ({line})" if line else op_name(origins[0])

@@ -191,6 +191,11 @@ class CompiledGraph(GraphCallable):
         lines += [f"#   {ir:<6} {fx_name:<{width}}  {user}" for ir, fx_name, user in rows]
         return "\n".join(lines) + "\n\n"
 
+    def _input_names(self, graph) -> dict[int, str]:
+        """Each IR input node's id -> the user's name of the input, else the dumps' ``argN``."""
+        names = dict(enumerate(user_names(self.gm)))
+        return {n.id: names.get(n.attrs["index"]) or f"arg{n.attrs['index']}" for n in graph.inputs}
+
     def _unnamed_input(self, fx_name: str) -> str:
         """What an input without a user name is: a backward's incoming gradient or a value its forward
         saved for it (AOTAutograd's names: ``tangents_N``, else the forward's node's name)."""
@@ -281,6 +286,7 @@ class CompiledGraph(GraphCallable):
         graph = lowering.run()
         if self.options.explain:
             rep.fx_ops, rep.node_origins = fx_ops(lowering.gm), {n.id: n.origin for n in graph.nodes}
+            rep.input_names = self._input_names(graph)
         graph.gemm_choices = dict(gemm_choices or {})
         tuning = Tuning(self.options.autotune, args, self._executable, cache.load_tuned, cache.store_tuned)
         validator = validation.Validator(self.gm, args) if validation.enabled() else None
