@@ -2,7 +2,7 @@
 error, the graph drawing and the roofline chart are laid out with a size, a click on a kernel shows its
 IR and source, and a screenshot shows the page with every kernel's colour (its op boxes and its
 roofline point). Skips where no Chromium is installed (``.ci/run`` installs Debian's ``chromium``);
-each browser run takes about half a second here, a cold first start a few seconds."""
+each browser run took 0.5 to 0.8 s on a 2-core machine (the first after installing it too)."""
 from __future__ import annotations
 
 import colorsys
@@ -23,8 +23,8 @@ from tests.test_explain import MLP
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")  # Debian's name first
 BROWSER = next((path for path in map(shutil.which, BROWSERS) if path), None)
-needs_browser = pytest.mark.skipif(BROWSER is None, reason=f"no headless browser installed (none of {', '.join(BROWSERS)} "
-                                                           "on PATH; Debian: apt-get install chromium)")
+needs_browser = pytest.mark.skipif(BROWSER is None, reason=f"no headless browser (none of {', '.join(BROWSERS)} on "
+                                                           "PATH; Debian: apt-get install chromium)")
 
 WINDOW = (1000, 1400)  # pixels: the summary, the roofline chart and the MLP's graph drawing
 HSL = re.compile(r"hsl\((\d+), (\d+)%, (\d+)%\)")  # the page's kernel colours (html.py)
