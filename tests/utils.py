@@ -78,6 +78,8 @@ def small_split_thresholds(monkeypatch) -> None:
     monkeypatch.setattr(split, "SOFTMAX_CHUNK", 64)
     monkeypatch.setattr(split, "SPLIT_MIN_REDUCED", 256)
     monkeypatch.setattr(split, "MIN_CHUNK", 32)
+    monkeypatch.setattr(split, "COLUMN_SPLIT_MIN_REDUCED", 256)
+    monkeypatch.setattr(split, "MIN_COLUMN_CHUNK", 32)
     monkeypatch.setattr(split, "SOFTMAX_ROWS_PER_SM", 1000)  # softmax rows split however many (a few here)
 
 

@@ -26,11 +26,11 @@ from ..ir import collectives
 from ..ir.attention_backward import siblings
 from ..ir.graph import Graph, Group, Node, terminal
 from ..ir.attention import twins as attention_twins
-from ..ir.layout import view_as_strided
 from ..ir.ops import OPS
 from ..ir.placement import NotFusable, check_group
 from .fusion_attention import attention_feeders, attention_refusal
 from .fusion_narrow import store_narrow
+from .view_copies import copy_unstrided_views
 
 # The fusion rules, in the order they are tried; each names the pattern it fuses.
 RULES = (
@@ -290,24 +290,6 @@ class _Partition:
         self.decisions.append(f"not fused: {a.nodes[-1].name} -> {b.nodes[0].name} [{rule}] {reason}")
 
 
-def _copy_unstrided_views(graph: Graph) -> None:
-    """Results and fallback-op arguments are real tensors. A view with div/mod or padding cannot be
-    a strided view of its base: give it a buffer of its own (a copy, as eager would make). Nor can a
-    view of a graph result whose eager strides (``schedule.plan_layouts`` stores it so) it does not
-    follow: a flatten of a transposed result, when cse made that result and the view's base one node."""
-    out = graph.output
-    results: dict = {}
-    for node, strides in zip(out.inputs, out.attrs.get("strides") or ()):
-        if strides is not None and len(strides) == len(node.shape):
-            results.setdefault(node, tuple(strides))
-    for user in [n for n in graph.nodes if n.op in ("output", "extern")]:
-        for k, node in enumerate(user.inputs):
-            if node.op == "view" and (view_as_strided(node, {}) is None or view_as_strided(node, results) is None):
-                copy = graph.add("pointwise", [node], node.type, node.origin, before=user, fn="identity",
-                                 args=(node,), params={})
-                graph.replace_all_uses_in(user, node, copy)
-
-
 def _gemm_refusal(a: Group, b: Group, rule: str) -> tuple[str, str] | None:
     """Why a GEMM group and another group should not merge (None: they may)."""
     if a.matmul is not None and b.matmul is not None:
@@ -325,7 +307,7 @@ def _gemm_refusal(a: Group, b: Group, rule: str) -> tuple[str, str] | None:
 
 def fusion(graph: Graph) -> Graph:
     """Group compute nodes into kernels (rules: ``RULES``); results in ``graph.groups``."""
-    _copy_unstrided_views(graph)
+    copy_unstrided_views(graph)
     graph.recompute_users()
     part = _Partition(graph)
     for node in graph.nodes:

@@ -42,6 +42,12 @@ SOFTMAX_CHUNK = 8192        # elements of a row per online-softmax chunk (one pe
 SPLIT_MIN_REDUCED = 8192    # shorter reductions are not worth a second kernel
 TARGET_PROGRAMS = 1024      # enough programs to fill every SM several times
 MIN_CHUNK = 1024            # each partial reduction still streams a useful amount
+# A column reduction's programs each stream a tile of columns, so a short one starves the SMs too: a
+# weight or bias gradient over 4096 tokens (B8 T512) of 1024 bf16 columns ran as 32 programs of 32
+# columns (H200, Llama's RMSNorm weight gradient: 160 us a call, about 40x the memory floor). Columns
+# split from this many rows, in chunks of at least MIN_COLUMN_CHUNK rows (tile x 128 values a program).
+COLUMN_SPLIT_MIN_REDUCED = 1024
+MIN_COLUMN_CHUNK = 128
 SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")
 # A pooled image (``_pools_an_image``) with this many column programs or more is not split: the split's
 # extra pass costs more than the idle SMs (H200, RegNetY's 14x14 squeeze-excite at batch 32: 168
@@ -356,16 +362,18 @@ def _split_factor(r: Node, target, pooled: bool = False) -> int:
     if inner > 1 and not pooled and target.is_cuda:
         tile = column_tile(inner, outputs, _read_itemsize(x), target)
         starved = short = lambda chunks: not fills(-(-outputs // tile) * chunks * COLUMN_WARPS, target)  # noqa: E731
+        min_reduced, min_chunk = COLUMN_SPLIT_MIN_REDUCED, MIN_COLUMN_CHUNK
     else:
         programs = outputs if inner == 1 and not pooled else -(-outputs // COLUMN_TILE)
         enough = POOLED_SPLIT_BELOW if pooled else TARGET_PROGRAMS // 4
         starved = lambda chunks: programs * chunks < enough  # noqa: E731
         short = lambda chunks: programs * chunks < TARGET_PROGRAMS  # noqa: E731
-    if reduced * run < SPLIT_MIN_REDUCED or not starved(1):
+        min_reduced, min_chunk = SPLIT_MIN_REDUCED, MIN_CHUNK
+    if reduced * run < min_reduced or not starved(1):
         return 1
     axis, _ = _split_place(r, pooled)
     chunks = 1
-    while short(chunks) and reduced * run // (chunks * 2) >= MIN_CHUNK and chunks * 2 <= x.shape[axis]:
+    while short(chunks) and reduced * run // (chunks * 2) >= min_chunk and chunks * 2 <= x.shape[axis]:
         chunks *= 2
     while pooled and x.shape[axis] % chunks:
         chunks -= 1
