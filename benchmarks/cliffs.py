@@ -61,9 +61,11 @@ Correctness (``correct``: minicomp's, ``inductor_correct``: Inductor's) against 
   referees (a gradient or buffer as close to float64's as eager's passes).
 * Llama ``generate``: ``tokens_equal`` is the fraction of new tokens equal to eager's; correct if all are.
   Greedy bf16 decoding flips a near tie on a rounding difference, and the rest of that sequence with it
-  (Inductor's tokens differed too), so where some differ the compiled forward is teacher-forced on eager's
-  sequence: correct if its logits at the new positions are within bf16's inference tolerance
-  (``models.REL_TOL``) of eager's (``teacher_forced_err``).
+  (Inductor's tokens differed too), so where some differ both are teacher-forced on eager's tokens through
+  ``generate`` itself (the same prefill and one-token decoding graphs, each step's choice replaced by eager's
+  token): correct if the compiled logits of every new token are within bf16's inference tolerance
+  (``models.REL_TOL``) of eager's (``teacher_forced_err``). (A forward over the whole sequence at once would
+  be a graph of a new size, which minicomp runs in PyTorch until the size comes back: no check.)
 
 ``kernels`` (minicomp's compiled kernels over the row's graphs, forward and backward), ``fallback_ops``
 and ``whole_graph_fallbacks``: from ``minicomp.reports_since`` (``models.graph_facts``). Ratios:
@@ -336,15 +338,31 @@ CASES = [
 
 # ------------------------------------------------------------------------------------------ generate
 
+class _ForcedTokens:
+    """A ``generate`` logits processor that records each step's logits and makes the next token eager's."""
+
+    def __init__(self, sequence: torch.Tensor):
+        self.sequence, self.logits = sequence, []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self.logits.append(scores.float().clone())
+        step = input_ids.shape[1]
+        return torch.full_like(scores, float("-inf")).scatter_(1, self.sequence[:, step:step + 1], 0.0)
+
+
 def teacher_forced_error(base: nn.Module, model: nn.Module, sequence: torch.Tensor, mask: torch.Tensor,
                          prompt: int) -> float:
-    """‖a − b‖/‖b‖ of the compiled and eager logits that predict the new tokens of ``sequence`` (eager's
-    generated ids), both reading the whole sequence at once."""
-    mask = torch.cat([mask, mask.new_ones(mask.shape[0], sequence.shape[1] - mask.shape[1])], 1)
-    with torch.no_grad():
-        got = model(input_ids=sequence, attention_mask=mask).logits[:, prompt - 1:-1]
-        want = base(input_ids=sequence, attention_mask=mask).logits[:, prompt - 1:-1]
-    return harness.rel_err(got, want)
+    """‖a − b‖/‖b‖ of the compiled and eager logits of every new token of ``sequence`` (eager's generated
+    ids), each model decoding with its cache as ``generate`` does, fed eager's tokens."""
+    from transformers import LogitsProcessorList
+    logits = []
+    for m in (model, base):
+        forced = _ForcedTokens(sequence)
+        with torch.no_grad():
+            m.generate(sequence[:, :prompt], attention_mask=mask, max_new_tokens=sequence.shape[1] - prompt,
+                       do_sample=False, pad_token_id=0, logits_processor=LogitsProcessorList([forced]))
+        logits.append(torch.stack(forced.logits))
+    return harness.rel_err(*logits)
 
 
 def run_generate(work: Work, row: dict, args: argparse.Namespace, device: str, bench) -> None:
