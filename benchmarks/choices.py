@@ -47,7 +47,9 @@ def workload(rule: str, case: dict, dtype: torch.dtype, device: str = "cuda"):
         fns = {None: (lambda x, w: x @ w, (x, w)),
                "bias": (lambda x, w, b: x @ w + b, (x, w, b)),
                "bias+residual": (lambda x, w, b, r: r + (x @ w + b), (x, w, b, r)),
-               "bias+gelu": (lambda x, w, b: F.gelu(x @ w + b), (x, w, b))}
+               "bias+gelu": (lambda x, w, b: F.gelu(x @ w + b), (x, w, b)),
+               "mul": (lambda x, w, r: (x @ w) * r, (x, w, r)),
+               "silu-mul": (lambda x, w, r: F.silu(r) * (x @ w), (x, w, r))}  # SwiGLU: r is the gate's product
         return fns[case.get("epilogue")]
     if rule in ("attention", "sdpa"):
         b, h, t, d = case["b"], case["h"], case["t"], case["d"]

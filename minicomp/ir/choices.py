@@ -375,6 +375,11 @@ GEMM_ROWS = (
         f"ConvNeXt-T b1 stage 2, 8 template tiles; GPU time (SMALL) 0.0127 vs 0.0050; {SUSPECT} (196x384x1536)"),
     Row("bf16", mm(64, 768, 768, "bias+residual"), 0.0128, 0.0168, T, CHOICES_MD,
         "the GPT-2 block at 64 tokens (commit e2c48d2: whole block 0.330 vs 0.338 ms)"),
+    Row("bf16", mm(4096, 2816, 1024, "silu-mul"), None, None, T, "",
+        "Llama's SwiGLU up-projection at B8 T512: the gate's sigmoid joins the epilogue though the rule sent the "
+        "gate's own product to cuBLAS for it; under FSDP2 99 us a call (experiments.md, distributed steps)"),
+    Row("bf16", mm(4096, 2816, 1024, "mul"), None, None, T, "",
+        "its backward's product times the gate's activation: under FSDP2 138 us a call"),
     Row("bf16", mm(196, 1536, 384, "bias"), None, None, T, "", "ConvNeXt-T b1 stage 3's other product"),
     Row("bf16", mm(256, 384, 1536, "bias"), None, None, T, "", "at HOST_BOUND_ROWS"),
     Row("bf16", mm(392, 384, 1536, "bias"), None, None, L, "", "ConvNeXt-T b2 stage 3: past HOST_BOUND_ROWS"),
