@@ -4,6 +4,7 @@ GPU, one table per command.
     python benchmarks/corpus.py ops                        # -> benchmarks/results/corpus-ops.{json,md}
     python benchmarks/corpus.py models-infer --resume      # the rows an earlier (cut-short) run lacks
     python benchmarks/corpus.py models-train --only timm:resnet50d,mistral --merge
+    python benchmarks/corpus.py models-infer --gpus 8 --resume   # 8 shards at once, one per GPU: one table
     python benchmarks/corpus.py ops --dry-run --no-inductor --out /tmp/corpus   # CPU check of the script
 
 Tables (random weights, no downloads):

@@ -41,9 +41,11 @@ import math
 import os
 import platform
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -492,6 +494,9 @@ def add_arguments(p: argparse.ArgumentParser, time_limit: float, row_timeout: fl
     p.add_argument("--only", action="append", default=[], metavar="SUBSTRING",
                    help="the rows whose name contains one of these (repeatable, comma-separated)")
     p.add_argument("--shard", default=None, metavar="I/N", help="every N-th selected row from the I-th (1-based)")
+    p.add_argument("--gpus", type=int, default=1, metavar="N",
+                   help="the selected rows in N shards at once, one process per GPU (CUDA_VISIBLE_DEVICES), "
+                        "written as one results file")
     p.add_argument("--out", default=None, help="folder for the results files (default benchmarks/results)")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes, perf_counter timing")
     p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 3; dry run 1)")
@@ -563,10 +568,25 @@ def _without(argv: list[str], flags: tuple[str, ...] = ("--resume", "--merge"),
     return out
 
 
+def _earlier(args: argparse.Namespace, out: Path, stem: str) -> dict | None:
+    """The results file that ``--resume`` or ``--merge`` continues (None: a fresh table)."""
+    path = out / f"{stem}.json"
+    return json.loads(path.read_text()) if (args.resume or args.merge) and path.exists() else None
+
+
+def _continued(meta: dict, earlier: dict) -> dict:
+    """``meta`` of a run that continues ``earlier``'s table: its first command, this one after it."""
+    first = str(earlier.get("date") or meta["date"]).split(" to ")[0]
+    return dict(meta, command=earlier["command"], resumed_with=earlier.get("resumed_with", []) + [meta["command"]],
+                date=first if first == meta["date"] else f"{first} to {meta['date']}")
+
+
 def run(cases: list[Case], args: argparse.Namespace, *, script: Path, stem: str, title: str, description: str,
         runners: dict | None = None) -> int:
     """Measure the selected ``cases`` into ``<out>/<stem>.{json,md}`` (``<stem>-dry`` in a dry run) and print
     a short table. ``runners``: kind -> function(work, row, args, device, bench) beyond ``RUNNERS``."""
+    if args.gpus > 1:
+        return run_on_gpus(cases, args, script=script, stem=stem, title=title, description=description)
     runners = {**RUNNERS, **(runners or {})}
     device = "cpu" if args.dry_run else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
@@ -587,15 +607,12 @@ def run(cases: list[Case], args: argparse.Namespace, *, script: Path, stem: str,
                 cudnn_tf32=torch.backends.cudnn.allow_tf32,
                 command=shlex.join(["python", f"benchmarks/{script.name}", *_without_out(rerun)]))
     kept: dict[str, dict] = {}
-    if (args.resume or args.merge) and (out / f"{stem}.json").exists():
-        earlier = json.loads((out / f"{stem}.json").read_text())
+    earlier = _earlier(args, out, stem)
+    if earlier:
         kept = {r["name"]: r for r in earlier["rows"] if not str(r.get("error") or "").startswith(NOT_RUN)}
         if args.merge:
             kept = {k: r for k, r in kept.items() if k not in {c.name for c in chosen}}
-        meta["resumed_with"] = earlier.get("resumed_with", []) + [meta["command"]]
-        meta["command"] = earlier["command"]
-        first = str(earlier.get("date") or meta["date"]).split(" to ")[0]
-        meta["date"] = first if first == meta["date"] else f"{first} to {meta['date']}"
+        meta = _continued(meta, earlier)
     number = {c.name: i + 1 for i, c in enumerate(cases)}
     rows = {c.name: kept.get(c.name, dict(n=number[c.name], name=c.name, kind=c.kind, dtype=c.dtype,
                                           error=f"{NOT_RUN} yet"))
@@ -631,6 +648,56 @@ def run(cases: list[Case], args: argparse.Namespace, *, script: Path, stem: str,
     print(short_table(list(rows.values())), flush=True)
     print("\n".join(["", *summary(list(rows.values()))]), flush=True)
     return 0
+
+
+def run_on_gpus(cases: list[Case], args: argparse.Namespace, *, script: Path, stem: str, title: str,
+                description: str) -> int:
+    """``--gpus N``: shard ``i`` of the selected rows runs in a process of its own on GPU ``i`` (a dry run:
+    N CPU processes), all at once, each into a folder of its own (seeded with the table a ``--resume`` or
+    ``--merge`` continues); then their rows make one table, in the cases' order."""
+    if args.shard:
+        raise SystemExit("--gpus runs its own shards: leave out --shard")
+    chosen = selected(cases, args)
+    out, stem = Path(args.out or RESULTS), stem + ("-dry" if args.dry_run else "")
+    earlier = _earlier(args, out, stem)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = visible.split(",") if visible else [str(i) for i in range(args.gpus)]
+    if not args.dry_run and len(gpus) < args.gpus:
+        raise SystemExit(f"--gpus {args.gpus}: CUDA_VISIBLE_DEVICES={visible} names {len(gpus)}")
+    folder = Path(tempfile.mkdtemp(prefix=f"{stem}-shards-"))
+    child = _without_out(_without(args.argv, flags=(), options=("--gpus",)))
+    procs = []
+    for i in range(args.gpus):
+        shard = folder / str(i + 1)
+        shard.mkdir()
+        if earlier:
+            (shard / f"{stem}.json").write_text(json.dumps(earlier))
+        env = dict(os.environ, **({} if args.dry_run else {"CUDA_VISIBLE_DEVICES": gpus[i]}))
+        procs.append(subprocess.Popen([sys.executable, str(script), *child, "--shard", f"{i + 1}/{args.gpus}",
+                                       "--out", str(shard)], env=env))
+    codes = [p.wait() for p in procs]
+    shards = [json.loads(p.read_text()) for i in range(args.gpus) if (p := folder / str(i + 1) / f"{stem}.json").exists()]
+    shutil.rmtree(folder, ignore_errors=True)
+    if not shards:
+        print(f"no shard wrote results (exit codes {codes})", file=sys.stderr)
+        return 1
+    rows = {r["name"]: r for r in (earlier or {}).get("rows", [])}
+    for i, doc in enumerate(shards):
+        mine = {c.name for c in chosen[i::args.gpus]}
+        rows.update((r["name"], r) for r in doc["rows"] if r["name"] in mine)
+    meta = {k: v for k, v in shards[0].items() if k not in ("rows", "command", "resumed_with")}
+    meta = dict(meta, command=shlex.join(["python", f"benchmarks/{script.name}", *_without_out(_without(args.argv))]),
+                gpus=args.gpus)
+    if not args.dry_run:
+        meta["gpu"] = f"{args.gpus}x {meta['gpu']} (a shard of the rows on each, at once)"
+    meta = _continued(meta, earlier) if earlier else meta
+    order = {c.name: k for k, c in enumerate(cases)}
+    table = sorted(rows.values(), key=lambda r: order.get(r["name"], len(order)))
+    write_results(meta, table, out, stem, title, description)
+    print(f"\nwrote {out / stem}.json and .md from {len(shards)} shards (exit codes {codes})\n")
+    print(short_table(table), flush=True)
+    print("\n".join(["", *summary(table)]), flush=True)
+    return max(codes)
 
 
 def write_results(meta: dict, rows: list[dict], out: Path, stem: str, title: str, description: str) -> None:

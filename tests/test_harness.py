@@ -1,0 +1,29 @@
+"""benchmarks/harness.py: ``--gpus N`` runs the selected rows in N shards at once and writes one table."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = ["softmax last dim 262144x256 fp32", "softmax last dim 262144x256 bf16", "softmax last dim 16384x4095 fp32"]
+
+
+def _corpus(out: Path, *extra: str) -> dict:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "corpus.py"), "ops", "--dry-run", "--no-inductor", "--gpus", "2",
+           "--out", str(out), *extra]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads((out / "corpus-ops-dry.json").read_text())
+
+
+def test_rows_in_two_shards_at_once_make_one_table_in_order(tmp_path):
+    doc = _corpus(tmp_path, "--only", "softmax last dim 262144x256")
+    assert [r["name"] for r in doc["rows"]] == ROWS[:2]
+    assert all(r["correct"] and r["minicomp_ms"] > 0 for r in doc["rows"]), doc["rows"]
+    assert doc["gpus"] == 2 and "--gpus 2" in doc["command"] and "--shard" not in doc["command"]
+    again = _corpus(tmp_path, "--only", "softmax last dim 262144x256,softmax last dim 16384x4095 fp32", "--resume")
+    assert [r["name"] for r in again["rows"]] == ROWS
+    assert again["rows"][:2] == doc["rows"]  # kept as measured, the new row measured by a shard
+    assert again["command"] == doc["command"] and len(again["resumed_with"]) == 1
