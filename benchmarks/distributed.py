@@ -24,10 +24,13 @@ except under tensor parallelism, where the input is replicated):
 - ``llama-fsdp2``: transformers ``LlamaForCausalLM`` (8 layers, hidden 1024, 16 heads, 8 key/value heads,
   intermediate 2816, vocab 32000), B8 T512, per-block FSDP2 and compile as ``gpt2-fsdp2``.
 
-Per backend: ``--steps`` steps; ``first_step_s`` is the first step's wall time (Dynamo, compile, first run;
-compile caches in fresh folders unless ``--warm-caches``); ``*_step_ms`` the median wall time of the steps
-after the first two, each ended by a device synchronize; ``peak_mem_gb`` ``torch.cuda.max_memory_allocated``
-on rank 0 over the backend's steps. Correct: minicomp's losses (rank 0's) each within ``LOSS_RTOL`` of eager's
+Per backend: ``--steps`` steps; the backends are built and run their first two steps one after another, then
+their remaining steps interleave (step i of each backend, then step i + 1), so that a drift of the machine's
+speed over the row weighs on all alike (run one after another, the same backend's step time differed by up to
+25 % between runs). ``first_step_s`` is the first step's wall time (Dynamo, compile, first run; compile caches
+in fresh folders unless ``--warm-caches``); ``*_step_ms`` the median wall time of the interleaved steps, each
+ended by a device synchronize; ``peak_mem_gb`` ``torch.cuda.max_memory_allocated`` on rank 0 over the
+backend's first two steps, less what was allocated before it was built (the backends built before it stay). Correct: minicomp's losses (rank 0's) each within ``LOSS_RTOL`` of eager's
 (``minicomp_max_loss_diff``, relative); Inductor's and a second eager run's differences are recorded beside
 it (``inductor_max_loss_diff``, ``eager_rerun_max_loss_diff``) as yardsticks.
 """
@@ -35,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gc
 import json
 import os
 import statistics
@@ -140,48 +142,67 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _run_backend(row: str, backend: str, device, world: int, steps: int, dry: bool) -> dict:
-    """One backend's steps: losses (rank 0's), step times, first step, peak memory."""
-    import minicomp
-    torch._dynamo.reset()
-    gc.collect()  # the previous backend's model and optimizer state: gone before the peak is measured
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    torch.manual_seed(0)
-    model, loss_fn, make = _model(row, dry)
-    # tensor parallelism replicates the input: the same data on every rank
-    g = torch.Generator().manual_seed(1000 + (0 if row.startswith("tp") else dist.get_rank()))
-    batches = [make(g, device) for _ in range(steps)]
-    step_model, params, autocast = _engine(row, model, backend, device, world)
-    # a tensor-parallel model mixes DTensor and plain parameters (its norms): AdamW's foreach kernels,
-    # PyTorch's default on a GPU only, refuse the mix (the first 2-GPU run, every backend, eager too)
-    opt = torch.optim.AdamW(params, lr=1e-4, foreach=False if row.startswith("tp") else None)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    before = minicomp.report()
-    losses, times = [], []
-    for batch in batches:
-        _sync(device)
+WARM_STEPS = 2  # each backend's first steps, one backend at a time: Dynamo, compile, first allocations
+
+
+class _Runner:
+    """One backend's model, optimizer and batches in a rank's process, stepped on demand: losses (rank
+    0's), step times, first step, peak memory."""
+
+    def __init__(self, row: str, backend: str, device, world: int, steps: int, dry: bool):
+        import minicomp
+        self.backend, self.device = backend, device
+        torch.manual_seed(0)
+        model, self.loss_fn, make = _model(row, dry)
+        # tensor parallelism replicates the input: the same data on every rank
+        g = torch.Generator().manual_seed(1000 + (0 if row.startswith("tp") else dist.get_rank()))
+        self.batches = [make(g, device) for _ in range(steps)]
+        self.model, params, self.autocast = _engine(row, model, backend, device, world)
+        # a tensor-parallel model mixes DTensor and plain parameters (its norms): AdamW's foreach kernels,
+        # PyTorch's default on a GPU only, refuse the mix (the first 2-GPU run, every backend, eager too)
+        self.opt = torch.optim.AdamW(params, lr=1e-4, foreach=False if row.startswith("tp") else None)
+        self.losses, self.times = [], []
+        self.reports_before = minicomp.report()
+
+    def step(self) -> None:
+        batch = self.batches[len(self.times)]
+        _sync(self.device)
         start = time.perf_counter()
-        with torch.autocast(device.type, torch.bfloat16, enabled=autocast):
-            loss = loss_fn(step_model, batch)
+        with torch.autocast(self.device.type, torch.bfloat16, enabled=self.autocast):
+            loss = self.loss_fn(self.model, batch)
         loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        _sync(device)
-        times.append(time.perf_counter() - start)
-        losses.append(loss.detach())
-    out = {"losses": [float(x) for x in losses], "first_step_s": times[0],
-           "step_ms": statistics.median(times[2:] or times) * 1e3,
-           "peak_mem_gb": torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None}
-    if backend == "minicomp":
-        reports = minicomp.reports_since(before)
-        out["minicomp"] = {
-            "graphs": len(reports), "kernels": sum(len(r.kernels) for r in reports),
-            "graphs_in_pytorch": [f"{r.graph}: {r.whole_graph_fallback[:200]}" for r in reports if r.whole_graph_fallback],
-            "ddp_pieces": sum(d.startswith("DDPOptimizer: piece") for r in reports for d in r.decisions) // 2,
-            "collectives": sorted({c for r in reports for c in r.collectives})}
-    return out
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        _sync(self.device)
+        self.times.append(time.perf_counter() - start)
+        self.losses.append(loss.detach())
+
+    def result(self, peak_bytes: int | None) -> dict:
+        import minicomp
+        out = {"losses": [float(x) for x in self.losses], "first_step_s": self.times[0],
+               "step_ms": statistics.median(self.times[WARM_STEPS:] or self.times) * 1e3,
+               "peak_mem_gb": None if peak_bytes is None else peak_bytes / 1e9}
+        if self.backend == "minicomp":
+            reports = minicomp.reports_since(self.reports_before)
+            out["minicomp"] = {
+                "graphs": len(reports), "kernels": sum(len(r.kernels) for r in reports),
+                "graphs_in_pytorch": [f"{r.graph}: {r.whole_graph_fallback[:200]}" for r in reports if r.whole_graph_fallback],
+                "ddp_pieces": sum(d.startswith("DDPOptimizer: piece") for r in reports for d in r.decisions) // 2,
+                "collectives": sorted({c for r in reports for c in r.collectives})}
+        return out
+
+
+def _warm(row: str, backend: str, device, world: int, steps: int, dry: bool) -> tuple[_Runner, int | None]:
+    """``backend``'s runner after its first ``WARM_STEPS`` steps, and its peak memory over them above what
+    was allocated before it was built (the other backends' models and optimizer state stay resident)."""
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device) if cuda else 0
+    runner = _Runner(row, backend.replace("_rerun", ""), device, world, steps, dry)
+    for _ in range(min(WARM_STEPS, steps)):
+        runner.step()
+    return runner, (torch.cuda.max_memory_allocated(device) - base) if cuda else None
 
 
 def _max_rel_diff(a: list[float], b: list[float]) -> float:
@@ -212,6 +233,8 @@ def _summarize(row: str, world: int, dtype: str, results: dict, errors: dict) ->
 
 
 def _row_worker(rank: int, world: int, row: str, out_path: str, steps: int, dry: bool, backends: list[str]) -> None:
+    """Each backend built and warmed in turn, then their remaining steps interleaved (step i of every
+    backend, then step i + 1): a drift of the host's or GPU's speed over the row weighs on all alike."""
     cuda = torch.cuda.is_available() and not dry
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if cuda:
@@ -221,21 +244,38 @@ def _row_worker(rank: int, world: int, row: str, out_path: str, steps: int, dry:
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=600), **({"device_id": device} if cuda else {}))
     dtype = "bf16" if cuda else "fp32"
-    results, errors = {}, {}
+    runners, peaks, errors = {}, {}, {}
+
+    def attempt(backend: str, work) -> None:
+        """Run ``work``; a backend that fails on any rank is dropped on every rank (they go on together)."""
+        try:
+            work()
+        except Exception as e:  # noqa: BLE001 - record it, go on with the other backends
+            errors[backend] = f"{type(e).__name__}: {e}"[:2000]
+            if rank == 0:
+                traceback.print_exc()
+        flags = torch.tensor([backend in errors], dtype=torch.int32, device=device)
+        dist.all_reduce(flags)
+        if flags.item():
+            errors.setdefault(backend, "failed on another rank")
+            runners.pop(backend, None)
+
+    def save() -> None:
+        if rank == 0:
+            results = {b: r.result(peaks.get(b)) for b, r in runners.items()}
+            Path(out_path).write_text(json.dumps(_summarize(row, world, dtype, results, errors)))
+
+    def warm(backend: str) -> None:
+        runners[backend], peaks[backend] = _warm(row, backend, device, world, steps, dry)
+
     try:
         for backend in [*backends[:1], "eager_rerun", *backends[1:]] if "eager" in backends else backends:
-            try:
-                results[backend] = _run_backend(row, backend.replace("_rerun", ""), device, world, steps, dry)
-            except Exception as e:  # noqa: BLE001 - record it, go on with the next backend
-                errors[backend] = f"{type(e).__name__}: {e}"[:2000]
-                if rank == 0:
-                    traceback.print_exc()
-            flags = torch.tensor([backend in errors], dtype=torch.int32, device=device)
-            dist.all_reduce(flags)  # every rank goes on together (a rank that failed alone: the others know)
-            if flags.item() and backend not in errors:
-                errors[backend] = "failed on another rank"
-            if rank == 0:
-                Path(out_path).write_text(json.dumps(_summarize(row, world, dtype, results, errors)))
+            attempt(backend, lambda: warm(backend))
+            save()
+        for _ in range(WARM_STEPS, steps):
+            for backend in list(runners):
+                attempt(backend, runners[backend].step)
+        save()
     finally:
         dist.destroy_process_group()
 
@@ -281,8 +321,10 @@ def _markdown(doc: dict) -> str:
              f"{doc['gpu']}; torch {doc['torch']}, triton {doc['triton']}; {doc['date']}.", "",
              f"`{doc['command']}`", "",
              "Step ms: median wall time of a training step (forward, loss, backward, optimizer) after the first "
-             "two; first step s: Dynamo, compile and first run; peak GB: rank 0's "
-             "`max_memory_allocated`. Correct: minicomp's losses within `loss_rtol` of eager's "
+             "two, the backends' steps interleaved (each backend built and run two steps in turn, then step i "
+             "of every backend before step i + 1: drift weighs on all alike); first step s: Dynamo, compile and "
+             "first run; peak GB: rank 0's `max_memory_allocated` over a backend's first two steps, above what "
+             "was allocated before it was built. Correct: minicomp's losses within `loss_rtol` of eager's "
              "(relative, every step).", "",
              "| row | engine | world | correct | eager ms | Inductor ms | minicomp ms | minicomp / Inductor "
              "| first step s (eager / Inductor / minicomp) | peak GB (eager / Inductor / minicomp) "
