@@ -98,6 +98,8 @@ def force(x: int, r: int, w: int, note: str = "") -> Variant:
 OLD_COLUMNS = {(split, "whole_limit"): lambda x, axes, target: 8192, (reduction, "rereads"): lambda group: False}
 NO_SECTOR_HOLD = {(reduction, "PERSISTENT_COLUMN_RUN_BYTES"): 128}  # longer columns: online softmax / moments
 HOLD_16_BYTES = {(reduction, "PERSISTENT_COLUMN_RUN_BYTES"): 16}    # bf16: 1024 rows held in 8-column runs
+# bf16: 1024 rows held whole in 16-column (32-byte) runs of a 16-warp block, as fp32's HELD_COLUMN_RUN_BYTES
+HELD_1024 = Variant("held X16R1024W16", {(split, "whole_limit"): lambda x, axes, target: 1024}, (16, 1024, 16))
 STAGE = lambda values: {(pipelines, "STAGE_VALUES_PER_THREAD"): values}  # noqa: E731
 NORM_VARIANTS = [Variant("old stage 16384", STAGE(64)), Variant("stage 4096", STAGE(16)),
                  Variant("no pipeline", {(pipelines, "PIPELINE_MIN_BYTES"): 1 << 62})]
@@ -127,7 +129,7 @@ ROWS = [
         "fp32": [Variant("old two-pass X64R64", OLD_COLUMNS), Variant("chunked moments", NO_SECTOR_HOLD),
                  force(16, 1024, 16, " held")],
         "bf16": [Variant("old two-pass X64R64", OLD_COLUMNS), Variant("chunked moments 8", NO_SECTOR_HOLD),
-                 Variant("held X8R1024W8", HOLD_16_BYTES)]}),
+                 Variant("held X8R1024W8", HOLD_16_BYTES), HELD_1024]}),
     Row("argmax dim 1 16x4096x1023", of_x(lambda x: torch.argmax(x, 1), 16, 4096, 1023), 4096, {
         "fp32": [force(64, 8, 4, " old"), force(16, 64, 4), force(32, 16, 4), force(8, 64, 4)],
         "bf16": [force(64, 8, 4, " old"), force(16, 32, 4, " Inductor's"), force(16, 64, 4)]}),
@@ -135,7 +137,7 @@ ROWS = [
         "fp32": [Variant("old 3 reads X64R64", OLD_COLUMNS), Variant("online X64R64", NO_SECTOR_HOLD),
                  force(16, 1024, 16, " held")],
         "bf16": [Variant("old 3 reads X64R64", OLD_COLUMNS), Variant("held X8R1024W8", HOLD_16_BYTES),
-                 force(32, 64, 4, " online")]}),
+                 force(32, 64, 4, " online"), HELD_1024]}),
     Row("group_norm 32 groups 64x512x32x32", module(lambda: nn.GroupNorm(32, 512), 64, 512, 32, 32), 8192,
         {"fp32": NORM_VARIANTS, "bf16": NORM_VARIANTS}),
     Row("instance_norm 32x64x128x128", module(lambda: nn.InstanceNorm2d(64, affine=True), 32, 64, 128, 128), 8192,
