@@ -333,8 +333,9 @@ def substitute(stmt, mapping) -> None:
     if isinstance(stmt, (Load, Store)):
         stmt.index = stmt.index.subs(mapping)
     if isinstance(stmt, (Load, Masked, Compute, IndexCheck)):
-        stmt.mask = tuple(r for r in (Range(r.expr.subs(mapping), r.lo, r.hi).simplified() for r in stmt.mask)
-                          if r is not True)
+        ranges = (Range(r.expr.subs(mapping), r.lo, r.hi) for r in stmt.mask)
+        # one that never holds (a dim of size 0: no lane runs) stays a range, as masks hold ranges only
+        stmt.mask = tuple(s if s is not False else r for r in ranges if (s := r.simplified()) is not True)
     if isinstance(stmt, (Compute, Indirect, IndexCheck)):
         stmt.at = tuple(e.subs(mapping) for e in stmt.at)
     if isinstance(stmt, Compute):
