@@ -429,3 +429,15 @@ def test_cuda_convolutions_in_the_ir_match_cudnn(ir, name, dtype, layout):
     report = compile_and_compare(fn, x, w, b, scale, shift, fallbacks=0, **t)
     (d,) = conv_decisions(report)
     assert ": IR " in d, d
+
+
+def test_a_depthwise_convolution_after_a_kept_one_with_bias_reads_its_result():
+    """ConvNeXt-V2's downsampling (2x2 stride 2, with bias: cuDNN, its bias added after the call) feeds a
+    7x7 depthwise convolution lowered as a window sum. The window must read the sum that replaced the
+    kept convolution, not the node it replaced (the H200 forward failed IR verification)."""
+    x, w1, b1 = torch.randn(2, 96, 56, 56), torch.randn(192, 96, 2, 2), torch.randn(192)
+    w2, b2 = torch.randn(192, 1, 7, 7), torch.randn(192)
+    graph, _ = _scheduled(lambda x, w1, b1, w2, b2: F.conv2d(F.conv2d(x, w1, b1, stride=2), w2, b2, padding=3, groups=192),
+                          [x, w1, b1, w2, b2], H200)
+    notes = " ".join(graph.decisions)
+    assert "bias added after the cuDNN call" in notes and "window sum" in notes, graph.decisions

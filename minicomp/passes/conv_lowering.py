@@ -41,7 +41,7 @@ decision in the report; a convolution kept as extern has its fallback reason rep
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -199,13 +199,15 @@ def conv_lowering(graph: Graph) -> Graph:
     _decide(graph, convs, grouped=False)
     _decide(graph, convs, grouped=True)
     channels_last = _forecast_nhwc(graph, convs)  # every choice made: the layout the IR's loads follow
+    moved: dict[Node, Node] = {}  # a kept convolution whose bias went after it -> the node now its result
     for node, (conv, fixed) in convs.items():
         use_ir, reason = fixed
+        conv = replace(conv, x=moved.get(conv.x, conv.x))  # (ConvNeXt: a dwconv after a kept conv)
         if not use_ir:
             graph.decisions.append(f"{conv.describe()}: cuDNN/oneDNN extern ({reason})")
             _note_reason(graph, node, f"convolution kept as extern: {reason}")
             if conv.bias is not None and graph.target.is_cuda:
-                _bias_after(graph, conv)
+                moved[node] = _bias_after(graph, conv)
             continue
         if conv.kind == "depthwise":
             how, result = "window sum (reduction)", _depthwise(graph, conv)
@@ -343,9 +345,9 @@ def _finish(graph: Graph, conv: Conv, acc: Node) -> Node:
     return _cast(add, acc, conv.node.dtype)
 
 
-def _bias_after(graph: Graph, conv: Conv) -> None:
+def _bias_after(graph: Graph, conv: Conv) -> Node:
     """Replace the extern ``conv(x, w, b)`` by ``conv(x, w, None) + b`` (b broadcast over channels), in
-    the convolution's dtype: eager's cuDNN path rounds the product, then adds the bias."""
+    the convolution's dtype: eager's cuDNN path rounds the product, then adds the bias. Returns the sum."""
     node = conv.node
     args, kwargs = node.attrs["arg_tree"]
     tree = ((*args[:2], None, *args[3:]), kwargs) if len(args) > 2 else (args, {**kwargs, "bias": None})
@@ -362,6 +364,7 @@ def _bias_after(graph: Graph, conv: Conv) -> None:
     graph.decisions.append(f"conv {node.name}: bias added after the cuDNN call as {out.name} (fuses with what follows)")
     graph.replace_all_uses(node, out)
     graph.nodes.remove(node)
+    return out
 
 
 def _channel_bias(add, bias: Node, shape) -> Node:
