@@ -60,3 +60,23 @@ def test_a_new_template_is_one_object_in_the_list(monkeypatch, cache_dir, capsys
     x = torch.randn(3, 7)
     torch.testing.assert_close(minicomp.compile(lambda x: x.sin() * 2, mode="max-autotune")(x), x.sin() * 2)
     assert "minicomp: tuned k0_sin_mul_f32_3x7" in capsys.readouterr().err
+
+
+def test_a_result_of_no_elements_is_never_stored():
+    """``x.float()`` of a stride-0 bf16 vector of no elements, next to its mean (NaN, one element): the
+    kernel iterates the mean's one output, and the empty result's index, its size-0 dim of stride 0
+    gone, was 0 for every lane, unmasked: a write outside a buffer of no bytes (the fuzzer's program
+    crashed the interpreter). No statement stores a node of no elements; its argument stays."""
+    from minicomp.ir.kernel import Store
+    from minicomp.ir.target import INTERPRETER
+    from tests.test_target import _scheduled
+    from tests.utils import H200
+    x = torch.randn(1, dtype=torch.bfloat16).expand(0)
+    fn = lambda x: (x.float(), x.mean(-1, keepdim=True))  # noqa: E731
+    for target in (INTERPRETER, H200):
+        _, kernels = _scheduled(fn, [x], target)
+        for k in kernels:
+            empty = {a.name for a in k.args if a.is_output and a.node.type.numel == 0}
+            stores = [s for p in k.phases for s in p.outer + p.inner if isinstance(s, Store)]
+            assert empty and not any(s.buffer in empty for s in stores), (target, k.name, stores)
+    compile_and_compare(fn, x)  # and eager's results: the empty one and NaN

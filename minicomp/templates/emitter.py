@@ -211,7 +211,12 @@ class Emitter:
 
     def store(self, node: Node, idx, span: tuple[str, ...] | None = None) -> None:
         """Store ``node`` at ``idx``; ``span``: the block variables its value has, where fewer than
-        the template's stores (a per-row statistic next to a tile)."""
+        the template's stores (a per-row statistic next to a tile). A node of no elements is stored by no
+        statement (its argument stays): an index into it can lose the dims of size 0 that would mask it (a
+        stride-0 dim), and a store there would write outside the buffer."""
+        if node.type.numel == 0:
+            self.arg(node, True)
+            return
         value, inner = self.emit(node, idx)
         index = linear_index(idx, buffer_strides(node, self.layouts))
         stmt = Store(self.arg(node, True), index, value, inner or self._inner(index), span)
