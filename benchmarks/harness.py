@@ -568,6 +568,11 @@ def _without(argv: list[str], flags: tuple[str, ...] = ("--resume", "--merge"),
     return out
 
 
+def _command(script: Path, args: argparse.Namespace) -> str:
+    """The command that measures the table again (without ``--out``, ``--resume``, ``--merge``, limits)."""
+    return shlex.join(["python", f"benchmarks/{script.name}", *_without_out(_without(args.argv))])
+
+
 def _earlier(args: argparse.Namespace, out: Path, stem: str) -> dict | None:
     """The results file that ``--resume`` or ``--merge`` continues (None: a fresh table)."""
     path = out / f"{stem}.json"
@@ -600,12 +605,11 @@ def run(cases: list[Case], args: argparse.Namespace, *, script: Path, stem: str,
     torch.backends.cuda.matmul.allow_tf32 = False  # PyTorch's default, whatever an import did
     gpu = (torch.cuda.get_device_name() if device == "cuda"
            else f"none: CPU dry run ({platform.processor() or platform.machine()})")
-    rerun = _without(args.argv)
     meta = dict(gpu=gpu, torch=torch.__version__, triton=triton.__version__, transformers=version("transformers"),
                 timm=version("timm"), date=datetime.date.today().isoformat(), dry_run=args.dry_run,
                 rounds=args.rounds, matmul_tf32=torch.backends.cuda.matmul.allow_tf32,
                 cudnn_tf32=torch.backends.cudnn.allow_tf32,
-                command=shlex.join(["python", f"benchmarks/{script.name}", *_without_out(rerun)]))
+                command=_command(script, args))
     kept: dict[str, dict] = {}
     earlier = _earlier(args, out, stem)
     if earlier:
@@ -686,8 +690,7 @@ def run_on_gpus(cases: list[Case], args: argparse.Namespace, *, script: Path, st
         mine = {c.name for c in chosen[i::args.gpus]}
         rows.update((r["name"], r) for r in doc["rows"] if r["name"] in mine)
     meta = {k: v for k, v in shards[0].items() if k not in ("rows", "command", "resumed_with")}
-    meta = dict(meta, command=shlex.join(["python", f"benchmarks/{script.name}", *_without_out(_without(args.argv))]),
-                gpus=args.gpus)
+    meta = dict(meta, command=_command(script, args), gpus=args.gpus)
     if not args.dry_run:
         meta["gpu"] = f"{args.gpus}x {meta['gpu']} (a shard of the rows on each, at once)"
     meta = _continued(meta, earlier) if earlier else meta
