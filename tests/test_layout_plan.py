@@ -116,7 +116,7 @@ def test_net_odd_sizes_pooling_and_head(tmp_path, copies):
     x = torch.randn(3, 3, 9, 11)
     rep = _check(model, x, tmp_path)
     assert _shapes(copies, "ensure_layout") == []
-    assert any("kernel(s) walk them in memory order" in d for d in rep.decisions)
+    assert any("kernel(s) walk their buffers in memory order" in d for d in rep.decisions)
     assert _layout_copies(rep) == [(3, 3, 9, 11), (6, 2, 3, 3), (6, 3, 3, 3), (7, 6, 3, 3)]
     assert _shapes(copies, "eager_strided") == []
 
@@ -494,3 +494,38 @@ def test_a_pooled_vector_between_two_convolutions_compiles():
     args = torch.randn(2, 3, 6, 6), torch.randn(8, 3, 3, 3), torch.randn(8, 8, 1, 1), torch.randn(8)
     report = compile_and_compare(f, *args, fallbacks=2)  # the two convolutions: oneDNN on the CPU
     assert report.whole_graph_fallback is None, report.whole_graph_fallback
+
+
+def test_a_training_forwards_results_are_walked_in_memory_order_on_the_gpu():
+    """A training forward saves nearly every buffer for its backward: results, which keep eager's
+    channels-last strides, so layout_plan plans no intermediate. Scheduled for the H200 (nothing runs),
+    its kernels still walk those results in memory order (not N, C, H x W tiles over NHWC data: ResNet-50's
+    batch-norm kernels ran at 15x their memory time), and the batch-norm statistics read C neighbours a
+    pixel (column tiles), not one channel's pixels 64 values apart."""
+    from tests.test_target import _scheduled
+    from tests.utils import H200
+
+    def fn(x, w, weight, bias, r):
+        y = F.conv2d(x, w, padding=1)
+        return y, torch.relu(F.batch_norm(y, None, None, weight, bias, training=True) + r)
+    x = torch.randn(8, 16, 56, 56).contiguous(memory_format=CL)
+    r = torch.randn(8, 64, 56, 56).contiguous(memory_format=CL)
+    args = [x, torch.randn(64, 16, 3, 3), torch.rand(64) + 0.5, torch.randn(64), r]
+    graph, kernels = _scheduled(fn, args, H200)
+    assert [k.schedule.template for k in kernels if k.schedule.template in ("tiled", "pointwise")] == ["pointwise"]
+    stats = [k.schedule for k in kernels if k.schedule.template == "reduction"]
+    assert stats and all(s.blocks["XBLOCK"] > 1 for s in stats), stats
+    assert any("walk their buffers in memory order" in d for d in graph.decisions), graph.decisions
+
+
+def test_a_training_forward_over_channels_last_results_matches_eager():
+    """The same forward, small, compiled with its backward and run (the interpreter): eager's outputs and
+    every input's gradient."""
+    from tests.utils import compare_gradients
+
+    def fn(x, w, weight, bias, r):
+        y = F.conv2d(x, w, padding=1)
+        return y, torch.relu(F.batch_norm(y, None, None, weight, bias, training=True) + r)
+    x = torch.randn(2, 3, 9, 7).contiguous(memory_format=CL)
+    r = torch.randn(2, 6, 9, 7).contiguous(memory_format=CL)
+    compare_gradients(fn, x, torch.randn(6, 3, 3, 3), torch.rand(6) + 0.5, torch.randn(6), r)
