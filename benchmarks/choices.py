@@ -49,6 +49,7 @@ def workload(rule: str, case: dict, dtype: torch.dtype, device: str = "cuda"):
                "bias+residual": (lambda x, w, b, r: r + (x @ w + b), (x, w, b, r)),
                "bias+gelu": (lambda x, w, b: F.gelu(x @ w + b), (x, w, b)),
                "mul": (lambda x, w, r: (x @ w) * r, (x, w, r)),
+               "float": (lambda x, w: (x @ w).float(), (x, w)),  # autocast's weight gradient of an fp32 parameter
                "silu-mul": (lambda x, w, r: F.silu(r) * (x @ w), (x, w, r))}  # SwiGLU: r is the gate's product
         return fns[case.get("epilogue")]
     if rule in ("attention", "sdpa"):

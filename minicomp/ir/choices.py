@@ -181,6 +181,11 @@ class AttentionFacts:
 # --- GEMM: the template with its epilogue, or cuBLAS and the epilogue as a kernel of its own -------
 
 HEAVY_MIN_MK = 2**20
+TF32_TEMPLATE_MAX_K = 64
+"""TF32 products keep the template only over one K step (a 1x1 convolution from at most ONE_K_STEP_CIN
+channels: memory-bound, where the fused epilogue won in the conv rule's TF32 rows). Longer K: the operands'
+rounding to nearest in registers each step leaves the template 4-5x cuBLAS's time (GEMM_ROWS' tf32 rows:
+4096^3 2.18 vs 0.40 ms, 196x384x1536 0.111 vs 0.027)."""
 HOST_BOUND_ROWS = {torch.float16: 256, torch.bfloat16: 256, torch.float32: 64}
 """Products of at most this many rows (batch x M) keep the template however few its tiles: their one
 launch ends before cuBLAS's path has launched its epilogue kernel (bf16 196x384x1536, 6 tiles: 0.015 vs
@@ -193,6 +198,9 @@ def _gemm(p: Product, target: Target) -> tuple[str, str]:
         return TEMPLATE, "CPU: the template runs in Triton's interpreter"
     if p.dtype == torch.float32 and p.precision == "ieee":
         return LIBRARY, "IEEE fp32 products do not run on tensor cores; cuBLAS is faster"
+    if p.dtype == torch.float32 and p.k > TF32_TEMPLATE_MAX_K:
+        return LIBRARY, (f"TF32 over K = {p.k}: the template rounds both operands to nearest in registers every K "
+                         f"step (as cuBLAS rounds), 4-5x cuBLAS's time")
     # Transcendental epilogues stall a GEMM tile's tensor cores (gelu: cuBLAS + a gelu kernel won two of
     # three runs at 8192x4096x4096 and is the steadier; power-bound there)
     if p.heavy and p.m * p.k >= HEAVY_MIN_MK:
@@ -200,7 +208,26 @@ def _gemm(p: Product, target: Target) -> tuple[str, str]:
     # The template's tiles neither shrink nor split K: a small product leaves SMs idle
     if p.tiles < target.sm_count and p.batch * p.m > HOST_BOUND_ROWS.get(p.dtype, 64):
         return LIBRARY, f"{p.tiles} template tiles for {target.sm_count} SMs: cuBLAS sizes its tiles to the product"
+    long_k = _long_tiles(p, target)
+    if long_k:
+        return LIBRARY, long_k
     return TEMPLATE, "tensor-core template with the epilogue fused"
+
+
+HOST_BOUND_TILE_FLOPS = 2**27
+"""Few tiles keep the template only while each is short work (196x384x1536 on 6 tiles: 2^25.2 FLOPs a
+tile, ~5 us on one SM; the bound, ~20 us a tile, is not measured). A long K on few tiles, as an autocast weight gradient over every pixel of a batch
+(ConvNeXt-T b32's MLP: 96x384 over K = 100352, 3 tiles of 2^31.6), ran ~500 us on 3 SMs where cuBLAS
+splits K over the GPU (H200, 2026-11-28 profile of the training step)."""
+
+
+def _long_tiles(p: Product, target: Target) -> str | None:
+    """Why the template's few tiles would each run long (None: they would not)."""
+    per_tile = 2 * p.batch * p.m * p.n * p.k / max(p.tiles, 1)
+    if p.tiles < target.sm_count and per_tile > HOST_BOUND_TILE_FLOPS:
+        return (f"{p.tiles} template tiles of K = {p.k} for {target.sm_count} SMs ({per_tile / 1e9:.1f} GFLOP a "
+                f"tile): cuBLAS splits K")
+    return None
 
 
 PLAIN_TEMPLATE_MAX_FLOPS = 2**35
@@ -217,6 +244,9 @@ def _plain_gemm(p: Product, target: Target) -> tuple[str, str]:
     if p.batch > 1:
         return LIBRARY, "a batched product with nothing fused: cuBLAS's batched kernel (the template not measured)"
     flops = 2 * p.m * p.n * p.k
+    long_k = _long_tiles(p, target)
+    if long_k:
+        return LIBRARY, long_k
     if flops < PLAIN_TEMPLATE_MAX_FLOPS:
         return TEMPLATE, f"{flops / 1e9:.1f} GFLOP with nothing fused: the template measured faster at this size"
     return LIBRARY, (f"{flops / 1e9:.0f} GFLOP with nothing fused: cuBLAS ties or beats the template from "
@@ -336,8 +366,6 @@ CLIFFS = ("library: benchmarks/results/cliffs.md (python benchmarks/cliffs.py; 2
 GROUPED = ("benchmarks/results/experiments.md, 'What moved: grouped convolutions in the IR' (2026-11-24): whole "
            "RegNetY-016 b32 bf16, GPU ms; cuDNN (NCHW, with copies) in session 13's run, the IR in session 14's")
 T, L, S = TEMPLATE, LIBRARY, SDPA_CALL
-NO_TF32 = ("2026-11-28's run set TF32 off for products (PRECISIONS' flags, fixed since) and measured IEEE "
-           "numbers here: not used")
 SUSPECT = "re-measure: both sides several times their neighbours' at equal work"
 SDPA_EAGER = ("sdpa: eager's F.scaled_dot_product_attention on the same q, k, v (the call the SDPA side makes; "
               "the side itself to be measured: python benchmarks/choices.py --only attention)")
@@ -371,23 +399,30 @@ GEMM_ROWS = (
         "earlier runs: 0.476 vs 0.452, 0.426 vs 0.440, 0.502 vs 0.452 (commit 46c1b2a)"),
     Row("bf16", mm(196, 384, 1536, "bias"), 0.0153, 0.0215, T, CHOICES_MD,
         "ConvNeXt-T b1 stage 3, 6 template tiles; GPU time (SMALL) 0.0118 vs 0.0052: cuBLAS's 2nd launch costs more"),
-    Row("bf16", mm(784, 192, 768, "bias"), 0.0790, 0.0451, L, CHOICES_MD,
-        f"ConvNeXt-T b1 stage 2, 8 template tiles; GPU time (SMALL) 0.0127 vs 0.0050; {SUSPECT} (196x384x1536)"),
+    Row("bf16", mm(784, 192, 768, "bias"), 0.0299, 0.0694, L, CHOICES_MD,
+        "ConvNeXt-T b1 stage 2, 8 template tiles; GPU time (SMALL) 0.0127 vs 0.0050",
+        open="the run before measured the opposite (0.0790 vs 0.0451): host-bound calls of ~10 us of GPU work"),
     Row("bf16", mm(64, 768, 768, "bias+residual"), 0.0128, 0.0168, T, CHOICES_MD,
         "the GPT-2 block at 64 tokens (commit e2c48d2: whole block 0.330 vs 0.338 ms)"),
-    Row("bf16", mm(4096, 2816, 1024, "silu-mul"), None, None, T, "",
+    Row("bf16", mm(4096, 2816, 1024, "silu-mul"), 0.0648, 0.0606, T, CHOICES_MD,
         "Llama's SwiGLU up-projection at B8 T512: the gate's sigmoid joins the epilogue though the rule sent the "
         "gate's own product to cuBLAS for it; under FSDP2 99 us a call (experiments.md, distributed steps)"),
-    Row("bf16", mm(4096, 2816, 1024, "mul"), None, None, T, "",
+    Row("bf16", mm(4096, 2816, 1024, "mul"), 0.0501, 0.0591, T, CHOICES_MD,
         "its backward's product times the gate's activation: under FSDP2 138 us a call"),
-    Row("bf16", mm(196, 1536, 384, "bias"), None, None, T, "", "ConvNeXt-T b1 stage 3's other product"),
-    Row("bf16", mm(256, 384, 1536, "bias"), None, None, T, "", "at HOST_BOUND_ROWS"),
-    Row("bf16", mm(392, 384, 1536, "bias"), None, None, L, "", "ConvNeXt-T b2 stage 3: past HOST_BOUND_ROWS"),
+    Row("bf16", mm(196, 1536, 384, "bias"), 0.0316, 0.0453, T, CHOICES_MD, "ConvNeXt-T b1 stage 3's other product"),
+    Row("bf16", mm(256, 384, 1536, "bias"), 0.0253, 0.0318, T, CHOICES_MD, "at HOST_BOUND_ROWS"),
+    Row("bf16", mm(392, 384, 1536, "bias"), 0.0248, 0.0248, L, CHOICES_MD, "ConvNeXt-T b2 stage 3: past HOST_BOUND_ROWS"),
+    Row("bf16", mm(96, 384, 100352, "float"), 0.4840, 0.0415, L, CHOICES_MD,
+        "ConvNeXt-T b32's fc weight gradient cast for the fp32 parameter: 3 tiles of a long K (HOST_BOUND_TILE_FLOPS)"),
+    Row("bf16", mm(192, 768, 25088), 0.1306, 0.0595, L, CHOICES_MD,
+        "a bf16 weight gradient over 25088 pixels, nothing fused: decided here, before plain_gemm"),
     Row("fp32-ieee", mm(4096, 4096, 4096, "bias+residual"), 3.3108, 2.7222, L, CHOICES_MD),
     Row("fp32-ieee", mm(8192, 768, 3072, "bias+residual"), 0.9453, 0.8726, L, CHOICES_MD),
-    Row("tf32", mm(4096, 4096, 4096, "bias+residual"), None, None, T, "", NO_TF32),
-    Row("tf32", mm(8192, 4096, 4096, "bias+gelu"), None, None, L, "", NO_TF32),
-    Row("tf32", mm(196, 384, 1536, "bias"), None, None, L, "", NO_TF32),
+    Row("tf32", mm(4096, 4096, 4096, "bias+residual"), 2.1842, 0.4008, L, CHOICES_MD, "TF32_TEMPLATE_MAX_K"),
+    Row("tf32", mm(8192, 4096, 4096, "bias+gelu"), 4.6676, 0.9016, L, CHOICES_MD),
+    Row("tf32", mm(196, 384, 1536, "bias"), 0.1106, 0.0268, L, CHOICES_MD),
+    Row("tf32", mm(4096, 4096, 4096), 2.2348, 0.3535, L, CHOICES_MD, "nothing fused: decided here, before plain_gemm"),
+    Row("tf32", mm(8192, 1024, 1024), 0.2737, 0.0680, L, CHOICES_MD, "nothing fused: decided here, before plain_gemm"),
     Row("fp16", mm(4096, 4096, 4096, "bias+residual"), 0.2124, 0.2244, T, CHOICES_MD),
     Row("fp16", mm(8192, 4096, 4096, "bias+gelu"), 0.4985, 0.4473, L, CHOICES_MD),
 )
@@ -400,8 +435,6 @@ PLAIN_GEMM_ROWS = (  # (fp32 IEEE products went to cuBLAS before fusion: the gem
     Row("bf16", mm(1024, 32000, 768), None, None, L, "", "Llama b8's LM head"),
     Row("fp16", mm(4096, 4096, 4096), 0.2038, 0.2002, L, CHOICES_MD),
     Row("fp16", mm(8192, 1024, 1024), None, None, T, ""),
-    Row("tf32", mm(4096, 4096, 4096), None, None, L, "", NO_TF32 + " (the gemm rule's pick)"),
-    Row("tf32", mm(8192, 1024, 1024), None, None, L, ""),
 )
 ATTENTION_ROWS = (  # b8 h12 t512 d64: GPT-2's and BERT's heads at T=512
     Row("fp32-ieee", att(8, 12, 512, 64, True), 6.8209, 0.2587, S, CHOICES_MD, SDPA_EAGER, sdpa_ms=0.1614),
