@@ -24,7 +24,7 @@ row, the row about to run first marked "interrupted" (a process killed mid-row l
 still running then (it says "not run", as do the rows after it: ``--resume`` measures them);
 ``--row-timeout`` stops one row that takes longer (a result: "timeout"). ``--resume`` measures only the
 selected rows the results lack (or that say "not run"); ``--merge`` measures the selected rows again and
-keeps the others; without either the file holds the selected rows alone (``--only``: names containing a
+keeps the others (and a selected row's earlier result where it is not run this time); without either the file holds the selected rows alone (``--only``: names containing a
 substring; ``--shard I/N``: every N-th of those from the I-th). A crash that loses the CUDA
 context hands the remaining rows to a new process (``--resume``, with the time left).
 """
@@ -611,11 +611,11 @@ def run(cases: list[Case], args: argparse.Namespace, *, script: Path, stem: str,
                 cudnn_tf32=torch.backends.cudnn.allow_tf32,
                 command=_command(script, args))
     kept: dict[str, dict] = {}
+    measured: dict[str, dict] = {}  # the earlier results: a --merge row not measured again keeps its own
     earlier = _earlier(args, out, stem)
     if earlier:
-        kept = {r["name"]: r for r in earlier["rows"] if not str(r.get("error") or "").startswith(NOT_RUN)}
-        if args.merge:
-            kept = {k: r for k, r in kept.items() if k not in {c.name for c in chosen}}
+        measured = {r["name"]: r for r in earlier["rows"] if not _not_run(r)}
+        kept = {k: r for k, r in measured.items() if not (args.merge and k in {c.name for c in chosen})}
         meta = _continued(meta, earlier)
     number = {c.name: i + 1 for i, c in enumerate(cases)}
     rows = {c.name: kept.get(c.name, dict(n=number[c.name], name=c.name, kind=c.kind, dtype=c.dtype,
@@ -629,13 +629,14 @@ def run(cases: list[Case], args: argparse.Namespace, *, script: Path, stem: str,
             continue
         age = process_age()
         if args.time_limit is not None and age > args.time_limit:
-            rows[case.name]["error"] = f"{NOT_RUN}: past --time-limit {args.time_limit:g} s (run again with --resume)"
+            rows[case.name] = measured.get(case.name) or dict(
+                rows[case.name], error=f"{NOT_RUN}: past --time-limit {args.time_limit:g} s (run again with --resume)")
             continue
         budgets = [b for b in (args.row_timeout, None if args.deadline is None else args.deadline - age) if b is not None]
         rows[case.name] = dict(rows[case.name], error=INTERRUPTED)
         write()
-        rows[case.name] = row = run_case(case, number[case.name], args, device, bench, runners,
-                                         min(budgets) if budgets else None)
+        row = run_case(case, number[case.name], args, device, bench, runners, min(budgets) if budgets else None)
+        rows[case.name] = row = measured[case.name] if _not_run(row) and case.name in measured else row
         write()
         print(f"{row['n']:>3}. {case.name:<52} eager {fmt(row.get('eager_ms'))}  inductor {fmt(row.get('inductor_ms'))}  "
               f"minicomp {fmt(row.get('minicomp_ms'))} ms  correct {row.get('correct')}/{row.get('inductor_correct')}"
@@ -652,6 +653,10 @@ def run(cases: list[Case], args: argparse.Namespace, *, script: Path, stem: str,
     print(short_table(list(rows.values())), flush=True)
     print("\n".join(["", *summary(list(rows.values()))]), flush=True)
     return 0
+
+
+def _not_run(row: dict) -> bool:
+    return str(row.get("error") or "").startswith(NOT_RUN)
 
 
 def run_on_gpus(cases: list[Case], args: argparse.Namespace, *, script: Path, stem: str, title: str,

@@ -1,4 +1,5 @@
-"""benchmarks/harness.py: ``--gpus N`` runs the selected rows in N shards at once and writes one table."""
+"""benchmarks/harness.py: ``--gpus N`` runs the selected rows in N shards at once and writes one table;
+``--merge`` keeps what it does not measure again."""
 from __future__ import annotations
 
 import json
@@ -10,8 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ROWS = ["softmax last dim 262144x256 fp32", "softmax last dim 262144x256 bf16", "softmax last dim 16384x4095 fp32"]
 
 
-def _corpus(out: Path, *extra: str) -> dict:
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "corpus.py"), "ops", "--dry-run", "--no-inductor", "--gpus", "2",
+def _corpus(out: Path, *extra: str, gpus: int = 2) -> dict:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "corpus.py"), "ops", "--dry-run", "--no-inductor", "--gpus", str(gpus),
            "--out", str(out), *extra]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -27,3 +28,11 @@ def test_rows_in_two_shards_at_once_make_one_table_in_order(tmp_path):
     assert [r["name"] for r in again["rows"]] == ROWS
     assert again["rows"][:2] == doc["rows"]  # kept as measured, the new row measured by a shard
     assert again["command"] == doc["command"] and len(again["resumed_with"]) == 1
+
+
+def test_a_merge_that_runs_out_of_time_keeps_the_earlier_results(tmp_path):
+    """``--merge`` past its ``--time-limit`` before a selected row: the row keeps its earlier result (it
+    said "not run" and lost it: the Llama row of cliffs.json)."""
+    doc = _corpus(tmp_path, "--only", ROWS[2], gpus=1)
+    again = _corpus(tmp_path, "--only", ROWS[2], "--merge", "--time-limit", "0", gpus=1)
+    assert again["rows"] == doc["rows"] and doc["rows"][0]["minicomp_ms"] > 0

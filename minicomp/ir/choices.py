@@ -366,6 +366,8 @@ CLIFFS = ("library: benchmarks/results/cliffs.md (python benchmarks/cliffs.py; 2
 GROUPED = ("benchmarks/results/experiments.md, 'What moved: grouped convolutions in the IR' (2026-11-24): whole "
            "RegNetY-016 b32 bf16, GPU ms; cuDNN (NCHW, with copies) in session 13's run, the IR in session 14's")
 T, L, S = TEMPLATE, LIBRARY, SDPA_CALL
+GEMM_RUNS = ("experiments.md, 'The GEMM rule: long K on few tiles, TF32' (python benchmarks/choices.py --only "
+             "gemm,plain_gemm, H200, 2026-11-28; the first of two runs, each beside another benchmark)")
 SUSPECT = "re-measure: both sides several times their neighbours' at equal work"
 SDPA_EAGER = ("sdpa: eager's F.scaled_dot_product_attention on the same q, k, v (the call the SDPA side makes; "
               "the side itself to be measured: python benchmarks/choices.py --only attention)")
@@ -399,30 +401,31 @@ GEMM_ROWS = (
         "earlier runs: 0.476 vs 0.452, 0.426 vs 0.440, 0.502 vs 0.452 (commit 46c1b2a)"),
     Row("bf16", mm(196, 384, 1536, "bias"), 0.0153, 0.0215, T, CHOICES_MD,
         "ConvNeXt-T b1 stage 3, 6 template tiles; GPU time (SMALL) 0.0118 vs 0.0052: cuBLAS's 2nd launch costs more"),
-    Row("bf16", mm(784, 192, 768, "bias"), 0.0299, 0.0694, L, CHOICES_MD,
+    Row("bf16", mm(784, 192, 768, "bias"), 0.0299, 0.0694, L, GEMM_RUNS,
         "ConvNeXt-T b1 stage 2, 8 template tiles; GPU time (SMALL) 0.0127 vs 0.0050",
-        open="the run before measured the opposite (0.0790 vs 0.0451): host-bound calls of ~10 us of GPU work"),
+        open="two runs since measured the template faster (0.030 vs 0.069, 0.052 vs 0.081), choices.md the opposite "
+             "(0.079 vs 0.045): host-bound calls of ~10 us of GPU work"),
     Row("bf16", mm(64, 768, 768, "bias+residual"), 0.0128, 0.0168, T, CHOICES_MD,
         "the GPT-2 block at 64 tokens (commit e2c48d2: whole block 0.330 vs 0.338 ms)"),
-    Row("bf16", mm(4096, 2816, 1024, "silu-mul"), 0.0648, 0.0606, T, CHOICES_MD,
+    Row("bf16", mm(4096, 2816, 1024, "silu-mul"), 0.0648, 0.0606, T, GEMM_RUNS,
         "Llama's SwiGLU up-projection at B8 T512: the gate's sigmoid joins the epilogue though the rule sent the "
         "gate's own product to cuBLAS for it; under FSDP2 99 us a call (experiments.md, distributed steps)"),
-    Row("bf16", mm(4096, 2816, 1024, "mul"), 0.0501, 0.0591, T, CHOICES_MD,
+    Row("bf16", mm(4096, 2816, 1024, "mul"), 0.0501, 0.0591, T, GEMM_RUNS,
         "its backward's product times the gate's activation: under FSDP2 138 us a call"),
-    Row("bf16", mm(196, 1536, 384, "bias"), 0.0316, 0.0453, T, CHOICES_MD, "ConvNeXt-T b1 stage 3's other product"),
-    Row("bf16", mm(256, 384, 1536, "bias"), 0.0253, 0.0318, T, CHOICES_MD, "at HOST_BOUND_ROWS"),
-    Row("bf16", mm(392, 384, 1536, "bias"), 0.0248, 0.0248, L, CHOICES_MD, "ConvNeXt-T b2 stage 3: past HOST_BOUND_ROWS"),
-    Row("bf16", mm(96, 384, 100352, "float"), 0.4840, 0.0415, L, CHOICES_MD,
+    Row("bf16", mm(196, 1536, 384, "bias"), 0.0316, 0.0453, T, GEMM_RUNS, "ConvNeXt-T b1 stage 3's other product"),
+    Row("bf16", mm(256, 384, 1536, "bias"), 0.0253, 0.0318, T, GEMM_RUNS, "at HOST_BOUND_ROWS"),
+    Row("bf16", mm(392, 384, 1536, "bias"), 0.0248, 0.0248, L, GEMM_RUNS, "ConvNeXt-T b2 stage 3: past HOST_BOUND_ROWS"),
+    Row("bf16", mm(96, 384, 100352, "float"), 0.4840, 0.0415, L, GEMM_RUNS,
         "ConvNeXt-T b32's fc weight gradient cast for the fp32 parameter: 3 tiles of a long K (HOST_BOUND_TILE_FLOPS)"),
-    Row("bf16", mm(192, 768, 25088), 0.1306, 0.0595, L, CHOICES_MD,
+    Row("bf16", mm(192, 768, 25088), 0.1306, 0.0595, L, GEMM_RUNS,
         "a bf16 weight gradient over 25088 pixels, nothing fused: decided here, before plain_gemm"),
     Row("fp32-ieee", mm(4096, 4096, 4096, "bias+residual"), 3.3108, 2.7222, L, CHOICES_MD),
     Row("fp32-ieee", mm(8192, 768, 3072, "bias+residual"), 0.9453, 0.8726, L, CHOICES_MD),
-    Row("tf32", mm(4096, 4096, 4096, "bias+residual"), 2.1842, 0.4008, L, CHOICES_MD, "TF32_TEMPLATE_MAX_K"),
-    Row("tf32", mm(8192, 4096, 4096, "bias+gelu"), 4.6676, 0.9016, L, CHOICES_MD),
-    Row("tf32", mm(196, 384, 1536, "bias"), 0.1106, 0.0268, L, CHOICES_MD),
-    Row("tf32", mm(4096, 4096, 4096), 2.2348, 0.3535, L, CHOICES_MD, "nothing fused: decided here, before plain_gemm"),
-    Row("tf32", mm(8192, 1024, 1024), 0.2737, 0.0680, L, CHOICES_MD, "nothing fused: decided here, before plain_gemm"),
+    Row("tf32", mm(4096, 4096, 4096, "bias+residual"), 2.1842, 0.4008, L, GEMM_RUNS, "TF32_TEMPLATE_MAX_K"),
+    Row("tf32", mm(8192, 4096, 4096, "bias+gelu"), 4.6676, 0.9016, L, GEMM_RUNS),
+    Row("tf32", mm(196, 384, 1536, "bias"), 0.1106, 0.0268, L, GEMM_RUNS),
+    Row("tf32", mm(4096, 4096, 4096), 2.2348, 0.3535, L, GEMM_RUNS, "nothing fused: decided here, before plain_gemm"),
+    Row("tf32", mm(8192, 1024, 1024), 0.2737, 0.0680, L, GEMM_RUNS, "nothing fused: decided here, before plain_gemm"),
     Row("fp16", mm(4096, 4096, 4096, "bias+residual"), 0.2124, 0.2244, T, CHOICES_MD),
     Row("fp16", mm(8192, 4096, 4096, "bias+gelu"), 0.4985, 0.4473, L, CHOICES_MD),
 )
