@@ -274,6 +274,32 @@ def test_cpu_scalar_tensors_in_a_cuda_graph():
     torch.testing.assert_close(t, t_expected)
 
 
+def test_cpu_work_that_reads_no_input_runs_once_while_compiling():
+    """BEiT's relative position index (meshgrid of aranges, in-place fills) and MPNet's buckets (abs,
+    log, where) are CPU work inside a CUDA graph that reads no input: constants of the compiled graph
+    (FOLD_MAX_BYTES), so no fallback op computes them per call; values as eager's, call after call."""
+    table, x = torch.randn(50, 4, device="cuda"), torch.randn(2, 4, 17, 17, device="cuda")
+
+    def fn(table, x):
+        coords = torch.stack(torch.meshgrid(torch.arange(4), torch.arange(4), indexing="ij")).flatten(1)
+        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0).contiguous()
+        rel[:, :, 0] += 3
+        rel[:, :, 1] += 3
+        rel[:, :, 0] *= 7
+        index = torch.zeros(17, 17, dtype=torch.long)
+        index[1:, 1:] = rel.sum(-1)
+        index[0, :], index[:, 0], index[0, 0] = 49, 48, 47
+        n = torch.arange(17)[None, :] - torch.arange(17)[:, None]
+        bucket = torch.where(n.abs() < 4, n.abs(), (torch.log(n.abs().float().clamp(min=1)) * 2).long())
+        return x + table[index.view(-1)].view(17, 17, 4).permute(2, 0, 1) + bucket.to(x.device)
+    report = compile_and_compare(fn, table, x, fallbacks=None)
+    assert not [f for f in report.fallbacks if "CPU tensor" in f.reason], report.fallbacks
+    compiled = minicomp.compile(fn)
+    for _ in range(2):
+        table = torch.randn(50, 4, device="cuda")
+        torch.testing.assert_close(compiled(table, x), fn(table, x))
+
+
 def test_factory_ops_and_masks_on_cuda():
     # arange / triu / a causal mask were created on the CPU once (a CPU pointer reached a kernel)
     a, b = torch.randn(40, 24, device="cuda"), torch.randn(24, 40, device="cuda")

@@ -34,6 +34,21 @@ def _short(target) -> str:
     return str(target).replace("aten.", "").replace("minicomp.", "")
 
 
+FOLD_MAX_BYTES = 2**22
+"""Work on CPU tensors in a CUDA graph that reads no input (position indices from ``arange``, masks,
+bucket tables) runs once, while lowering, for results of up to this many bytes: its values become
+constants of the graph, moved to the GPU once where GPU ops read them. Traced, the work is in every
+call (BEiT's relative position index, which eager caches, 12 times a call: ~400 CPU ops), and minicomp
+ran it as fallback ops: BEiT fp32 B32 on the H200 ran 1408 ms a call against eager's 11.9 (corpus-models-infer.md; where
+the time went was not profiled). The bound keeps cache entries small (constants are stored in them):
+MPNet's [512, 512] int64 buckets are 2 MiB."""
+
+
+def device_copy(value: torch.Tensor, device) -> torch.Tensor:
+    """A constant's copy on the graph's device, made while lowering (tests replace it on the CPU)."""
+    return value.to(device)
+
+
 class Lowering:
     def __init__(self, gm: fx.GraphModule, args: list):
         self.gm, self.args = gm, args
@@ -109,6 +124,9 @@ class Lowering:
         if isinstance(target, torch._ops.OpOverload) and target.name().startswith("aten::sym_"):
             return _sym_query(target, *args)
         self.node = fx_node
+        folded = self._folded(target, args, kwargs)
+        if folded is not None:
+            return folded
         start = len(self.graph.nodes)
         reason = self._unsupported_inputs(args, kwargs) or self._cpu_result()
         fn = RULES.get(target) or RULES.get(getattr(target, "overloadpacket", None))
@@ -162,6 +180,25 @@ class Lowering:
             return "computes a CPU tensor in a CUDA graph (as eager does)"
         return None
 
+    def _folded(self, target, args, kwargs) -> Node | None:
+        """A CPU result in a CUDA graph computed from constants alone (``FOLD_MAX_BYTES``), computed now:
+        a constant of the graph. None where the op is not such work."""
+        if not (self.target.is_cuda and isinstance(target, torch._ops.OpOverload) and self._cpu_result()):
+            return None
+        leaves = _flatten((args, kwargs))
+        val = self.node.meta.get("val")
+        if (torch.Tag.nondeterministic_seeded in target.tags or not isinstance(val, torch.Tensor)
+                or any(u.op == "output" for u in self.node.users)  # a result: a new tensor every call
+                or any(isinstance(v, Node) and v.op != "constant" or isinstance(v, torch.SymInt) for v in leaves)
+                or not all(isinstance(s, int) for s in val.shape) or val.numel() * val.element_size() > FOLD_MAX_BYTES):
+            return None
+        values = map_tree((args, kwargs), lambda v: v.attrs["value"] if isinstance(v, Node) else v)
+        with torch.no_grad():
+            out = target(*values[0], **values[1])
+        if not (isinstance(out, torch.Tensor) and out.device.type == "cpu") or is_fake(out):
+            return None  # (lowered inside a fake mode: no values to keep)
+        return self.graph.add("constant", [], _type_of(out), value=out)
+
     def _on_gpu(self, v):
         """``v``, moved to the GPU when it is a CPU tensor (eager lets a CPU scalar tensor join GPU ops;
         a kernel cannot read it), once per tensor. Non-blocking: PyTorch's blocking copy synchronizes the
@@ -169,6 +206,9 @@ class Lowering:
         before the call returns, so the source may change afterwards."""
         if not (isinstance(v, Node) and isinstance(v.type, TensorType) and v.type.device.type == "cpu"):
             return v
+        if v not in self._moved and v.op == "constant":  # moved once, now (a folded index table)
+            value = device_copy(v.attrs["value"], self.device)
+            self._moved[v] = self.graph.add("constant", [], _type_of(value), value=value)
         if v not in self._moved:
             t = v.type
             out = torch.empty_strided(t.shape, contiguous_strides(t.shape), dtype=t.dtype, device=self.device)
