@@ -3,12 +3,14 @@ activations, normalizations, pooling, upsampling and long concatenations. Each i
 (every output, and gradients through minicomp where autograd applies) and must not fall back."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import minicomp
-from tests.utils import compile_and_compare, tolerances
+from tests.utils import compare_gradients, compile_and_compare, tolerances
 
 
 def compare_with_grads(fn, *args, fallbacks: int | None = 0, **tol):
@@ -450,3 +452,21 @@ def test_as_strided_ops():
     compile_aten(lambda b, s: aten.as_strided_scatter(b, s, (2, 5), (5, 1), 3), base, src)
     # not contiguous from its storage's start: falls back (and is still right)
     compile_aten(lambda b: aten.as_strided(b.t(), (3, 4), (5, 1), 2), base, fallbacks=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("ord", [2, 1, math.inf, -math.inf, 0, 3, 0.5])
+def test_vector_norm_forward_backward(ord, dtype):
+    """torch.linalg.vector_norm lowered (F.normalize, ConvNeXt-V2's GRN, SwinV2's cosine attention):
+    every ord, over one dim, several, all; keepdim; a row of zeros (ord 0 counts it; its gradient at
+    0 is eager's); outputs and gradients as eager's."""
+    x = torch.randn(3, 5, 7, dtype=dtype)
+    x[1, 2] = 0
+    tol = tolerances(dtype)
+    for dim, keepdim in ((None, False), ((1,), True), ((0, 2), False), ((-1,), False)):
+        fn = lambda x: torch.linalg.vector_norm(x, ord, dim, keepdim)  # noqa: E731
+        report = compile_and_compare(fn, x, **tol)
+        assert not report.fallbacks, report.fallbacks
+    if ord not in (0, 2, math.inf, -math.inf):  # |x|^p's gradient at 0: kept away from it
+        x = x.abs() + 0.5
+    compare_gradients(lambda x: F.normalize(x, p=ord, dim=-1) if ord > 0 else torch.linalg.vector_norm(x, ord, -1), x)

@@ -1,9 +1,14 @@
 """Lowering rules for batch norm (training, eval, functional) and group norm: the statistics and the
-normalization as reductions and pointwise nodes, with aten's results (mean, rstd, running statistics).
+normalization as reductions and pointwise nodes, with aten's results (mean, rstd, running statistics);
+vector norms (``F.normalize``, GRN, cosine attention).
 """
 from __future__ import annotations
 
-from ..ir.graph import Node
+import math
+
+import torch
+
+from ..ir.graph import Node, Scalar
 from ..ir.types import is_float
 from .formulas import _Math
 from .registry import Unsupported, aten, opmath as _opmath, rule
@@ -108,3 +113,34 @@ def _group_norm(L, x, weight, bias, N, C, HxW, group, eps):
     out = _affine(L, out, x, weight, bias, acc)
     return (L.cast(out, types[0][1]), L.cast(L.reshape(mean, (N, group)), types[1][1]),
             L.cast(L.reshape(rstd, (N, group)), types[2][1]))
+
+
+@rule(aten.linalg_vector_norm.default)
+def _vector_norm(L, x, ord=2, dim=None, keepdim=False, dtype=None):
+    """The ``ord``-norm over ``dim`` (all dims: None or empty), in the result's opmath dtype as
+    ``torch._refs.linalg.vector_norm`` computes it: 2 as sqrt(sum(x*x)), 1 as sum(|x|), inf and -inf
+    as the max and min of |x|, 0 as the count of nonzeros, another p as sum(|x|^p)^(1/p). (It ran as a
+    fallback op: 24 calls in a SwinV2 forward, 18 in ConvNeXt-V2's, on the H200.)"""
+    acc = _opmath(L.out_dtype)
+    if not is_float(acc):
+        raise Unsupported(f"vector norm of {x.dtype} (complex or integer)")
+    dims = list(dim) if dim else None
+    if ord in (math.inf, -math.inf) and any(x.shape[d] == 0 for d in (dims or range(x.type.ndim))):
+        raise Unsupported("inf-norm over an empty dimension (eager raises)")
+    xf = L.cast(x, acc)
+
+    def pw(fn, *args):
+        return L.graph.pointwise(fn, list(args), acc)
+    if ord == 2:
+        out = pw("sqrt", L.reduction("sum", pw("mul", xf, xf), dims, keepdim, acc))
+    elif ord in (math.inf, -math.inf):
+        out = L.reduction("max" if ord > 0 else "min", pw("abs", xf), dims, keepdim, acc)
+    elif ord == 0:
+        nonzero = L.graph.pointwise("ne", [xf, Scalar(0.0, acc)], torch.bool)
+        out = L.reduction("sum", L.cast(nonzero, acc), dims, keepdim, acc)
+    elif ord == 1:
+        out = L.reduction("sum", pw("abs", xf), dims, keepdim, acc)
+    else:
+        powered = pw("pow", pw("abs", xf), Scalar(float(ord), acc))
+        out = pw("pow", L.reduction("sum", powered, dims, keepdim, acc), Scalar(1.0 / float(ord), acc))
+    return L.cast(out, L.out_dtype)
