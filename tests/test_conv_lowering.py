@@ -392,6 +392,7 @@ def test_fp32_follows_cudnn_allow_tf32(monkeypatch, tf32):
     (d,) = [d for d in graph.decisions if d.startswith("conv ")]
     assert ("IEEE fp32 over NHWC data" in d) != tf32 and (": IR " in d) != tf32, d
     monkeypatch.setenv("MINICOMP_CONV", "ir")
+    args = [rand(64, 64, 28, 28), rand(256, 64, 1, 1)]  # one K step: TF32 keeps the template (TF32_TEMPLATE_MAX_K)
     graph, _ = _scheduled(lambda x, w: F.conv2d(x, w).relu(), args, H200)  # (a product alone: cuBLAS)
     precisions = [n.attrs["precision"] for n in graph.nodes if n.op == "matmul"]
     assert precisions == (["tf32"] if tf32 else []), precisions  # IEEE fp32: gemm_backend takes cuBLAS

@@ -165,6 +165,7 @@ class ConvFacts:
     height: int
     width: int
     channels_last: bool      # cuDNN would read NHWC data: given so, or the graph's layout (layout_plan)
+    taps: int = 9            # kernel height x width
 
 
 @dataclass(frozen=True)
@@ -308,6 +309,11 @@ AUTO_IR_MIN_PIXELS = 49
 """The fewest pixels a 1x1 convolution measured faster in the IR has (512->2048 at 7x7). Over one pixel
 (squeeze-excite) it is an [N, Cin] x [Cin, Cout] product of batch rows whose K the template serializes on
 a few tiles: slower in fp32 and fp16 (experiments.md, 'Squeeze-excite's one-pixel 1x1 convolutions')."""
+DEPTHWISE_TEMPLATE_MAX_TAPS = 9
+"""The fp32 window sum won against cuDNN at 3x3 (CONV_ROWS' depthwise rows); the corpus's fp32 convnets
+with 5x5 and 7x7 depthwise convolutions ran 1.3-1.6x Inductor's time (ConvNeXt-T 1.59, ConvNeXt-V2 1.57,
+TinyNet-A 1.48, FastViT-T8 1.31: corpus-models-infer.md), those with 3x3 ones 0.76-0.82 (RexNet,
+EfficientNetV2): larger windows take cuDNN until measured."""
 CUDNN_CHANNEL_MULTIPLE = 8  # half-precision channels per 16 bytes: what cuDNN's tensor-core kernels take unpadded
 
 
@@ -333,8 +339,11 @@ def _conv(c: ConvFacts, target: Target) -> tuple[str, str]:
         return TEMPLATE, (f"one pixel, {c.cin} input channels (not a multiple of {CUDNN_CHANNEL_MULTIPLE}): cuDNN "
                           f"would pad both operands in two conversion kernels; a [N, Cin] x [Cin, Cout] GEMM instead")
     if c.kind == "depthwise":  # the window sum is bound by its per-tap address math, cuDNN's kernel by bytes
-        if c.dtype == torch.float32:
+        if c.dtype == torch.float32 and c.taps <= DEPTHWISE_TEMPLATE_MAX_TAPS:
             return TEMPLATE, "fp32 depthwise: the window sum, its epilogue fused, beats cuDNN's kernel on 4-byte data"
+        if c.dtype == torch.float32:
+            return LIBRARY, (f"fp32 depthwise of {c.taps} taps: the window sum is measured faster up to "
+                             f"{DEPTHWISE_TEMPLATE_MAX_TAPS} taps only")
         return LIBRARY, "16-bit depthwise: cuDNN's kernel halves its time with the bytes; the window sum does not"
     if c.kind == "1x1" and c.height * c.width < AUTO_IR_MIN_PIXELS:
         return LIBRARY, f"1x1 over {c.height}x{c.width} pixels: a product of few rows per image, cuDNN measured faster"
@@ -531,6 +540,9 @@ CONV_ROWS = (  # batch 32; template: MINICOMP_CONV=ir, library: =cudnn; channels
         "the IR's product in cuBLAS (IEEE: the gemm rule); cuDNN over NHWC without TF32"),
     Row("fp32-ieee", conv(32, 64, 56, 64, 3), 0.2988, 0.3471, T, CHOICES_MD),
     Row("fp32-ieee", conv(32, 64, 112, 64, 3, groups=64), 0.1409, 0.1782, T, CHOICES_MD, "depthwise"),
+    Row("fp32-ieee", conv(32, 96, 56, 96, 7, groups=96), None, None, L, "",
+        "ConvNeXt-T's 7x7 depthwise (DEPTHWISE_TEMPLATE_MAX_TAPS)"),
+    Row("fp32-ieee", conv(32, 144, 28, 144, 5, groups=144), None, None, L, "", "an EfficientNet 5x5 depthwise"),
     Row("fp32-ieee", conv(32, 256, 56, 64, 1), None, None, T, ""),
     Row("fp32-ieee", conv(32, 1024, 14, 256, 1), None, None, T, ""),
     Row("fp32-ieee", conv(32, 256, 14, 256, 3), None, None, T, ""),
