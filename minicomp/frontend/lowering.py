@@ -39,9 +39,9 @@ FOLD_MAX_BYTES = 2**22
 bucket tables) runs once, while lowering, for results of up to this many bytes: its values become
 constants of the graph, moved to the GPU once where GPU ops read them. Traced, the work is in every
 call (BEiT's relative position index, which eager caches, 12 times a call: ~400 CPU ops), and minicomp
-ran it as fallback ops: BEiT fp32 B32 on the H200 ran 1408 ms a call against eager's 11.9 (corpus-models-infer.md; where
-the time went was not profiled). The bound keeps cache entries small (constants are stored in them):
-MPNet's [512, 512] int64 buckets are 2 MiB."""
+ran it as fallback ops: BEiT fp32 B32 on the H200 ran 1408 ms a call against eager's 11.9
+(corpus-models-infer.md; where the time went was not profiled). The bound keeps cache entries small
+(constants are stored in them): MPNet's [512, 512] int64 buckets are 2 MiB."""
 
 
 def device_copy(value: torch.Tensor, device) -> torch.Tensor:
@@ -189,8 +189,9 @@ class Lowering:
         val = self.node.meta.get("val")
         if (torch.Tag.nondeterministic_seeded in target.tags or not isinstance(val, torch.Tensor)
                 or any(u.op == "output" for u in self.node.users)  # a result: a new tensor every call
-                or any(isinstance(v, Node) and v.op != "constant" or isinstance(v, torch.SymInt) for v in leaves)
-                or not all(isinstance(s, int) for s in val.shape) or val.numel() * val.element_size() > FOLD_MAX_BYTES):
+                or any((isinstance(v, Node) and v.op != "constant") or isinstance(v, torch.SymInt) for v in leaves)
+                or not all(isinstance(s, int) for s in val.shape)
+                or val.numel() * val.element_size() > FOLD_MAX_BYTES):
             return None
         values = map_tree((args, kwargs), lambda v: v.attrs["value"] if isinstance(v, Node) else v)
         with torch.no_grad():

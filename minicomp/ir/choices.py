@@ -217,9 +217,10 @@ def _gemm(p: Product, target: Target) -> tuple[str, str]:
 
 HOST_BOUND_TILE_FLOPS = 2**27
 """Few tiles keep the template only while each is short work (196x384x1536 on 6 tiles: 2^25.2 FLOPs a
-tile, ~5 us on one SM; the bound, ~20 us a tile, is not measured). A long K on few tiles, as an autocast weight gradient over every pixel of a batch
-(ConvNeXt-T b32's MLP: 96x384 over K = 100352, 3 tiles of 2^31.6), ran ~500 us on 3 SMs where cuBLAS
-splits K over the GPU (H200, 2026-11-28 profile of the training step)."""
+tile, ~5 us on one SM; the bound, ~20 us a tile, is not measured). A long K on few tiles, as an
+autocast weight gradient over every pixel of a batch (ConvNeXt-T b32's MLP: 96x384 over K = 100352,
+3 tiles of 2^31.6), ran ~500 us on 3 SMs where cuBLAS splits K over the GPU (H200, 2026-11-28 profile
+of the training step)."""
 
 
 def _long_tiles(p: Product, target: Target) -> str | None:
