@@ -189,7 +189,7 @@ class Lowering:
         val = self.node.meta.get("val")
         if (torch.Tag.nondeterministic_seeded in target.tags or not isinstance(val, torch.Tensor)
                 or any(u.op == "output" for u in self.node.users)  # a result: a new tensor every call
-                or any((isinstance(v, Node) and v.op != "constant") or isinstance(v, torch.SymInt) for v in leaves)
+                or any((isinstance(v, Node) and v.op != "constant") or isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) for v in leaves)
                 or not all(isinstance(s, int) for s in val.shape)
                 or val.numel() * val.element_size() > FOLD_MAX_BYTES):
             return None
