@@ -206,7 +206,8 @@ def test_small_elementwise_kernels_give_every_sm_a_program_on_the_gpu():
     """A small pointwise kernel (a batch-1 ResNet's batch norm, 256x14x14) takes smaller blocks until
     the grid covers the H200's SMs; a large one keeps 1024 fp32 elements a program. A small transpose
     (a 64x64x3x3 weight to channels-last) takes 32x32 tiles; a large one 64x64. The interpreter's
-    blocks do not change."""
+    blocks do not change. The same permute without the copy keeps the weight's memory order in eager's
+    result: a pointwise kernel in memory order."""
     from minicomp.passes.program import grid
     small, large = torch.empty(1, 256, 14, 14), torch.empty(64, 256, 16, 16)
     for x, xblock, warps in ((small, 256, 2), (large, 1024, 4)):  # about 4 fp32 elements a thread
@@ -217,9 +218,13 @@ def test_small_elementwise_kernels_give_every_sm_a_program_on_the_gpu():
         _, (k,) = _scheduled(lambda x: (x * 2).relu(), [x], INTERPRETER)
         assert k.schedule.blocks["XBLOCK"] >= 2**14
     for w, tile in ((torch.empty(64, 64, 3, 3), (32, 32)), (torch.empty(512, 512, 3, 3), (64, 64))):
-        _, (k,) = _scheduled(lambda w: w.permute(0, 2, 3, 1) * 2, [w], H200)
+        # (eager keeps a permuted operand's memory order in ``w.permute(...) * 2``: that kernel walks
+        # both sides in memory order; a contiguous result is the transpose)
+        _, (k,) = _scheduled(lambda w: (w.permute(0, 2, 3, 1) * 2).contiguous(), [w], H200)
         assert k.schedule.template == "tiled", k.schedule
         assert (k.schedule.blocks["YBLOCK"], k.schedule.blocks["XBLOCK"]) == tile, k.schedule
+        _, (k,) = _scheduled(lambda w: w.permute(0, 2, 3, 1) * 2, [w], H200)
+        assert k.schedule.template == "pointwise", k.schedule
 
 
 def test_pooling_windows_are_pointwise_kernels_with_the_taps_unrolled():
