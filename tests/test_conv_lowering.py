@@ -23,6 +23,7 @@ from minicomp.ir.kernel import Load
 from minicomp.ir import choices
 from minicomp.passes import conv_lowering
 from minicomp.passes.manager import run_pipeline
+from minicomp.passes.program import build_program
 from tests.utils import H200, compare_gradients, compile_and_compare
 
 BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
@@ -442,3 +443,21 @@ def test_a_depthwise_convolution_after_a_kept_one_with_bias_reads_its_result():
                           [x, w1, b1, w2, b2], H200)
     notes = " ".join(graph.decisions)
     assert "bias added after the cuDNN call" in notes and "window sum" in notes, graph.decisions
+
+
+def test_a_1x1_convolution_of_a_permuted_input_for_cublas_reads_the_input_strided(ir, monkeypatch):
+    """XCiT's positional encoding: a 1x1 convolution of an NHWC tensor permuted to NCHW, a product the
+    H200 sends to cuBLAS. Its reshape to the product's rows is a view of the permute view; composed into
+    one view of the input, cuBLAS reads the input as it is. Left a view of a view, the program named the
+    permute view as a buffer nothing makes (``timm``'s xcit_nano_12_p16_224 fell back whole on the H200:
+    "extern uses buf before it is defined")."""
+    def fn(x, w, b):
+        return F.conv2d(x.permute(0, 3, 1, 2), w, b)
+    args = [rand(1, 14, 14, 16), rand(128, 16, 1, 1), rand(128)]  # (one image: XCiT repeats it over the batch)
+    graph, _ = _scheduled(fn, args, H200)
+    build_program(graph, "xcit_position_encoding").verify()
+    (mm,) = [n for n in graph.nodes if n.op == "extern"]
+    assert [i.inputs[0].op for i in mm.inputs] == ["input", "input"], mm.inputs  # no copy, no view of a view
+    monkeypatch.setenv("MINICOMP_GEMM", "cublas")  # the same product in cuBLAS on the CPU
+    report = compile_and_compare(fn, *args, kernels=1, fallbacks=0, **tol(F32))  # the kernel: the bias
+    assert any("cuBLAS via aten" in d for d in report.decisions), report.summary()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tests.test_target import _scheduled
 from tests.utils import H200, compile_and_compare
@@ -50,3 +51,10 @@ def test_a_transpose_alone_keeps_its_own_copy(monkeypatch):
     monkeypatch.setenv("MINICOMP_GEMM", "cublas")
     x, _, w2 = _args()
     compile_and_compare(lambda x, w: _heads_merged(x).t() @ w, x, w2, kernels=1, fallbacks=None)
+
+
+def test_a_returned_view_of_a_view_gets_a_buffer():
+    """A slice of a pad's fill: ``view_folding`` leaves the chain (the composed mask is never true), so
+    the slice is a view of a view, strided over no buffer; returned, it is copied (the program's
+    result named the pad view as a buffer that nothing makes: the graph fell back whole)."""
+    compile_and_compare(lambda x: F.pad(x * 2, (0, 4), value=1.5)[:, 4:], torch.randn(3, 4), fallbacks=0)

@@ -53,6 +53,7 @@ from ..ir.target import Target
 from ..ir.types import short_dtype
 from .gemm_choice import ATEN
 from .layout_plan import channels_last_pays
+from .simplify import view_folding
 
 MODES = config.SETTINGS["conv"].choices
 GROUPED_MIN_WIDTH = 16
@@ -221,7 +222,9 @@ def conv_lowering(graph: Graph) -> Graph:
         graph.nodes.remove(node)
         _drop_fallback(graph, node)
     graph.recompute_users()
-    return graph
+    # the views made over a view (the rows of a permuted input) as one view of a buffer: cuBLAS and the
+    # program read an extern's operand as a strided view of the buffer itself
+    return view_folding(graph)
 
 
 # --- the rewrites -----------------------------------------------------------------------------------

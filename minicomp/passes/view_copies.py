@@ -18,8 +18,8 @@ from ..ir.layout import view_as_strided
 
 
 def copy_unstrided_views(graph: Graph) -> None:
-    """Give results and extern arguments that are unstrided views a buffer of their own. Nor is a view
-    of a graph result a strided view where it does not follow the result's eager strides
+    """Give results and extern arguments that are unstrided views (``_strided``) a buffer of their own.
+    Nor is a view of a graph result a strided view where it does not follow the result's eager strides
     (``schedule.plan_layouts`` stores it so): a flatten of a transposed result, when cse made that
     result and the view's base one node."""
     results: dict = {}
@@ -27,7 +27,7 @@ def copy_unstrided_views(graph: Graph) -> None:
         if strides is not None and len(strides) == len(node.shape):
             results.setdefault(node, tuple(strides))
     uses = [(user, node) for user in graph.nodes if user.op in ("output", "extern") for node in user.inputs
-            if node.op == "view" and (view_as_strided(node, {}) is None or view_as_strided(node, results) is None)]
+            if node.op == "view" and not _strided(node, results)]
     copies: list[tuple[Node, Node]] = []  # (a view copied, its copy)
     for user, node in uses:
         if user.op == "extern":
@@ -49,6 +49,14 @@ def copy_unstrided_views(graph: Graph) -> None:
             source, copy = node, _copy(graph, node, user)
             graph.replace_all_uses_in(user, node, copy)
         copies.append((source, copy))
+
+
+def _strided(view: Node, results: dict) -> bool:
+    """Whether ``view`` is ``as_strided`` of the buffer it reads, with the default strides and with a
+    graph result's. A view of a view (a chain ``view_folding`` leaves: its composed mask is never
+    true, as in a slice of a pad's fill) is a strided view of no buffer: the program names buffers."""
+    return view.inputs[0].op != "view" and view_as_strided(view, {}) is not None \
+        and view_as_strided(view, results) is not None
 
 
 def transposes(a: Node, b: Node) -> bool:
