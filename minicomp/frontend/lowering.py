@@ -187,7 +187,8 @@ class Lowering:
             return None
         leaves = _flatten((args, kwargs))
         val = self.node.meta.get("val")
-        if (torch.Tag.nondeterministic_seeded in target.tags or not isinstance(val, torch.Tensor)
+        if (torch.Tag.nondeterministic_seeded in target.tags or target._schema.is_mutable
+                or not isinstance(val, torch.Tensor)
                 or any(u.op == "output" for u in self.node.users)  # a result: a new tensor every call
                 or any((isinstance(v, Node) and v.op != "constant") or isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) for v in leaves)
                 or not all(isinstance(s, int) for s in val.shape)
