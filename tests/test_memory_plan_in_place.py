@@ -75,7 +75,7 @@ def test_batch_norm_after_a_conv_writes_over_the_conv_output(fn, poison, monkeyp
 
 def transposed(x):
     a = (x * 2).cumsum(0)
-    return a.t() + 1
+    return (a.t() + 1).contiguous()  # (``a.t() + 1`` keeps eager's transposed strides: read where it writes)
 
 
 def flipped(x):
@@ -161,6 +161,21 @@ def test_a_planned_in_place_write_runs_and_checks(poison, monkeypatch):
     x = torch.randn(8)
     (b,) = _run(program, {"k0": lambda x, out: out.copy_(x + 1), "k1": lambda a, out: out.copy_(a * 2)}, x)
     torch.testing.assert_close(b, (x + 1) * 2)
+
+
+@pytest.mark.parametrize("poison", ["1", "0"])
+def test_a_transposed_result_in_eagers_strides_is_written_in_place(poison, monkeypatch):
+    """``a.t() + 1`` comes back with eager's transposed strides, and its kernel walks memory order: each
+    element is read where it is written, so the add runs in place over ``a``, with eager's values."""
+    monkeypatch.setenv("MINICOMP_POISON", poison)
+    programs = _capture(monkeypatch)
+
+    def fn(x):
+        return (x * 2).cumsum(0).t() + 1
+    compile_and_compare(fn, torch.randn(8, 8))
+    (program,) = programs
+    program.verify()
+    assert any(isinstance(s, Allocate) and s.in_place for s in program.steps), program
 
 
 @pytest.mark.parametrize("poison", ["1", "0"])
