@@ -24,9 +24,12 @@ row, the row about to run first marked "interrupted" (a process killed mid-row l
 still running then (it says "not run", as do the rows after it: ``--resume`` measures them);
 ``--row-timeout`` stops one row that takes longer (a result: "timeout"). ``--resume`` measures only the
 selected rows the results lack (or that say "not run"); ``--merge`` measures the selected rows again and
-keeps the others (and a selected row's earlier result where it is not run this time); without either the file holds the selected rows alone (``--only``: names containing a
-substring; ``--shard I/N``: every N-th of those from the I-th). A crash that loses the CUDA
-context hands the remaining rows to a new process (``--resume``, with the time left).
+keeps the others (and a selected row's earlier result where it is not run this time); without either
+the file holds the selected rows alone (``--only``: names containing a substring; ``--shard I/N``:
+every N-th of those from the I-th). A crash that loses the CUDA context hands the remaining rows to a
+new process (``--resume``, with the time left). ``--gpus N`` runs the rows in N shard processes, one
+per GPU, into one table; ``--per-gpu K`` puts K on each GPU, which compile at once and take turns for
+the timing rounds (``gpu_turn``): compiling is most of a model row's time.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ import argparse
 import contextlib
 import copy
 import datetime
+import fcntl
 import gc
 import importlib.util
 import json
@@ -223,6 +227,22 @@ def compile_with(backend: str, model: Callable) -> Callable:
     return torch.compile(model) if backend == "inductor" else torch.compile(model, backend="minicomp")
 
 
+@contextlib.contextmanager
+def gpu_turn(device: str):
+    """The timing rounds hold their GPU alone: with ``--per-gpu K`` K processes share each GPU and
+    compile at once, but time one at a time (an exclusive ``flock`` on a file named after the GPU)."""
+    if device != "cuda":
+        yield
+        return
+    name = os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "-")
+    with open(Path(tempfile.gettempdir()) / f"minicomp-bench-gpu-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def run_inference(work: Work, row: dict, args: argparse.Namespace, device: str, bench) -> None:
     model = work.model.eval()
     tol = REL_TOL[DTYPES[row["dtype"]]]
@@ -257,7 +277,8 @@ def run_inference(work: Work, row: dict, args: argparse.Namespace, device: str, 
                 row.update(graph_facts(minicomp.reports_since(before)))
         del expected
         row["phase"] = "timing"
-        row.update(times(variants, bench, args.rounds))
+        with gpu_turn(device):
+            row.update(times(variants, bench, args.rounds))
 
 
 def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, bench) -> None:
@@ -313,7 +334,8 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
                 row.update(graph_facts(minicomp.reports_since(before)))
         exact.clear()
         row["phase"] = "timing"
-        row.update(times(variants, bench, args.rounds))
+        with gpu_turn(device):
+            row.update(times(variants, bench, args.rounds))
     del pristine
 
 
@@ -497,6 +519,9 @@ def add_arguments(p: argparse.ArgumentParser, time_limit: float, row_timeout: fl
     p.add_argument("--gpus", type=int, default=1, metavar="N",
                    help="the selected rows in N shards at once, one process per GPU (CUDA_VISIBLE_DEVICES), "
                         "written as one results file")
+    p.add_argument("--per-gpu", type=int, default=1, metavar="K",
+                   help="with --gpus: K shard processes on each GPU, compiling at once and timing one at a time "
+                        "(more rows an hour where compiling dominates; host-bound rows see the others' CPU work)")
     p.add_argument("--out", default=None, help="folder for the results files (default benchmarks/results)")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes, perf_counter timing")
     p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 3; dry run 1)")
@@ -590,7 +615,7 @@ def run(cases: list[Case], args: argparse.Namespace, *, script: Path, stem: str,
         runners: dict | None = None) -> int:
     """Measure the selected ``cases`` into ``<out>/<stem>.{json,md}`` (``<stem>-dry`` in a dry run) and print
     a short table. ``runners``: kind -> function(work, row, args, device, bench) beyond ``RUNNERS``."""
-    if args.gpus > 1:
+    if args.gpus > 1 or args.per_gpu > 1:
         return run_on_gpus(cases, args, script=script, stem=stem, title=title, description=description)
     runners = {**RUNNERS, **(runners or {})}
     device = "cpu" if args.dry_run else "cuda"
@@ -674,30 +699,33 @@ def run_on_gpus(cases: list[Case], args: argparse.Namespace, *, script: Path, st
     if not args.dry_run and len(gpus) < args.gpus:
         raise SystemExit(f"--gpus {args.gpus}: CUDA_VISIBLE_DEVICES={visible} names {len(gpus)}")
     folder = Path(tempfile.mkdtemp(prefix=f"{stem}-shards-"))
-    child = _without_out(_without(args.argv, flags=(), options=("--gpus",)))
+    child = _without_out(_without(args.argv, flags=(), options=("--gpus", "--per-gpu")))
+    count = args.gpus * args.per_gpu
     procs = []
-    for i in range(args.gpus):
+    for i in range(count):
         shard = folder / str(i + 1)
         shard.mkdir()
         if earlier:
             (shard / f"{stem}.json").write_text(json.dumps(earlier))
-        env = dict(os.environ, **({} if args.dry_run else {"CUDA_VISIBLE_DEVICES": gpus[i]}))
-        procs.append(subprocess.Popen([sys.executable, str(script), *child, "--shard", f"{i + 1}/{args.gpus}",
+        env = dict(os.environ, **({} if args.dry_run else {"CUDA_VISIBLE_DEVICES": gpus[i % args.gpus]}))
+        procs.append(subprocess.Popen([sys.executable, str(script), *child, "--shard", f"{i + 1}/{count}",
                                        "--out", str(shard)], env=env))
     codes = [p.wait() for p in procs]
-    shards = [json.loads(p.read_text()) for i in range(args.gpus) if (p := folder / str(i + 1) / f"{stem}.json").exists()]
+    shards = [json.loads(p.read_text()) for i in range(count) if (p := folder / str(i + 1) / f"{stem}.json").exists()]
     shutil.rmtree(folder, ignore_errors=True)
     if not shards:
         print(f"no shard wrote results (exit codes {codes})", file=sys.stderr)
         return 1
     rows = {r["name"]: r for r in (earlier or {}).get("rows", [])}
     for i, doc in enumerate(shards):
-        mine = {c.name for c in chosen[i::args.gpus]}
+        mine = {c.name for c in chosen[i::count]}
         rows.update((r["name"], r) for r in doc["rows"] if r["name"] in mine)
     meta = {k: v for k, v in shards[0].items() if k not in ("rows", "command", "resumed_with")}
-    meta = dict(meta, command=_command(script, args), gpus=args.gpus)
+    meta = dict(meta, command=_command(script, args), gpus=args.gpus, per_gpu=args.per_gpu)
     if not args.dry_run:
-        meta["gpu"] = f"{args.gpus}x {meta['gpu']} (a shard of the rows on each, at once)"
+        each = "a shard of the rows on each" if args.per_gpu == 1 else \
+            f"{args.per_gpu} shards of the rows on each, timed one at a time"
+        meta["gpu"] = f"{args.gpus}x {meta['gpu']} ({each}, at once)"
     meta = _continued(meta, earlier) if earlier else meta
     order = {c.name: k for k, c in enumerate(cases)}
     table = sorted(rows.values(), key=lambda r: order.get(r["name"], len(order)))

@@ -36,3 +36,36 @@ def test_a_merge_that_runs_out_of_time_keeps_the_earlier_results(tmp_path):
     doc = _corpus(tmp_path, "--only", ROWS[2], gpus=1)
     again = _corpus(tmp_path, "--only", ROWS[2], "--merge", "--time-limit", "0", gpus=1)
     assert again["rows"] == doc["rows"] and doc["rows"][0]["minicomp_ms"] > 0
+
+
+def test_two_shards_on_one_gpu_make_one_table(tmp_path):
+    """``--per-gpu 2``: two shard processes per GPU (here one "GPU", a dry run), one table in order."""
+    doc = _corpus(tmp_path, "--only", "softmax last dim 262144x256,softmax last dim 16384x4095 fp32", "--per-gpu", "2",
+                  gpus=1)
+    assert [r["name"] for r in doc["rows"]] == ROWS and all(r["correct"] for r in doc["rows"]), doc["rows"]
+    assert doc["per_gpu"] == 2 and "--per-gpu 2" in doc["command"]
+
+
+def test_timing_holds_its_gpu_alone(monkeypatch, tmp_path):
+    """Two processes' timing rounds on one GPU (the lock's file; threads here, each its own open file)
+    never overlap; on other GPUs they may."""
+    import threading
+    import time
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from harness import gpu_turn
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"test-{tmp_path.name}")
+    spans = []
+
+    def timed():
+        with gpu_turn("cuda"):
+            start = time.perf_counter()
+            time.sleep(0.2)
+            spans.append((start, time.perf_counter()))
+    threads = [threading.Thread(target=timed) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (a0, a1), (b0, b1) = sorted(spans)
+    assert b0 >= a1, spans
