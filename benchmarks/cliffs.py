@@ -373,7 +373,8 @@ def run_generate(work: Work, row: dict, args: argparse.Namespace, device: str, b
         return gen.generate(m, ids, mask, tokens, "dynamic", device)
 
     def ms_per_token(m: nn.Module) -> float:
-        seconds = sorted(call(m)[1] for _ in range(GENERATE_CALLS))[GENERATE_CALLS // 2]
+        with harness.gpu_turn(device):  # (--per-gpu: the GPU alone while timed)
+            seconds = sorted(call(m)[1] for _ in range(GENERATE_CALLS))[GENERATE_CALLS // 2]
         return round(1000 * seconds / tokens, 4)
 
     expected, _ = call(base)
