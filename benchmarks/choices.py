@@ -6,6 +6,7 @@ same q, k, v as a reference).
     python benchmarks/choices.py                  # GPU: every row, at most about 6 minutes (--budget-s)
     python benchmarks/choices.py --only gemm,conv # some rules
     python benchmarks/choices.py --dry-run        # CPU, tiny sizes, results in a temporary folder
+    python benchmarks/choices.py --only conv --rows groups=96 --merge   # some rows again, the others kept
 
 Each row compiles once per side: as the rule decides (``auto``; its decision, read from the report, is
 the side the rule picks on this GPU) and with each other side forced through the rule's switch
@@ -22,6 +23,7 @@ import datetime
 import json
 import math
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -279,12 +281,29 @@ def markdown(meta: dict, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def merged(earlier: dict, meta: dict, rows: list[dict], rules: dict) -> tuple[dict, list[dict]]:
+    """``--merge``: the earlier file's rows that were not measured again, with the new ones, in the rules'
+    table order (rows no table has any more last); its command, then this one."""
+    def key(r) -> tuple:
+        return r["rule"], r["setting"], json.dumps(r["case"], sort_keys=True)
+    place = {key(dict(rule=rule.name, setting=row.setting, case=row.case)): k
+             for k, (rule, row) in enumerate((rule, row) for rule in rules.values() for row in rule.table)}
+    fresh = {key(r) for r in rows}
+    table = [r for r in earlier["rows"] if key(r) not in fresh] + rows
+    table.sort(key=lambda r: place.get(key(r), len(place)))
+    return dict(meta, command=f"{earlier['command']}, then {meta['command']} --merge",
+                date=meta["date"] if meta["date"] == earlier.get("date") else f"{earlier.get('date')} and {meta['date']}"), table
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default="", help="comma-separated rule names (default: every rule)")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes: checks the script")
     p.add_argument("--out-dir", default=None, help="default: benchmarks/results (a temporary folder with --dry-run)")
     p.add_argument("--budget-s", type=float, default=300, help="rows not started by then are skipped (listed)")
+    p.add_argument("--rows", default="", help="only the rows whose setting and case contain one of these "
+                                              "(comma-separated), e.g. 'groups=96,k=100352'")
+    p.add_argument("--merge", action="store_true", help="keep the results file's other rows (measured earlier)")
     a = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))  # benchmark the checkout this script is in
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -309,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     # the rules' rows in turn (row 1 of each, then row 2, ...): a run cut by the budget leaves no rule out
     order = [(rule, rule.table[i]) for i in range(max(len(r.table) for r in rules)) for rule in rules
              if i < len(rule.table)]
+    wanted = [w for w in a.rows.split(",") if w]
+    order = [(rule, row) for rule, row in order
+             if not wanted or any(w in f"{row.setting} {describe(row.case)}" for w in wanted)]
     start, rows, skipped = time.monotonic(), [], []
     for rule, row in order:
         name = f"{rule.name} {row.setting} {describe(row.case)}"
@@ -322,13 +344,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{time.monotonic() - start:.0f}s", name,
               {k: v for k, v in rows[-1].items() if k.endswith("_ms") or k in ("picks", "error")}, flush=True)
     command = " ".join(["python benchmarks/choices.py"] + (["--only", a.only] if a.only else [])
-                       + (["--dry-run"] if a.dry_run else []))
+                       + (["--rows", shlex.quote(a.rows)] if a.rows else []) + (["--dry-run"] if a.dry_run else []))
     meta = dict(date=datetime.date.today().isoformat(), command=command, torch=torch.__version__,
                 triton=triton.__version__, skipped=skipped,
                 gpu=torch.cuda.get_device_name() if device == "cuda" else "CPU (Triton interpreter)")
     default_dir = tempfile.mkdtemp(prefix="choices-dry-run-") if a.dry_run else ROOT / "benchmarks" / "results"
     out_dir = Path(a.out_dir or default_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if a.merge and (out_dir / "choices.json").exists():
+        meta, rows = merged(json.loads((out_dir / "choices.json").read_text()), meta, rows, RULES)
     (out_dir / "choices.json").write_text(json.dumps(dict(meta, rows=rows), indent=1, default=str))
     (out_dir / "choices.md").write_text(markdown(meta, rows))
     print(f"wrote {out_dir / 'choices.md'} ({time.monotonic() - start:.0f} s)")

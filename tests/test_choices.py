@@ -107,3 +107,21 @@ def test_a_switch_forces_its_side_and_names_itself():
         assert all(RULES[name].forced().template for name in ("conv", "attention", "sdpa"))
     with config.patch(gemm="auto", conv="auto", attention="auto"):
         assert all(rule.forced() is None for rule in RULES.values())
+
+
+def test_a_merged_measurement_replaces_its_rows_and_keeps_the_others_in_table_order():
+    """``choices.py --merge``: rows measured again replace theirs, the file's others stay, in the rules'
+    order; the command records both runs."""
+    from benchmarks.choices import merged
+    first, second = RULES["gemm"].table[0], RULES["gemm"].table[1]
+    conv = RULES["conv"].table[0]
+
+    def measured(rule, row, ms):
+        return dict(rule=rule, setting=row.setting, case=row.case, template_ms=ms)
+    earlier = dict(command="python benchmarks/choices.py", date="2026-11-27",
+                   rows=[measured("gemm", first, 1.0), measured("gemm", second, 2.0), measured("conv", conv, 3.0)])
+    meta, rows = merged(earlier, dict(command="python benchmarks/choices.py --only conv,gemm --rows x", date="2026-11-28"),
+                        [measured("conv", conv, 4.0), measured("gemm", second, 5.0)], RULES)
+    assert [r["template_ms"] for r in rows] == [1.0, 5.0, 4.0]
+    assert meta["command"].endswith("then python benchmarks/choices.py --only conv,gemm --rows x --merge")
+    assert meta["date"] == "2026-11-27 and 2026-11-28"
