@@ -90,3 +90,13 @@ def test_a_result_computed_from_constants_is_a_new_tensor_every_call(monkeypatch
         return x + 1, torch.arange(4) * 2
     _, fallbacks = _lowered(fn, (3,), monkeypatch=monkeypatch)
     assert [op for op, _ in fallbacks] == ["mul.Tensor"], fallbacks
+
+
+def test_cpu_work_that_fails_on_its_constants_stays_a_fallback_op(monkeypatch):
+    """An op that raises on its constant inputs (an index past the table) is not folded: it runs, and
+    raises, as a fallback op on every call, as eager's does."""
+    def fn(x):
+        table = torch.arange(4)
+        return x * table[torch.tensor([1, 9])].sum()
+    _, fallbacks = _lowered(fn, (3,), monkeypatch=monkeypatch)
+    assert any(op.startswith("index") for op, _ in fallbacks), fallbacks
