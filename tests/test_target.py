@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from minicomp.templates.pointwise import WIDE_BLOCK_MAX_LOADS
 from minicomp.backend import decompositions
 from minicomp.graphs.options import PIPELINE
 from minicomp.frontend.lowering import Lowering
@@ -120,6 +121,9 @@ def test_gpu_block_sizes_come_from_the_target():
     _, (gpu,) = _scheduled(lambda x: x.relu(), [x], H200)
     assert (cpu.schedule.blocks, cpu.schedule.num_warps) == ({"XBLOCK": 65536}, 1)
     assert (gpu.schedule.blocks, gpu.schedule.num_warps) == ({"XBLOCK": 4096}, 4)  # 16-bit data: 4096 a program
+    parts = [torch.empty(1024, 1024, dtype=BF16) for _ in range(WIDE_BLOCK_MAX_LOADS + 1)]
+    _, (many,) = _scheduled(lambda *p: sum(p), parts, H200)  # more loads than a wide block's registers hold
+    assert many.schedule.blocks == {"XBLOCK": 1024}
     y = torch.empty(16, 65536)
     _, (col,) = _scheduled(lambda y: y.sum(0), [y], H200)  # a column reduction: 64 neighbouring outputs
     assert col.schedule.blocks["XBLOCK"] == 64 and col.schedule.num_warps == 4
