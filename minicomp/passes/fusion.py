@@ -51,6 +51,11 @@ RULES = (
 )
 
 MAX_PROLOGUE_OPS = 4  # pointwise ops (each ``OPS[fn].cheap``) recomputed on a GEMM operand's tiles
+# A sliding-window reduction (a pool, window sums) computes its prologue at every tap. Inception-v3's
+# BN + ReLU + cat of four branches (20 loads) under a 3x3 pool ran 0.7 ms a call so, where Inductor
+# stores the cat and pools it in ~0.06 (bf16, B32, H200); a batch norm + ReLU (5 loads) under a pool
+# stays fused.
+MAX_WINDOW_PROLOGUE_LOADS = 8
 
 
 def is_compute(node: Node) -> bool:
@@ -252,6 +257,10 @@ class _Partition:
             self._refuse(a, b, "cycle", "another kernel or fallback op sits between them")
             return False
         members = sorted(a.nodes + b.nodes, key=self.position.__getitem__)
+        if axes and window_prologue_loads(members) > MAX_WINDOW_PROLOGUE_LOADS:
+            self._refuse(a, b, "window-prologue", f"{window_prologue_loads(members)} loads would run at every tap "
+                                                  f"of a sliding window (at most {MAX_WINDOW_PROLOGUE_LOADS})")
+            return False
         prologue = list(a.nodes)  # (attention-prologue: the producers, before the merge)
         try:
             if not twins or len(members) > 2:
@@ -288,6 +297,22 @@ class _Partition:
 
     def _refuse(self, a: Group, b: Group, rule: str, reason: str) -> None:
         self.decisions.append(f"not fused: {a.nodes[-1].name} -> {b.nodes[0].name} [{rule}] {reason}")
+
+
+def window_prologue_loads(members: list[Node]) -> int:
+    """The loads of the members computed at every tap of a sliding window they feed (read through a
+    ``window`` view); 0 when no member is read so."""
+    inside, per_tap, work = set(members), set(), []
+    for n in members:
+        for i in n.inputs:
+            if i.op == "view" and i.attrs.get("kind") == "window":
+                work.append(terminal(i))
+    while work:
+        n = work.pop()
+        if n in inside and n not in per_tap:
+            per_tap.add(n)
+            work.extend(terminal(i) for i in n.inputs)
+    return sum(1 for n in per_tap for i in n.inputs if terminal(i) not in inside)
 
 
 def _gemm_refusal(a: Group, b: Group, rule: str) -> tuple[str, str] | None:
