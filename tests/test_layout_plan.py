@@ -356,12 +356,13 @@ def test_one_convolution_among_many_nodes_stays_nchw_on_the_gpu():
 
 def test_a_grouped_convolution_of_many_groups_runs_nchw_among_channels_last_buffers_on_the_gpu():
     """Scheduled for the H200 (nothing runs): RegNet's shape (1x1, grouped 3x3, 1x1): the grouped
-    convolution of 16 groups is handed NCHW input and weight (its result is copied back to the
-    planned channels-last buffer), the 1x1 convolutions channels-last; on the CPU every convolution
-    is channels-last; a convolution of 2 groups stays channels-last on the GPU too."""
+    convolution of 16 groups of 16 channels is handed NCHW input and weight (its result is copied back
+    to the planned channels-last buffer), the 1x1 convolutions channels-last; on the CPU every
+    convolution is channels-last; so is one of 2 groups on the GPU, and one of 16 groups of 4 channels
+    (ResNeXt's 4: cuDNN converts an NCHW input to NHWC itself)."""
     from minicomp.ir.target import INTERPRETER
     from minicomp.ir.types import contiguous_strides
-    from minicomp.passes.layout_plan import GROUPED_NCHW_MIN_GROUPS, channels_last_strides, is_conv2d, keeps_nchw
+    from minicomp.passes.layout_plan import GROUPED_NCHW_MIN_GROUPS, GROUPED_NCHW_MIN_WIDTH, channels_last_strides, is_conv2d, keeps_nchw
     from tests.test_target import _scheduled
     from tests.utils import H200
 
@@ -371,9 +372,9 @@ def test_a_grouped_convolution_of_many_groups_runs_nchw_among_channels_last_buff
             y = F.conv2d(y, w2, padding=1, groups=groups).relu()
             return F.conv2d(y, w3) + x
         return fn
-    x = torch.randn(2, 32, 6, 6)
-    for groups, target, nchw in ((16, H200, True), (16, INTERPRETER, False)):
-        ws = [torch.randn(32, 32, 1, 1), torch.randn(32, 32 // groups, 3, 3), torch.randn(32, 32, 1, 1)]
+    x = torch.randn(2, 256, 6, 6)
+    for groups, target, nchw in ((16, H200, True), (16, INTERPRETER, False), (64, H200, False)):
+        ws = [torch.randn(256, 256, 1, 1), torch.randn(256, 256 // groups, 3, 3), torch.randn(256, 256, 1, 1)]
         graph, _ = _scheduled(block(groups), [x, *ws], target)
         convs = [n for n in graph.nodes if is_conv2d(n)]
         assert len(convs) == 3, graph
@@ -383,8 +384,8 @@ def test_a_grouped_convolution_of_many_groups_runs_nchw_among_channels_last_buff
                 assert conv.attrs["input_strides"][conv.inputs.index(v)] == want(v.shape), (groups, target, conv)
         notes = [d for d in graph.decisions if "GROUPED_NCHW_MIN_GROUPS" in d]
         assert bool(notes) == nchw, graph.decisions
-    assert GROUPED_NCHW_MIN_GROUPS > 2
-    ws = [torch.randn(32, 32, 1, 1), torch.randn(32, 16, 3, 3), torch.randn(32, 32, 1, 1)]
+    assert GROUPED_NCHW_MIN_GROUPS > 2 and 256 // 64 < GROUPED_NCHW_MIN_WIDTH <= 256 // 16
+    ws = [torch.randn(256, 256, 1, 1), torch.randn(256, 128, 3, 3), torch.randn(256, 256, 1, 1)]
     graph, _ = _scheduled(block(2), [x, *ws], H200)
     assert [keeps_nchw(n, H200) for n in graph.nodes if is_conv2d(n)] == [False] * 3
 

@@ -166,6 +166,7 @@ class ConvFacts:
     width: int
     channels_last: bool      # cuDNN would read NHWC data: given so, or the graph's layout (layout_plan)
     taps: int = 9            # kernel height x width
+    groups: int = 1
 
 
 @dataclass(frozen=True)
@@ -315,6 +316,11 @@ DEPTHWISE_TEMPLATE_MAX_TAPS = 9
 with 5x5 and 7x7 depthwise convolutions ran 1.3-1.6x Inductor's time (ConvNeXt-T 1.59, ConvNeXt-V2 1.57,
 TinyNet-A 1.48, FastViT-T8 1.31: corpus-models-infer.md), those with 3x3 ones 0.76-0.82 (RexNet,
 EfficientNetV2): larger windows take cuDNN until measured."""
+GROUPED_TEMPLATE_MAX_WIDTH = 24
+"""Input channels per group up to which a half-precision grouped convolution over NHWC data runs in the IR:
+RegNetY-016's 24-channel groups won whole-model (GROUPED). Wider groups are dense products per group, where
+the im2col view's address math loses as it does at groups=1: ResNeSt-14d's two groups of 32-256 channels
+took 0.23-0.85 ms a call in the IR, the model 2.5x Inductor's GPU time (profile, CONV_PROFILE)."""
 CUDNN_CHANNEL_MULTIPLE = 8  # half-precision channels per 16 bytes: what cuDNN's tensor-core kernels take unpadded
 
 
@@ -332,9 +338,13 @@ def _conv(c: ConvFacts, target: Target) -> tuple[str, str]:
     if c.kind == "grouped":
         if c.dtype == torch.float32:  # RegNet fp32 b32 (corpus-models-infer.md): 9.1 ms vs Inductor's cuDNN 5.9
             return LIBRARY, "fp32 grouped: the IR's im2col product (TF32 or IEEE) loses to cuDNN's implicit GEMM"
-        if c.channels_last:
+        if c.channels_last and c.cin // c.groups <= GROUPED_TEMPLATE_MAX_WIDTH:
             return TEMPLATE, ("grouped over NHWC data: a tensor-core product per image and group, the epilogue "
                               "fused (cuDNN's grouped kernels convert NHWC around theirs, or need NCHW copies)")
+        if c.channels_last:
+            return LIBRARY, (f"grouped, {c.cin // c.groups} input channels a group (more than "
+                             f"{GROUPED_TEMPLATE_MAX_WIDTH}): a dense product per group, where cuDNN's implicit GEMM "
+                             f"beats the im2col view's address math")
         return LIBRARY, "grouped over NCHW data: cuDNN's NCHW grouped kernel reads it directly (2.8x the IR's speed)"
     if pads_channels(c):
         return TEMPLATE, (f"one pixel, {c.cin} input channels (not a multiple of {CUDNN_CHANNEL_MULTIPLE}): cuDNN "
@@ -375,6 +385,9 @@ CLIFFS = ("library: benchmarks/results/cliffs.md (python benchmarks/cliffs.py; 2
           "table (the same row before commit 68738a9, another run)")
 GROUPED = ("benchmarks/results/experiments.md, 'What moved: grouped convolutions in the IR' (2026-11-24): whole "
            "RegNetY-016 b32 bf16, GPU ms; cuDNN (NCHW, with copies) in session 13's run, the IR in session 14's")
+CONV_PROFILE = ("the models corpus's timm:resnest14d bf16 B32 row, per-kernel GPU profile (probe beside "
+                "corpus.py, H200, 2026-11-28; experiments.md, 'Corpus cliffs: wide groups, wide blocks, window "
+                "prologues'): the template's time")
 T, L, S = TEMPLATE, LIBRARY, SDPA_CALL
 GEMM_RUNS = ("experiments.md, 'The GEMM rule: long K on few tiles, TF32' (python benchmarks/choices.py --only "
              "gemm,plain_gemm, H200, 2026-11-28; the first of two runs, each beside another benchmark)")
@@ -514,6 +527,8 @@ CONV_ROWS = (  # batch 32; template: MINICOMP_CONV=ir, library: =cudnn; channels
         "whole RegNetY-016 (these over channels-last buffers), ms per call"),
     Row("bf16", conv(32, 336, 14, 336, 3, groups=14), None, None, L, "", "RegNetY-016 stage 3"),
     Row("bf16", conv(32, 336, 14, 336, 3, groups=14, channels_last=True), None, None, T, ""),
+    Row("bf16", conv(32, 256, 28, 512, 3, groups=2, channels_last=True), 0.849, None, L, CONV_PROFILE,
+        "ResNeSt-14d's stage 3: 128 channels a group (GROUPED_TEMPLATE_MAX_WIDTH)"),
     Row("bf16", conv(32, 64, 56, 64, 1), None, None, T, "", "ONE_K_STEP_CIN"),
     Row("bf16", conv(32, 512, 28, 128, 1), None, None, L, "", "AUTO_IR_MIN_COUT"),
     Row("bf16", conv(32, 2048, 7, 512, 1), None, None, T, ""),

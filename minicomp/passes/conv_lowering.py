@@ -140,7 +140,7 @@ def facts(conv: Conv, target: Target, channels_last: bool = False) -> choices.Co
     input given channels-last)."""
     n, cin, h, w = conv.x.shape
     return choices.ConvFacts(conv.kind, conv.x.dtype, precision(conv, target), cin, conv.w.shape[0], h, w,
-                             channels_last or conv.channels_last, conv.w.shape[2] * conv.w.shape[3])
+                             channels_last or conv.channels_last, conv.w.shape[2] * conv.w.shape[3], conv.groups)
 
 
 def tunable(node: Node) -> bool:

@@ -66,12 +66,17 @@ def conv_kind(conv: Node) -> str:
 # RegNetY-016's 3x3 convolutions of 24 channels per group, which the IR now runs): with 5 to 37 groups
 # NHWC took 1.6-2.0x NCHW's time (92 vs 49 us at 336x14x14; cuDNN's tensorTransformGeneric was two
 # thirds of it), with 2 groups NHWC was as fast or faster (58 vs 64 us at 48x56x56).
+# Groups of fewer than GROUPED_NCHW_MIN_WIDTH input channels stay NHWC: SE-ResNeXt26d's 32 groups of 4
+# channels (bf16, B32) made 8 copies of 73 us a call and cuDNN still converted its NCHW input to NHWC
+# and back (0.76 ms of the model's 2.70 against Inductor's 1.51, which runs them NHWC).
 GROUPED_NCHW_MIN_GROUPS = 4
+GROUPED_NCHW_MIN_WIDTH = 16
 
 
 def keeps_nchw(conv: Node, target) -> bool:
     """Whether a convolution runs NCHW even among channels-last buffers (on a GPU: cuDNN)."""
-    return target.is_cuda and conv_kind(conv) == "grouped" and conv.attrs["arg_tree"][0][8] >= GROUPED_NCHW_MIN_GROUPS
+    return (target.is_cuda and conv_kind(conv) == "grouped" and conv.attrs["arg_tree"][0][8] >= GROUPED_NCHW_MIN_GROUPS
+            and conv.inputs[1].shape[1] >= GROUPED_NCHW_MIN_WIDTH)
 
 
 # Inductor's rule too (decide_layout_opt): a graph with this many nodes per convolution (a transformer
