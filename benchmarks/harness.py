@@ -698,7 +698,8 @@ def run_on_gpus(cases: list[Case], args: argparse.Namespace, *, script: Path, st
     gpus = visible.split(",") if visible else [str(i) for i in range(args.gpus)]
     if not args.dry_run and len(gpus) < args.gpus:
         raise SystemExit(f"--gpus {args.gpus}: CUDA_VISIBLE_DEVICES={visible} names {len(gpus)}")
-    folder = Path(tempfile.mkdtemp(prefix=f"{stem}-shards-"))
+    out.mkdir(parents=True, exist_ok=True)  # (the shards' files there: a run stopped early leaves them readable)
+    folder = Path(tempfile.mkdtemp(prefix=f".{stem}-shards-", dir=out))
     child = _without_out(_without(args.argv, flags=(), options=("--gpus", "--per-gpu")))
     count = args.gpus * args.per_gpu
     procs = []
