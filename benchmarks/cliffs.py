@@ -58,7 +58,8 @@ Correctness (``correct``: minicomp's, ``inductor_correct``: Inductor's) against 
   ‖a − b‖ / (‖b‖ + 0.01·rms·√n) (``model_zoo.gradient_mismatches``'s measure: rms over all eager gradients);
   correct when it is at most 1e-3 (fp32) or 5e-2 (bf16 autocast) and the floating buffers (BatchNorm
   running statistics) are within the same relative error; where one is over, the same step in float64
-  referees (a gradient or buffer as close to float64's as eager's passes).
+  referees (a gradient or buffer as close to float64's as eager's passes, or as the step compiled with
+  ``aot_eager``: the harness's docstring).
 * Llama ``generate``: ``tokens_equal`` is the fraction of new tokens equal to eager's; correct if all are.
   Greedy bf16 decoding flips a near tie on a rounding difference, and the rest of that sequence with it
   (Inductor's tokens differed too), so where some differ both are teacher-forced on eager's tokens through
@@ -411,7 +412,7 @@ DESCRIPTION = harness.measures(
     f"whole `generate` call (median of {GENERATE_CALLS})",
     "inference: max ‖a − b‖/‖b‖ over the outputs above 1e-4 and not referred to float64; argmax/argmin: any index "
     "differs; training: loss or a gradient above 1e-3 fp32, 5e-2 bf16 autocast, and not as close to float64's as "
-    "eager's; Llama: a generated token differs and the teacher-forced logits differ beyond bf16's tolerance", "cliffs.py")
+    "eager's or the aot_eager trace's; Llama: a generated token differs and the teacher-forced logits differ beyond bf16's tolerance", "cliffs.py")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

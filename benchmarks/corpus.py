@@ -174,7 +174,7 @@ TABLES = {  # table: (rows, its words in the Markdown, --rounds, --row-timeout)
 MEASURES = harness.measures(
     "", "‖a − b‖/‖b‖ above 1e-4 fp32, 3e-2 bf16 and not as close to float64 as eager's; integer outputs: any "
     "differs; training: loss or a gradient above 1e-3 fp32, 5e-2 bf16 autocast, not as close to float64's as "
-    "eager's", "corpus.py")
+    "eager's or the aot_eager trace's", "corpus.py")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -69,3 +69,50 @@ def test_timing_holds_its_gpu_alone(monkeypatch, tmp_path):
         t.join()
     (a0, a1), (b0, b1) = sorted(spans)
     assert b0 >= a1, spans
+
+
+def test_a_gradient_off_as_aot_eagers_trace_is_judged_against_that_trace(monkeypatch):
+    """A training row whose gradients differ from eager's and float64's, but exactly as the step compiled
+    with ``aot_eager`` does (here: both backends see the same perturbed input), is correct and says it
+    was judged against the trace; without that referee it is wrong."""
+    import argparse
+    import torch
+    from torch import nn
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import harness
+    delta = torch.randn(4, 8) * 0.1
+
+    class Traced(nn.Module):  # what "the trace" computes: eager's loss, gradients taken at a nearby input
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            near = self.model(x + delta)
+            return self.model(x).detach() + near - near.detach()
+    monkeypatch.setattr(harness, "compile_with", lambda backend, model: Traced(model))
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, backend=None, **kw:
+                        Traced(model) if backend == "aot_eager" else real_compile(model, backend=backend, **kw))
+    monkeypatch.setitem(harness.TRAIN_TOL, "fp32", 1e-6)
+
+    def run(trace_referee: bool) -> dict:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1))
+        work = harness.Work(model, (torch.randn(4, 8),), "4x8", loss=lambda out: out.square().sum())
+        row = dict(n=1, name="tiny", kind="train", dtype="fp32")
+        args = argparse.Namespace(backends=("minicomp",), rounds=1)
+        if not trace_referee:
+            monkeypatch.setattr(harness.zoo, "gradient_mismatches", _without_alternatives(harness.zoo.gradient_mismatches))
+        harness.run_training(work, row, args, "cpu", lambda fn: (fn(), 1.0)[1])
+        return row
+    row = run(trace_referee=True)
+    assert row["correct"] and row["minicomp_fp64_referee"] and row["minicomp_trace_referee"], row
+    assert any("aot_eager" in line for line in harness.notes([row])), harness.notes([row])
+    row = run(trace_referee=False)
+    assert not row["correct"] and "wrong" in row["error"], row
+
+
+def _without_alternatives(mismatches):
+    return lambda *args, alternatives=(), **kwargs: mismatches(*args, **kwargs)
