@@ -256,18 +256,18 @@ def _has_ref(tree) -> bool:
     return isinstance(tree, InputRef)
 
 
-PAD_MIN_FLOPS = 2**32
-"""Products of fewer FLOPs keep their unaligned rows: the padding costs three launches and a copy of
-the right operand every call, more than the aligned kernel saves on a small product (ResMLP's token
-mixing, bf16 12288x196x196 per layer, 0.9 GFLOP: the model's host time 1.8x Inductor's with its GPU time
-1.06x, H200). The threshold between that and GPT-2's LM head (79 GFLOP) is not measured."""
+PAD_MIN_OPERAND = 2**20
+"""Right operands of fewer elements keep their unaligned rows: padding costs three launches and a copy
+every call, more than the aligned kernel saves on so small an operand (ResMLP's 196x196 token mixing,
+bf16, 12288 rows a layer: the model's host time 1.8x Inductor's with its GPU time 1.06x, H200). GPT-2's
+LM head (768x50257: 843 against 124 us at 1024 tokens) stays padded; sizes between are not measured."""
 
 
-def aligned_rows_product(op, *args, cuda_only: bool = True, min_flops: int = PAD_MIN_FLOPS) -> torch.Tensor:
+def aligned_rows_product(op, *args, cuda_only: bool = True, min_operand: int = PAD_MIN_OPERAND) -> torch.Tensor:
     """``op`` (aten ``mm``, or ``addmm`` with a bias vector) with the result's row length padded to a
-    multiple of 16 bytes when it is not (a 50257-word vocabulary) and the product has ``min_flops``: the
-    right operand copied into a padded buffer (as Inductor's padding does), the product's extra columns
-    dropped by a view. cuBLAS runs unaligned kernels otherwise (H200, GPT-2's fp16 LM head at 1024
+    multiple of 16 bytes when it is not (a 50257-word vocabulary) and the right operand has ``min_operand``
+    elements: the right operand copied into a padded buffer (as Inductor's padding does), the product's
+    extra columns dropped by a view. cuBLAS runs unaligned kernels otherwise (H200, GPT-2's fp16 LM head at 1024
     tokens: 843 us in ``cutlass_75..._align1`` against 124 us aligned). The callers copy the view to
     contiguous where they need it."""
     a, b = args[-2], args[-1]
@@ -275,7 +275,7 @@ def aligned_rows_product(op, *args, cuda_only: bool = True, min_flops: int = PAD
     bias = args[0] if op is torch.ops.aten.addmm.default else None
     product = torch.mm if bias is None else torch.addmm  # the public functions: cheaper calls than the aten overloads
     if (n % per == 0 or n < per or (cuda_only and not b.is_cuda) or (bias is not None and bias.shape != (n,))
-            or 2 * a.shape[0] * n * a.shape[1] < min_flops):
+            or b.numel() < min_operand):
         return product(*args)
     n_pad = n + per - n % per
     like = dict(dtype=b.dtype, device=b.device)
