@@ -412,7 +412,8 @@ DESCRIPTION = harness.measures(
     f"whole `generate` call (median of {GENERATE_CALLS})",
     "inference: max ‖a − b‖/‖b‖ over the outputs above 1e-4 and not referred to float64; argmax/argmin: any index "
     "differs; training: loss or a gradient above 1e-3 fp32, 5e-2 bf16 autocast, and not as close to float64's as "
-    "eager's or the aot_eager trace's; Llama: a generated token differs and the teacher-forced logits differ beyond bf16's tolerance", "cliffs.py")
+    "eager's or the aot_eager trace's; Llama: a generated token differs and the teacher-forced logits differ "
+    "beyond bf16's tolerance", "cliffs.py")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

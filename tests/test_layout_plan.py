@@ -362,7 +362,8 @@ def test_a_grouped_convolution_of_many_groups_runs_nchw_among_channels_last_buff
     (ResNeXt's 4: cuDNN converts an NCHW input to NHWC itself)."""
     from minicomp.ir.target import INTERPRETER
     from minicomp.ir.types import contiguous_strides
-    from minicomp.passes.layout_plan import GROUPED_NCHW_MIN_GROUPS, GROUPED_NCHW_MIN_WIDTH, channels_last_strides, is_conv2d, keeps_nchw
+    from minicomp.passes.layout_plan import (GROUPED_NCHW_MIN_GROUPS, GROUPED_NCHW_MIN_WIDTH, channels_last_strides,
+                                             is_conv2d, keeps_nchw)
     from tests.test_target import _scheduled
     from tests.utils import H200
 

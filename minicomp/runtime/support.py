@@ -267,9 +267,9 @@ def aligned_rows_product(op, *args, cuda_only: bool = True, min_operand: int = P
     """``op`` (aten ``mm``, or ``addmm`` with a bias vector) with the result's row length padded to a
     multiple of 16 bytes when it is not (a 50257-word vocabulary) and the right operand has ``min_operand``
     elements: the right operand copied into a padded buffer (as Inductor's padding does), the product's
-    extra columns dropped by a view. cuBLAS runs unaligned kernels otherwise (H200, GPT-2's fp16 LM head at 1024
-    tokens: 843 us in ``cutlass_75..._align1`` against 124 us aligned). The callers copy the view to
-    contiguous where they need it."""
+    extra columns dropped by a view. cuBLAS runs unaligned kernels otherwise (H200, GPT-2's fp16 LM head
+    at 1024 tokens: 843 us in ``cutlass_75..._align1`` against 124 us aligned). The callers copy the view
+    to contiguous where they need it."""
     a, b = args[-2], args[-1]
     n, per = b.shape[1], 16 // b.element_size()
     bias = args[0] if op is torch.ops.aten.addmm.default else None
