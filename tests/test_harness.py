@@ -117,3 +117,18 @@ def test_a_gradient_off_as_aot_eagers_trace_is_judged_against_that_trace(monkeyp
 
 def _without_alternatives(mismatches):
     return lambda *args, alternatives=(), **kwargs: mismatches(*args, **kwargs)
+
+
+def test_profile_rows_dry_run_writes_each_backend_and_minicomps_report(tmp_path):
+    """``benchmarks/profile_rows.py --dry-run``: a row of a benchmark's table, built as the benchmark
+    builds it, timed under both backends; minicomp's report names its kernels; an unknown row is refused."""
+    script = [sys.executable, str(ROOT / "benchmarks" / "profile_rows.py"), "cliffs"]
+    done = subprocess.run([*script, "softmax rows of 393216", "--dry-run", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = json.loads((tmp_path / "profile.json").read_text())["rows"]["softmax rows of 393216"]
+    assert set(row) == {"inductor", "minicomp"} and all(r["wall_ms"] > 0 for r in row.values()), row
+    assert "softmax" in (tmp_path / "report_softmax_rows_of_393216.txt").read_text()
+    wrong = subprocess.run([*script, "no such row", "--dry-run", "--out", str(tmp_path)], capture_output=True, text=True,
+                           timeout=300)
+    assert wrong.returncode == 1 and "no row named" in wrong.stderr
