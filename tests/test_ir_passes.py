@@ -476,3 +476,25 @@ def test_backend_compiles_with_a_modified_pipeline(cache_dir, monkeypatch):
     assert log == [2]  # the given pipeline ran, and without cse both sin nodes were still there
     rep = minicomp.report()
     assert rep.whole_graph_fallback is None and len(rep.kernels) == 1
+
+
+def test_an_overlapping_window_does_not_recompute_a_costly_producer_at_every_tap():
+    """``window-prologue``: Inception's BN + ReLU + cat of branches (more than MAX_WINDOW_PROLOGUE_LOADS
+    loads) under a 3x3 stride-1 average pool is its own kernel, stored once and pooled; under a 2x2
+    stride-2 pool (each value read once) it stays fused, and so does a cheap producer (a ReLU) under the
+    3x3 pool. Results as eager's."""
+    from minicomp.passes.fusion import MAX_WINDOW_PROLOGUE_LOADS
+
+    def branches(pool):
+        def fn(a, b, c, w, s):
+            y = torch.cat([(a * w[0] + s[0]).relu(), (b * w[1] + s[1]).relu(), (c * w[2] + s[2]).relu()], 1)
+            return pool(y)
+        return fn
+    a, b, c = (torch.randn(2, 4, 7, 7) for _ in range(3))
+    w, s = torch.randn(3, 1, 4, 1, 1), torch.randn(3, 1, 4, 1, 1)
+    overlapping, halving = (lambda y: F.avg_pool2d(y, 3, 1, 1)), (lambda y: F.avg_pool2d(y, 2, 2))
+    report = compile_and_compare(branches(overlapping), a, b, c, w, s, kernels=2)
+    assert any("[window-prologue]" in d and f"(at most {MAX_WINDOW_PROLOGUE_LOADS})" in d for d in report.decisions)
+    report = compile_and_compare(branches(halving), a, b, c, w, s, kernels=1)
+    assert not any("[window-prologue]" in d for d in report.decisions)
+    compile_and_compare(lambda x: F.avg_pool2d(x.relu(), 3, 1, 1), a, kernels=1)

@@ -18,6 +18,7 @@ Every merge that is tried and refused is recorded with the rule that stopped it.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import defaultdict
 
 import networkx as nx
@@ -51,10 +52,10 @@ RULES = (
 )
 
 MAX_PROLOGUE_OPS = 4  # pointwise ops (each ``OPS[fn].cheap``) recomputed on a GEMM operand's tiles
-# A sliding-window reduction (a pool, window sums) computes its prologue at every tap. Inception-v3's
-# BN + ReLU + cat of four branches (20 loads) under a 3x3 pool ran 0.7 ms a call so, where Inductor
-# stores the cat and pools it in ~0.06 (bf16, B32, H200); a batch norm + ReLU (5 loads) under a pool
-# stays fused.
+# An overlapping sliding-window reduction (a pool, window sums) computes its prologue at every tap.
+# Inception-v3's BN + ReLU + cat of four branches (20 loads) under a 3x3 pool ran 0.7 ms a call so, where
+# Inductor stores the cat and pools it in ~0.06 (bf16, B32, H200); a batch norm + ReLU (5 loads) under a
+# pool stays fused.
 MAX_WINDOW_PROLOGUE_LOADS = 8
 
 
@@ -300,12 +301,14 @@ class _Partition:
 
 
 def window_prologue_loads(members: list[Node]) -> int:
-    """The loads of the members computed at every tap of a sliding window they feed (read through a
-    ``window`` view); 0 when no member is read so."""
+    """The loads of the members computed at every tap of an overlapping sliding window they feed (read
+    through a ``window`` view of more taps than values: a 3x3 pool of stride 1 reads each value 9 times,
+    one of 2x2 stride 2 once); 0 when no member is read so."""
     inside, per_tap, work = set(members), set(), []
     for n in members:
         for i in n.inputs:
-            if i.op == "view" and i.attrs.get("kind") == "window":
+            overlapping = i.op == "view" and math.prod(i.shape) > math.prod(terminal(i).shape)
+            if overlapping and i.attrs.get("kind") == "window":
                 work.append(terminal(i))
     while work:
         n = work.pop()
