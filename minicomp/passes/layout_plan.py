@@ -75,8 +75,9 @@ GROUPED_NCHW_MIN_WIDTH = 16
 
 def keeps_nchw(conv: Node, target) -> bool:
     """Whether a convolution runs NCHW even among channels-last buffers (on a GPU: cuDNN)."""
-    return (target.is_cuda and conv_kind(conv) == "grouped" and conv.attrs["arg_tree"][0][8] >= GROUPED_NCHW_MIN_GROUPS
-            and conv.inputs[1].shape[1] >= GROUPED_NCHW_MIN_WIDTH)
+    w, groups = conv.attrs["arg_tree"][0][1], conv.attrs["arg_tree"][0][8]
+    return (target.is_cuda and conv_kind(conv) == "grouped" and groups >= GROUPED_NCHW_MIN_GROUPS
+            and w.shape[1] >= GROUPED_NCHW_MIN_WIDTH)
 
 
 # Inductor's rule too (decide_layout_opt): a graph with this many nodes per convolution (a transformer
