@@ -60,14 +60,16 @@ def test_a_column_sum_with_outputs_enough_keeps_the_measured_block():
 def test_a_column_of_few_rows_takes_wide_tiles():
     """ResNeSt's split attention sums two radix halves, [N, 2, C, H, W] over dim 1: tiles of 64 outputs
     are programs of 128 values (0.12 ms a call over 25.7 MB, bf16 B32 on the H200); the tile widens to
-    ``SHORT_COLUMN_BLOCK`` values (a quarter of it with more loads than a wide block holds), still
-    filling the SMs."""
+    ``SHORT_COLUMN_BLOCK`` 16-bit values (a quarter of it in fp32, or with more loads than a wide block
+    holds), still filling the SMs."""
     x = torch.empty(32, 2, 64, 56, 56, dtype=BF16)
     _, (k,) = _reductions(lambda x: x.sum(1), x)
     assert k.schedule.blocks == {"XBLOCK": SHORT_COLUMN_BLOCK // 2, "RBLOCK": 2}, k.schedule
     assert _warps(k) >= COLUMN_WARPS_PER_SM * H200.sm_count, k.schedule
     ws = [torch.empty(1, 1, 64, 1, 1, dtype=BF16) for _ in range(WIDE_BLOCK_MAX_LOADS)]
     _, (k,) = _reductions(lambda x, *ws: sum(x * w for w in ws).sum(1), x, *ws)
+    assert k.schedule.blocks == {"XBLOCK": SHORT_COLUMN_BLOCK // 8, "RBLOCK": 2}, k.schedule
+    _, (k,) = _reductions(lambda x: x.sum(1), x.float())
     assert k.schedule.blocks == {"XBLOCK": SHORT_COLUMN_BLOCK // 8, "RBLOCK": 2}, k.schedule
 
 

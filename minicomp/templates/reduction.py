@@ -36,8 +36,9 @@ COLUMN_TILE = 64  # contiguous outputs per program of a column reduction
 COLUMN_BLOCK = 4096  # elements per loop step of a column program ([64, 64]: sum dim 1 of 128x4096x4095)
 COLUMN_WARPS = 4
 # A column of few rows (ResNeSt's split attention sums 2 radix halves: [N, 2, C, H, W] over dim 1) takes
-# tiles of this many values, as 16-bit pointwise blocks do (WIDE_BLOCK_MAX_LOADS bounds it the same way):
-# its 64-output tiles of 2 rows ran 0.12 ms a call over 25.7 MB (bf16, B32, H200: 0.2 TB/s).
+# tiles of this many 16-bit values, as pointwise blocks do (a quarter in fp32 or with more loads than
+# WIDE_BLOCK_MAX_LOADS): its 64-output tiles of 2 rows ran 0.12 ms a call over 25.7 MB (bf16, B32, H200:
+# 0.2 TB/s).
 SHORT_COLUMN_BLOCK = 4096
 # An argmax/argmin down columns keeps a [64, 8] block (value and int64 index): its [64, 64] block ran
 # 3.90 ms over dim 1 of 128x4096x4095 fp32 on the H200 and 4.27 at 4096 columns; [64, 8] 2.48 and
@@ -121,7 +122,8 @@ def column_schedule(group: Group, inner: int, xnumel: int, rnumel: int, target: 
     step = ARG_COLUMN_TILE if carries_index(group) else COLUMN_BLOCK
     xblock = min(COLUMN_TILE, pow2(inner))
     if rows * xblock < step and not carries_index(group):  # short columns: wider tiles (SHORT_COLUMN_BLOCK)
-        block = SHORT_COLUMN_BLOCK if loads(group) <= WIDE_BLOCK_MAX_LOADS else SHORT_COLUMN_BLOCK // 4
+        wide = read_itemsize(group) <= 2 and loads(group) <= WIDE_BLOCK_MAX_LOADS
+        block = SHORT_COLUMN_BLOCK if wide else SHORT_COLUMN_BLOCK // 4
         xblock = min(pow2(inner), max(COLUMN_TILE, block // rows))
         while xblock > COLUMN_TILE and not fills(-(-xnumel // xblock) * COLUMN_WARPS, target):
             xblock //= 2
