@@ -311,6 +311,14 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
             step(torch.compile(traced[0], backend="aot_eager"))
         return traced[0]
 
+    def mismatches(model: nn.Module, exact: nn.Module | None = None, alternatives: tuple = ()) -> list[str]:
+        """``model``'s gradients and buffers beyond ``tol`` of eager's, unless as close to ``exact``'s
+        (float64) as eager's or an alternative's."""
+        exact_params = None if exact is None else _ParametersOnly(exact)
+        return zoo.gradient_mismatches(_ParametersOnly(reference), _ParametersOnly(model), rtol=tol, exact=exact_params,
+                                       alternatives=tuple(map(_ParametersOnly, alternatives))) + \
+            buffer_mismatches(reference, model, tol, exact=exact)
+
     with torch.enable_grad():
         row["phase"] = "eager"
         expected = step(reference).float()
@@ -326,19 +334,13 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
                 row[f"{backend}_first_call_s"] = round(seconds, 2)
                 loss_err = rel_err(loss.float(), expected)
                 err = max(loss_err, gradient_error(reference, model))
-                wrong = zoo.gradient_mismatches(_ParametersOnly(reference), _ParametersOnly(model), rtol=tol) + \
-                    buffer_mismatches(reference, model, tol)
+                wrong = mismatches(model)
                 if wrong:  # judged against float64 too: is eager's the closer one?
                     row[f"{backend}_fp64_referee"] = True
-                    wrong = zoo.gradient_mismatches(_ParametersOnly(reference), _ParametersOnly(model), rtol=tol,
-                                                    exact=_ParametersOnly(referee())) + \
-                        buffer_mismatches(reference, model, tol, exact=referee())
-                if wrong and backend != "aot_eager":  # is it the trace's rounding, as aot_eager's kernels do it?
+                    wrong = mismatches(model, referee())
+                if wrong:  # is it the trace's rounding, as aot_eager's kernels do it?
                     row[f"{backend}_trace_referee"] = True
-                    wrong = zoo.gradient_mismatches(_ParametersOnly(reference), _ParametersOnly(model), rtol=tol,
-                                                    exact=_ParametersOnly(referee()),
-                                                    alternatives=(_ParametersOnly(trace_referee()),)) + \
-                        buffer_mismatches(reference, model, tol, exact=referee())
+                    wrong = mismatches(model, referee(), (trace_referee(),))
                 wrong = ([f"loss: relative error {loss_err:.3g}"] if loss_err > tol else []) + wrong
                 verdict(row, backend, not wrong, err, None if not wrong else f"{len(wrong)} wrong: "
                         + "; ".join(wrong[:5]) + (" ..." if len(wrong) > 5 else ""))

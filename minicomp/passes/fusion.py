@@ -258,9 +258,10 @@ class _Partition:
             self._refuse(a, b, "cycle", "another kernel or fallback op sits between them")
             return False
         members = sorted(a.nodes + b.nodes, key=self.position.__getitem__)
-        if axes and window_prologue_loads(members) > MAX_WINDOW_PROLOGUE_LOADS:
-            self._refuse(a, b, "window-prologue", f"{window_prologue_loads(members)} loads would run at every tap "
-                                                  f"of a sliding window (at most {MAX_WINDOW_PROLOGUE_LOADS})")
+        per_tap = window_prologue_loads(members) if axes else 0
+        if per_tap > MAX_WINDOW_PROLOGUE_LOADS:
+            self._refuse(a, b, "window-prologue", f"{per_tap} loads would run at every tap of a sliding window "
+                                                  f"(at most {MAX_WINDOW_PROLOGUE_LOADS})")
             return False
         prologue = list(a.nodes)  # (attention-prologue: the producers, before the merge)
         try:

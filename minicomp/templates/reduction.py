@@ -26,7 +26,7 @@ from ..ir.target import Target
 from ..ir.placement import NotFusable, check_group
 from .base import Context, Template
 from .emitter import build_rows, pow2, walk_order
-from .pointwise import WIDE_BLOCK_MAX_LOADS, loads
+from .pointwise import WIDE_BLOCK, block_elements
 from .reduction_order import walk_in_memory_order
 
 # Triton's own sum combine: the interpreter sums with numpy when a tl.reduce names it (see ``finish``)
@@ -36,10 +36,10 @@ COLUMN_TILE = 64  # contiguous outputs per program of a column reduction
 COLUMN_BLOCK = 4096  # elements per loop step of a column program ([64, 64]: sum dim 1 of 128x4096x4095)
 COLUMN_WARPS = 4
 # A column of few rows (ResNeSt's split attention sums 2 radix halves: [N, 2, C, H, W] over dim 1) takes
-# tiles of this many 16-bit values, as pointwise blocks do (a quarter in fp32 or with more loads than
-# WIDE_BLOCK_MAX_LOADS): its 64-output tiles of 2 rows ran 0.12 ms a call over 25.7 MB (bf16, B32, H200:
-# 0.2 TB/s).
-SHORT_COLUMN_BLOCK = 4096
+# tiles of as many values as a pointwise program (``pointwise.block_elements``: this many 16-bit ones, a
+# quarter in fp32 or with many loads): its 64-output tiles of 2 rows ran 0.12 ms a call over 25.7 MB
+# (bf16, B32, H200: 0.2 TB/s).
+SHORT_COLUMN_BLOCK = WIDE_BLOCK
 # An argmax/argmin down columns keeps a [64, 8] block (value and int64 index): its [64, 64] block ran
 # 3.90 ms over dim 1 of 128x4096x4095 fp32 on the H200 and 4.27 at 4096 columns; [64, 8] 2.48 and
 # 1.95 (Inductor 2.67 and 2.01; benchmarks/column_tiles.py, experiments.md)
@@ -119,20 +119,17 @@ def column_schedule(group: Group, inner: int, xnumel: int, rnumel: int, target: 
     over blocks of ``COLUMN_BLOCK`` elements (``ARG_COLUMN_TILE`` for an argmax), its tile narrowed
     to fill the GPU (``column_tile``)."""
     rows = pow2(rnumel)
-    step = ARG_COLUMN_TILE if carries_index(group) else COLUMN_BLOCK
+    arg = carries_index(group)
+    step = ARG_COLUMN_TILE if arg else COLUMN_BLOCK
     xblock = min(COLUMN_TILE, pow2(inner))
-    if rows * xblock < step and not carries_index(group):  # short columns: wider tiles (SHORT_COLUMN_BLOCK)
-        wide = read_itemsize(group) <= 2 and loads(group) <= WIDE_BLOCK_MAX_LOADS
-        block = SHORT_COLUMN_BLOCK if wide else SHORT_COLUMN_BLOCK // 4
-        xblock = min(pow2(inner), max(COLUMN_TILE, block // rows))
-        while xblock > COLUMN_TILE and not fills(-(-xnumel // xblock) * COLUMN_WARPS, target):
-            xblock //= 2
+    if rows * xblock < step and not arg:  # short columns: wider tiles (SHORT_COLUMN_BLOCK)
+        widest = min(pow2(inner), max(COLUMN_TILE, block_elements(group, read_itemsize(group)) // rows))
+        xblock = narrowed(widest, COLUMN_TILE, xnumel, target)
     if rows * xblock > step:  # looped, unless held whole; a one-step program streams nothing to narrow for
         itemsize = read_itemsize(group)
         if rereads(group) and rnumel <= persistent_column_rows(inner, itemsize, target):
             xblock = min(xblock, max(persistent_limit(target) // rows, held_run(itemsize, target)))
             return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rows}, row_warps(xblock * rows), 1, True)
-        arg = carries_index(group)
         xblock = column_tile(inner, xnumel, itemsize, target, ARG_MIN_TILE if arg else None)
         if arg and xblock < min(COLUMN_TILE, pow2(inner)):
             step = ARG_NARROW_BLOCK
@@ -145,7 +142,12 @@ def column_tile(inner: int, xnumel: int, itemsize: int, target: Target, min_tile
     ``MIN_COLUMN_RUN_BYTES``, or ``min_tile`` outputs) while its grid would leave SMs with fewer than
     ``COLUMN_WARPS_PER_SM`` warps."""
     tile = min(COLUMN_TILE, pow2(inner))
-    narrowest = min(tile, min_tile or max(1, MIN_COLUMN_RUN_BYTES // itemsize))
+    return narrowed(tile, min(tile, min_tile or max(1, MIN_COLUMN_RUN_BYTES // itemsize)), xnumel, target)
+
+
+def narrowed(tile: int, narrowest: int, xnumel: int, target: Target) -> int:
+    """``tile`` outputs a program, halved down to ``narrowest`` while the grid over ``xnumel`` outputs
+    would leave SMs with fewer than ``COLUMN_WARPS_PER_SM`` warps."""
     while tile > narrowest and not fills(-(-xnumel // tile) * COLUMN_WARPS, target):
         tile //= 2
     return tile
