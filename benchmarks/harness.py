@@ -284,6 +284,16 @@ def run_inference(work: Work, row: dict, args: argparse.Namespace, device: str, 
             row.update(times(variants, bench, args.rounds))
 
 
+def training_step(work: Work, m: Callable, device: str, amp: bool, cast: Callable = lambda v: v) -> torch.Tensor:
+    """A training row's call: zero_grad, the forward (under bf16 autocast where ``amp``; inputs through
+    ``cast``), the row's loss, backward; the loss."""
+    m.zero_grad(set_to_none=True)
+    with torch.autocast(device, dtype=torch.bfloat16) if amp else contextlib.nullcontext():
+        loss = work.loss(m(*map(cast, work.args), **{k: cast(v) for k, v in work.kwargs.items()}))
+    loss.backward()
+    return loss.detach()
+
+
 def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, bench) -> None:
     reference = work.model
     pristine = copy.deepcopy(reference)  # every backend starts from these weights
@@ -292,11 +302,7 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
     traced: list[nn.Module] = []         # the aot_eager model after its step, made once if needed
 
     def step(m: Callable, amp: bool = work.amp, cast: Callable = lambda v: v) -> torch.Tensor:
-        m.zero_grad(set_to_none=True)
-        with torch.autocast(device, dtype=torch.bfloat16) if amp else contextlib.nullcontext():
-            loss = work.loss(m(*map(cast, work.args), **{k: cast(v) for k, v in work.kwargs.items()}))
-        loss.backward()
-        return loss.detach()
+        return training_step(work, m, device, amp, cast)
 
     def referee() -> nn.Module:
         if not exact:

@@ -14,7 +14,6 @@ which map kernel names to the aten ops they run) to ``--out``; prints the slowes
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import re
 import sys
@@ -26,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # measure the chec
 import torch  # noqa: E402
 
 import minicomp  # noqa: E402
+from harness import training_step  # noqa: E402
 from suite import cpu_bench, gpu_bench  # noqa: E402
 from train_profile import kernel_times  # noqa: E402
 
@@ -39,23 +39,15 @@ def tables() -> dict:
     return {"cliffs": lambda: cliffs.CASES, **{name: rows for name, (rows, *_) in corpus.TABLES.items()}}
 
 
-def call_of(work, kind: str, model) -> Callable[[], object]:
-    """One call of the row: a forward without gradients, or a training step."""
-    if kind != "train":
-        def forward():
-            with torch.no_grad():
-                return work(model)
-        return forward
-    params = list(work.model.parameters())
-    device = next(iter(params)).device.type if params else "cpu"
+def call_of(work, kind: str, model, device: str) -> Callable[[], object]:
+    """One call of the row: a forward without gradients, or the benchmark's training step."""
+    if kind == "train":
+        return lambda: training_step(work, model, device, work.amp)
 
-    def step():
-        for p in params:
-            p.grad = None
-        with torch.autocast(device, dtype=torch.bfloat16) if work.amp else contextlib.nullcontext():
-            loss = work.loss(model(*work.args, **work.kwargs))
-        loss.backward()
-    return step
+    def forward():
+        with torch.no_grad():
+            return work(model)
+    return forward
 
 
 def profile_row(case, device: str, dry: bool, top: int, out: Path) -> dict:
@@ -66,7 +58,7 @@ def profile_row(case, device: str, dry: bool, top: int, out: Path) -> dict:
     for backend in BACKENDS:
         torch._dynamo.reset()
         before = minicomp.report()
-        call = call_of(work, case.kind, torch.compile(work.model, backend=backend))
+        call = call_of(work, case.kind, torch.compile(work.model, backend=backend), device)
         call()  # compiles
         wall = cpu_bench(call, calls=1) if dry else gpu_bench(call)
         rows = [] if dry else kernel_times(call)
