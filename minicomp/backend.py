@@ -27,6 +27,7 @@ from .graphs.options import Options
 from .report import Report, record
 from .runtime import cuda_graphs
 from .frontend.input_names import dynamo_input_names, forward_input_names, name_inputs
+from .frontend.channels_last import channels_last_training, undo_channels_last
 from .frontend.interpolate_op import substitute_interpolate
 from .frontend.reinplace import reinplace
 from .frontend.recurrent_op import substitute_recurrent
@@ -120,6 +121,11 @@ def _cpu_only(gm: fx.GraphModule, example_inputs) -> bool:
     return all(t.device.type == "cpu" for t in tensors)
 
 
+def _on_cuda(example_inputs) -> bool:
+    """Whether the graph's tensor inputs are on a GPU (cuDNN's layout rules apply)."""
+    return any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in example_inputs)
+
+
 class Backend:
     """A Dynamo backend with fixed options; ``minicomp_backend`` is the one with defaults."""
 
@@ -184,6 +190,8 @@ class Backend:
             warnings.warn(f"minicomp: {notes[0]}")
         split = ddp_split_note(gm, example_inputs)
         notes += [split] if split else []
+        layout = channels_last_training(gm) if training and _on_cuda(example_inputs) else None
+        notes += [layout] if layout else []
 
         def inference(g, _):
             named(g, True)
@@ -202,13 +210,25 @@ class Backend:
         # ("expected same # of fw and bw compiles, but found bucket -1"), nor asks the piece for the
         # fake outputs that the next piece is compiled with.
         counters["aot_autograd"]["total"] += 1
-        return aot_module_simplified(
-            gm, example_inputs,
-            fw_compiler=lambda g, _: compiled_graph(named(g, True), opts, "forward", static_inputs(g, True), notes),
-            bw_compiler=lambda g, _: compiled_graph(named(g, False), opts, "backward", static_inputs(g, False), notes),
-            inference_compiler=inference,
-            decompositions=decompositions(training=training),
-        )
+
+        def traced():
+            return aot_module_simplified(
+                gm, example_inputs,
+                fw_compiler=lambda g, _: compiled_graph(named(g, True), opts, "forward", static_inputs(g, True), notes),
+                bw_compiler=lambda g, _: compiled_graph(named(g, False), opts, "backward", static_inputs(g, False),
+                                                        notes),
+                inference_compiler=inference,
+                decompositions=decompositions(training=training),
+            )
+        try:
+            return traced()
+        except Exception as e:  # noqa: BLE001 - the model's code cannot take NHWC tensors: trace as given
+            if not layout:
+                raise
+            undo_channels_last(gm)
+            notes[notes.index(layout)] = f"layout: kept NCHW (with NHWC convolution inputs: {type(e).__name__}: " \
+                                         f"{str(e).splitlines()[0][:160] if str(e) else ''})"
+            return traced()
 
 
 def minicomp_backend(gm: fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):

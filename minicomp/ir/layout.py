@@ -54,6 +54,36 @@ def channels_last_strides(shape) -> tuple[int, ...]:
     return (h * w * c, 1, w * c, c) + (1,) * (len(shape) - 4)
 
 
+# Channels-last time / NCHW time of cuDNN convolutions by kind, averaged over torchbench's convolution
+# inputs by PyTorch's developers for Inductor's layout optimization (torch/_inductor/graph.py,
+# decide_layout_opt; not re-measured here): grouped convolutions with more than one input channel per
+# group get slower in NHWC, the others faster.
+CHANNELS_LAST_SPEEDUP = {"grouped": 1.358, "small": 0.783, "in>out": 0.725, "default": 0.823}
+
+
+def conv_class(weight_shape, groups: int) -> str:
+    """The ``CHANNELS_LAST_SPEEDUP`` class of a 2-D convolution with this weight (C_out, C_in / groups,
+    kH, kW) and group count."""
+    cout, cin_per_group, kh = weight_shape[0], weight_shape[1], weight_shape[2]
+    if groups > 1 and cin_per_group > 1:
+        return "grouped"
+    if cout <= 64 and cin_per_group <= 64:
+        return "small"
+    if 2 * cout <= cin_per_group and kh > 1:
+        return "in>out"
+    return "default"
+
+
+def channels_last_ratio(convs) -> float:
+    """Estimated NHWC / NCHW time of a set of 2-D convolutions, each ``(weight_shape, groups,
+    result_numel)``: ``CHANNELS_LAST_SPEEDUP`` weighted by each one's FLOPs (1.0 for none)."""
+    flops = {kind: 0 for kind in CHANNELS_LAST_SPEEDUP}
+    for w, groups, numel in convs:
+        flops[conv_class(w, groups)] += 2 * numel * w[1] * w[2] * w[3]
+    total = sum(flops.values())
+    return sum(flops[k] * CHANNELS_LAST_SPEEDUP[k] for k in flops) / total if total else 1.0
+
+
 def same_strides(a, b, shape) -> bool:
     """Whether two stride tuples address ``shape``'s elements alike (size-1 dims do not count)."""
     return all(x == y for x, y, n in zip(a, b, shape) if n > 1)

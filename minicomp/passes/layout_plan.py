@@ -24,7 +24,8 @@ import torch
 
 from ..ir.expr import Affine, index_vars
 from ..ir.graph import Graph, Group, Node, terminal, through_views
-from ..ir.layout import channels_last_strides, memory_order, same_strides, view_as_strided
+from ..ir.layout import (channels_last_ratio, channels_last_strides, conv_class, memory_order, same_strides,
+                         view_as_strided)
 from ..ir.types import contiguous_strides, is_float
 from ..ir.placement import NotFusable, check_group
 from .schedule import plan_layouts
@@ -40,24 +41,10 @@ def is_conv2d(node: Node) -> bool:
     return len(node.shape) == 4 and not args[6] and isinstance(args[0], Node) and isinstance(args[1], Node)
 
 
-# Channels-last time / NCHW time of cuDNN convolutions by kind, averaged over torchbench's convolution
-# inputs by PyTorch's developers for Inductor's layout optimization (torch/_inductor/graph.py,
-# decide_layout_opt; not re-measured here): grouped convolutions with more than one input channel per
-# group get slower in NHWC, the others faster.
-CHANNELS_LAST_SPEEDUP = {"grouped": 1.358, "small": 0.783, "in>out": 0.725, "default": 0.823}
-
-
 def conv_kind(conv: Node) -> str:
     """The ``CHANNELS_LAST_SPEEDUP`` class of a 2-D convolution extern."""
-    w, groups = conv.attrs["arg_tree"][0][1], conv.attrs["arg_tree"][0][8]
-    cout, cin_per_group, kh = w.shape[0], w.shape[1], w.shape[2]
-    if groups > 1 and cin_per_group > 1:
-        return "grouped"
-    if cout <= 64 and cin_per_group <= 64:
-        return "small"
-    if 2 * cout <= cin_per_group and kh > 1:
-        return "in>out"
-    return "default"
+    args = conv.attrs["arg_tree"][0]
+    return conv_class(args[1].shape, args[8])
 
 
 # A grouped convolution left to cuDNN (too narrow for conv_lowering's per-group GEMM) with this many
@@ -96,14 +83,9 @@ def channels_last_pays(graph: Graph, skip=frozenset()) -> tuple[bool, str]:
     convs = [n for n in graph.nodes if is_conv2d(n) and n not in skip]
     if len(graph.nodes) >= NODES_PER_CONV * len(convs):
         return False, f"{len(convs)} convolution(s) among {len(graph.nodes)} nodes (NODES_PER_CONV)"
-    flops = {kind: 0 for kind in CHANNELS_LAST_SPEEDUP}
-    for c in convs:
-        w = c.attrs["arg_tree"][0][1]
-        flops[conv_kind(c)] += 2 * c.type.numel * w.shape[1] * w.shape[2] * w.shape[3]
-    total = sum(flops.values()) or 1
-    ratio = sum(flops[k] * CHANNELS_LAST_SPEEDUP[k] for k in flops) / total
-    why = (f"estimated NHWC/NCHW convolution time {ratio:.2f} (grouped {flops['grouped'] / total:.0%} of FLOPs; "
-           f"CHANNELS_LAST_SPEEDUP)")
+    shapes = [(c.attrs["arg_tree"][0][1].shape, c.attrs["arg_tree"][0][8], c.type.numel) for c in convs]
+    ratio = channels_last_ratio(shapes)
+    why = f"estimated NHWC/NCHW convolution time {ratio:.2f} (CHANNELS_LAST_SPEEDUP)"
     return ratio <= 1, why
 
 
