@@ -313,8 +313,9 @@ def test_chunked_moments_keep_nan_and_inf():
 
 def test_an_elementwise_reader_recomputes_a_transcendental_epilogue_instead_of_reading_it():
     """A GroupNorm after a sigmoid epilogue (issue 41's row 7), its statistics split on the H200: the
-    statistics and the normalisation each recompute ``sigmoid(x * s + b)`` from ``x`` (per-channel
-    parameters cost nothing per element) and no kernel stores it; results as eager's on the CPU."""
+    statistics' kernel computes ``sigmoid(x * s + b)`` from ``x`` (``shared-prologue``), the
+    normalisation recomputes it (per-channel parameters cost nothing per element), and no kernel
+    stores it; results as eager's on the CPU."""
     gn = torch.nn.GroupNorm(2, 8)
     b, s = torch.randn(8, 1, 1), torch.randn(8, 1, 1)
     fn = lambda x: gn(torch.sigmoid(x * s + b))  # noqa: E731
@@ -322,4 +323,26 @@ def test_an_elementwise_reader_recomputes_a_transcendental_epilogue_instead_of_r
         graph, _ = _scheduled(fn, [torch.empty(1, 8, 48, 48)], H200)
         compile_and_compare(fn, torch.randn(2, 8, 5, 7))
     recomputed = [d for d in graph.decisions if "recomputes" in d and "3 ops" in d]
-    assert len(recomputed) == 2, graph.decisions
+    assert len(recomputed) == 1 and any(d.startswith("shared-prologue: the reductions") for d in graph.decisions)
+    sigmoid = next(n for g in graph.groups for n in g.nodes if n.attrs.get("fn") == "sigmoid")
+    assert not any(sigmoid in g.stores for g in graph.groups)
+
+
+@pytest.mark.parametrize("nhwc", [True, False])
+def test_batch_norm_backward_sums_share_one_chunked_kernel(nhwc):
+    """A training batch norm + SiLU: its backward's two column sums (split in chunks) take the
+    pointwise ops that feed them into one kernel (``shared-prologue``), the input gradient recomputes
+    them, and the chunks' second steps are one kernel; values and every gradient as eager's."""
+    x = torch.randn(8, 16, 6, 6)
+    x = x.contiguous(memory_format=torch.channels_last) if nhwc else x
+    w, b = torch.rand(16) + 0.5, torch.randn(16)
+
+    def fn(x, w, b):
+        y = F.batch_norm(x, None, None, w, b, training=True)
+        return F.silu(y)
+    reports = compare_gradients(fn, x, w, b, atol=1e-4, rtol=1e-4)
+    backward = reports[-1]
+    if nhwc:  # (NCHW rows of 288 values each fit one persistent block: one kernel, nothing split)
+        assert any(d.startswith("split:") for d in backward.decisions)
+        assert len(backward.kernels) <= 3, [k.name for k in backward.kernels]
+        assert any(d.startswith("shared-prologue: the reductions") for d in backward.decisions)

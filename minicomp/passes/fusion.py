@@ -30,7 +30,7 @@ from ..ir.attention import twins as attention_twins
 from ..ir.ops import OPS
 from ..ir.placement import NotFusable, check_group
 from .fusion_attention import attention_feeders, attention_refusal
-from .fusion_narrow import store_narrow
+from .fusion_narrow import second_steps, shared_prologues, store_narrow
 from .view_copies import copy_unstrided_views
 
 # The fusion rules, in the order they are tried; each names the pattern it fuses.
@@ -41,6 +41,8 @@ RULES = (
     ("horizontal", "independent kernels over the same space that read the same data become one pass"),
     ("gemm-epilogue", "bias, activation, residual and casts after a matrix product run on its tile"),
     ("gemm-prologue", "a cheap pointwise op on an operand (cast, scale) runs on the loaded tile"),
+    ("shared-prologue", "pointwise ops read by reductions over one space (a batch norm backward's two column sums, "
+                        "split in chunks) run inside one kernel with them; other readers recompute them"),
     ("store-narrow", "a widening cast (or a short chain of cheap ops over values stored anyway) read by other "
                      "kernels is recomputed there: the narrow value is stored"),
     ("scan-prologue", "pointwise ops feeding a scan (cumsum, ...) are computed on the row it scans"),
@@ -360,7 +362,9 @@ def fusion(graph: Graph) -> Graph:
             if twin is not None:
                 part.try_merge(part.group_of[twin], part.group_of[node], "attention-lse")
     _join_sole_readers(part)
+    shared_prologues(part)
     _horizontal(part)
+    second_steps(part)
     store_narrow(part)
     for k, g in enumerate(part.groups):
         g.id = k

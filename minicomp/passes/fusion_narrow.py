@@ -1,6 +1,8 @@
-"""Fusion's ``store-narrow`` rule, applied once the groups are formed: a kernel should not store a
-widened copy of a value (``cast(x)`` to fp32) only for other kernels to read; they recompute the cast
-from ``x`` instead, which halves the bytes written and read for half-precision ``x``."""
+"""Fusion's rules that recompute a value in its readers instead of storing it, applied once the groups
+are formed. ``store-narrow``: a kernel should not store a widened copy of a value (``cast(x)`` to fp32)
+only for other kernels to read; they recompute the cast from ``x`` instead, which halves the bytes
+written and read for half-precision ``x``. ``shared-prologue``: a pointwise kernel whose results feed
+reductions over one iteration space joins them, its other readers recomputing what they read."""
 from __future__ import annotations
 
 import math
@@ -52,6 +54,98 @@ def store_narrow(part) -> None:
             _drop_unread(part, group, chain or [result])
         if not group.nodes:  # every result was recomputed elsewhere
             part.groups.remove(group)
+
+
+def shared_prologues(part) -> None:
+    """Apply ``shared-prologue`` to ``part`` (fusion's ``_Partition``). A batch norm's backward over an
+    NHWC gradient sums ``g`` and ``g * (x - mean)`` per channel (column sums, split in chunks for
+    parallelism), and its input gradient reads ``g`` again. The chunked sums iterate a reshaped space,
+    where ``g`` cannot be stored, so ``g`` and the product got a kernel of their own that writes both
+    whole, and each sum and the input gradient read them back: six kernels, twice the bytes, where
+    NCHW's persistent rows take one (EfficientNet-B0's training step at batch 32: 96 more kernels in
+    its backward). Here the sums' kernels merge and take in the pointwise kernel; a pointwise reader
+    recomputes its values (at most ``MAX_ELEMENTWISE_CHAIN`` ops from what it reads anyway)."""
+    for producer in list(part.groups):
+        if producer not in part.groups or producer.kind != "pointwise" or \
+                any(n.op != "pointwise" for n in producer.nodes):
+            continue
+        members = set(producer.nodes)
+        readers: dict = {}  # group (None: a graph result, a fallback op) -> {value of ours: its readers}
+        for m in producer.nodes:
+            for c in part.consumers[m]:
+                if c not in members:
+                    readers.setdefault(part.group_of.get(c), {}).setdefault(m, []).append(c)
+        sums = [g for g in readers if g is not None and g.kind == "reduction"]
+        others = [g for g in readers if g not in sums]
+        if None in readers or not sums or len({(g.shape, g.axes) for g in sums}) != 1 or \
+                not all(g.kind == "pointwise" for g in others) or len(sums) + len(others) < 2:
+            continue
+        copies = [(g, _own_chain(producer, value), users) for g in others for value, users in readers[g].items()]
+        if any(chain is None for _, chain, _ in copies) or not _fewer_bytes(producer, readers, copies):
+            continue
+        shape, axes = sums[0].shape, sums[0].axes
+        merged = sorted(producer.nodes + [n for g in sums for n in g.nodes], key=part.position.__getitem__)
+        inside = set(merged)
+        keep = [m for m in merged if any(c not in inside and part.group_of.get(c) not in others
+                                         for c in part.consumers[m])]
+        if not part.fits(merged, shape, axes, keep) or \
+                not all(_recompute(part, chain, g, users, keep=False) for g, chain, users in copies):
+            continue
+        if not all(part.try_merge(sums[0], g, "horizontal") for g in sums[1:]):
+            continue
+        for g, chain, users in copies:
+            _recompute(part, chain, g, users, keep=True, rule="shared-prologue")
+        part._dag = None  # (members changed without merges)
+        _drop_unread(part, producer, list(producer.nodes))
+        names = ", ".join(g.nodes[-1].name for g in sums)
+        if not producer.nodes:
+            part.groups.remove(producer)
+        elif part.try_merge(producer, sums[0], "shared-prologue"):
+            part.decisions.append(f"shared-prologue: the reductions {names} compute {producer.nodes[-1].name}.. "
+                                  f"in one kernel")
+
+
+def second_steps(part) -> None:
+    """Reductions over one space that read the results of one reduction kernel (the second steps of
+    chunked sums the ``shared-prologue`` rule put in one kernel) become one kernel too."""
+    for first in list(part.groups):
+        if first not in part.groups or first.kind != "reduction":
+            continue
+        members = set(first.nodes)
+        readers = {part.group_of.get(c) for m in first.nodes for c in part.consumers[m] if c not in members}
+        readers = sorted((g for g in readers - {None} if g.kind == "reduction"), key=lambda g: part.position[g.nodes[0]])
+        for g in readers[1:]:
+            if (g.shape, g.axes) == (readers[0].shape, readers[0].axes):
+                part.try_merge(readers[0], g, "horizontal")
+
+
+def _fewer_bytes(producer, readers: dict, copies: list) -> bool:
+    """Whether the pointwise readers' recomputing (``copies``: group, chain, users) reads fewer bytes
+    per element than ``producer`` writing the values its readers read and their reading them back."""
+    elements = max(math.prod(producer.shape), 1)
+
+    def per_element(t: Node) -> float:
+        return t.dtype.itemsize * min(1.0, math.prod(t.shape) / elements)
+    values = [v for by_value in readers.values() for v in by_value]
+    saved = sum(per_element(v) for v in set(values)) + sum(per_element(v) for v in values)
+    extra = 0.0
+    for g in {g for g, _, _ in copies}:
+        read = {terminal(i) for n in g.nodes for i in n.inputs} | set(g.nodes)
+        chains = [n for other, chain, _ in copies if other is g for n in chain]
+        extra += sum(per_element(t) for t in {terminal(i) for n in chains for i in n.inputs} - set(chains) - read)
+    return extra <= saved
+
+
+def _own_chain(group, result: Node) -> list[Node] | None:
+    """The members of a pointwise ``group`` that ``result`` is computed from (in graph order), when
+    at most ``MAX_ELEMENTWISE_CHAIN``; else None."""
+    chain, todo = set(), [result]
+    while todo:
+        n = todo.pop()
+        if n not in chain:
+            chain.add(n)
+            todo += [t for t in map(terminal, n.inputs) if t in group.nodes]
+    return [n for n in group.nodes if n in chain] if len(chain) <= MAX_ELEMENTWISE_CHAIN else None
 
 
 def _chain(group, result: Node, stored: list[Node], elementwise: bool = False) -> list[Node] | None:
@@ -114,7 +208,7 @@ def _drop_unread(part, group, chain: list[Node]) -> None:
                 part.consumers[t] = [c for c in part.consumers[t] if c is not m]
 
 
-def _recompute(part, chain: list[Node], other, users: list[Node], keep: bool) -> bool:
+def _recompute(part, chain: list[Node], other, users: list[Node], keep: bool, rule: str = "store-narrow") -> bool:
     """Whether ``other`` can compute its own copy of ``chain`` (ending in the value ``users``, its
     members, read); with ``keep``, the copies stay when it can."""
     graph, result = part.graph, chain[-1]
@@ -147,9 +241,10 @@ def _recompute(part, chain: list[Node], other, users: list[Node], keep: bool) ->
         for t in {terminal(i) for i in n.inputs} - set(chain):
             part.consumers[t].append(copy)
     part.consumers[result] = [c for c in part.consumers[result] if c not in users]
+    part.position = {n: k for k, n in enumerate(graph.nodes)}  # (the copies among the nodes, in order)
     sources = sorted({terminal(i).name for n in chain for i in n.inputs} - {n.name for n in chain})
     ops = f", {len(chain)} ops" if len(chain) > 1 else ""
-    part.decisions.append(f"store-narrow: {other.nodes[0].name}.. recomputes {result.name} ({result.dtype}{ops}) "
+    part.decisions.append(f"{rule}: {other.nodes[0].name}.. recomputes {result.name} ({result.dtype}{ops}) "
                           f"from {', '.join(sources)}")
     return True
 
