@@ -113,7 +113,8 @@ def second_steps(part) -> None:
             continue
         members = set(first.nodes)
         readers = {part.group_of.get(c) for m in first.nodes for c in part.consumers[m] if c not in members}
-        readers = sorted((g for g in readers - {None} if g.kind == "reduction"), key=lambda g: part.position[g.nodes[0]])
+        readers = sorted((g for g in readers - {None} if g.kind == "reduction"),
+                         key=lambda g: part.position[g.nodes[0]])
         for g in readers[1:]:
             if (g.shape, g.axes) == (readers[0].shape, readers[0].axes):
                 part.try_merge(readers[0], g, "horizontal")
