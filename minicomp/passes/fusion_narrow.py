@@ -13,6 +13,10 @@ from ..ir.ops import OPS
 
 MAX_CHAIN = 3  # cheap pointwise ops a reader recomputes instead of reading one stored result
 MAX_ELEMENTWISE_CHAIN = 8  # pointwise ops a pointwise or reduction reader recomputes (once an element)
+# shared-prologue: pointwise ops a pointwise reader recomputes where that removes a kernel (an
+# EfficientNet squeeze-excite gate's batch norm backward: 9 ops from the gradient to ``g``). A
+# memory-bound kernel has ~50 FLOPs of headroom per fp32 value it reads on the H200.
+MAX_SHARED_CHAIN = 16
 
 
 def _is_widening_cast(node: Node) -> bool:
@@ -64,7 +68,7 @@ def shared_prologues(part) -> None:
     whole, and each sum and the input gradient read them back: six kernels, twice the bytes, where
     NCHW's persistent rows take one (EfficientNet-B0's training step at batch 32: 96 more kernels in
     its backward). Here the sums' kernels merge and take in the pointwise kernel; a pointwise reader
-    recomputes its values (at most ``MAX_ELEMENTWISE_CHAIN`` ops from what it reads anyway)."""
+    recomputes its values (at most ``MAX_SHARED_CHAIN`` ops, when that moves fewer bytes)."""
     for producer in list(part.groups):
         if producer not in part.groups or producer.kind != "pointwise" or \
                 any(n.op != "pointwise" for n in producer.nodes):
@@ -139,14 +143,14 @@ def _fewer_bytes(producer, readers: dict, copies: list) -> bool:
 
 def _own_chain(group, result: Node) -> list[Node] | None:
     """The members of a pointwise ``group`` that ``result`` is computed from (in graph order), when
-    at most ``MAX_ELEMENTWISE_CHAIN``; else None."""
+    at most ``MAX_SHARED_CHAIN``; else None."""
     chain, todo = set(), [result]
     while todo:
         n = todo.pop()
         if n not in chain:
             chain.add(n)
             todo += [t for t in map(terminal, n.inputs) if t in group.nodes]
-    return [n for n in group.nodes if n in chain] if len(chain) <= MAX_ELEMENTWISE_CHAIN else None
+    return [n for n in group.nodes if n in chain] if len(chain) <= MAX_SHARED_CHAIN else None
 
 
 def _chain(group, result: Node, stored: list[Node], elementwise: bool = False) -> list[Node] | None:
