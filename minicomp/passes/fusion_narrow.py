@@ -68,7 +68,7 @@ def shared_prologues(part) -> None:
     whole, and each sum and the input gradient read them back: six kernels, twice the bytes, where
     NCHW's persistent rows take one (EfficientNet-B0's training step at batch 32: 96 more kernels in
     its backward). Here the sums' kernels merge and take in the pointwise kernel; a pointwise reader
-    recomputes its values (at most ``MAX_SHARED_CHAIN`` ops, when that moves fewer bytes)."""
+    recomputes its values (``_chain``: at most ``MAX_SHARED_CHAIN`` ops, when that moves fewer bytes)."""
     for producer in list(part.groups):
         if producer not in part.groups or producer.kind != "pointwise" or \
                 any(n.op != "pointwise" for n in producer.nodes):
@@ -84,7 +84,8 @@ def shared_prologues(part) -> None:
         if None in readers or not sums or len({(g.shape, g.axes) for g in sums}) != 1 or \
                 not all(g.kind == "pointwise" for g in others) or len(sums) + len(others) < 2:
             continue
-        copies = [(g, _own_chain(producer, value), users) for g in others for value, users in readers[g].items()]
+        copies = [(g, _chain(producer, value, [], True, MAX_SHARED_CHAIN), users)
+                  for g in others for value, users in readers[g].items()]
         if any(chain is None for _, chain, _ in copies) or not _fewer_bytes(producer, readers, copies):
             continue
         shape, axes = sums[0].shape, sums[0].axes
@@ -141,24 +142,13 @@ def _fewer_bytes(producer, readers: dict, copies: list) -> bool:
     return extra <= saved
 
 
-def _own_chain(group, result: Node) -> list[Node] | None:
-    """The members of a pointwise ``group`` that ``result`` is computed from (in graph order), when
-    at most ``MAX_SHARED_CHAIN``; else None."""
-    chain, todo = set(), [result]
-    while todo:
-        n = todo.pop()
-        if n not in chain:
-            chain.add(n)
-            todo += [t for t in map(terminal, n.inputs) if t in group.nodes]
-    return [n for n in group.nodes if n in chain] if len(chain) <= MAX_SHARED_CHAIN else None
-
-
-def _chain(group, result: Node, stored: list[Node], elementwise: bool = False) -> list[Node] | None:
+def _chain(group, result: Node, stored: list[Node], elementwise: bool = False,
+           limit: int = MAX_ELEMENTWISE_CHAIN) -> list[Node] | None:
     """The group's nodes that compute ``result`` from values it loads or stores anyway (in graph
     order), when they are at most ``MAX_CHAIN`` cheap pointwise ops; else None. ``elementwise``: every
     reader is a pointwise or reduction kernel, which computes its copy once per element, so any
-    pointwise op may be in the chain, up to ``MAX_ELEMENTWISE_CHAIN`` (a GEMM's operand would recompute
-    it on every tile). A GroupNorm after a conv's sigmoid epilogue (issue 41's row 7) then reads the
+    pointwise op may be in the chain, up to ``limit`` (a GEMM's operand would recompute it on every
+    tile). A GroupNorm after a conv's sigmoid epilogue (issue 41's row 7) then reads the
     conv's result in its statistics and its normalisation, and the epilogue's own kernel (a read and
     a write of the tensor) goes."""
     chain, todo = set(), [result]
@@ -166,7 +156,7 @@ def _chain(group, result: Node, stored: list[Node], elementwise: bool = False) -
         n = todo.pop()
         if n in chain:
             continue
-        if n.op != "pointwise" or len(chain) == (MAX_ELEMENTWISE_CHAIN if elementwise else MAX_CHAIN):
+        if n.op != "pointwise" or len(chain) == (limit if elementwise else MAX_CHAIN):
             return None
         op = OPS[n.attrs["fn"]]
         if not (op.cheap or elementwise and not op.positional):
