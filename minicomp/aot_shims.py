@@ -70,6 +70,17 @@ def plain_inference(dynamo_gm: fx.GraphModule, aten_gm: fx.GraphModule) -> bool:
         return False
 
 
+def saved_from() -> int | None:
+    """The position of the first result that the forward graph AOTAutograd is compiling now returns
+    only for its backward (saved tensors, then sizes): results come as tokens, mutated inputs, the
+    user's results and their views' bases, an RNG offset, then the saved ones. None when nothing says."""
+    meta = _forward_metadata()
+    try:
+        return len(meta.tokens or ()) + int(meta.num_forward)
+    except _MOVED:
+        return None
+
+
 def ddp_piece() -> int | None:
     """Which piece (1-based) of a graph Dynamo's DDPOptimizer split is being compiled, or None."""
     ddp = getattr(torch._guards.TracingContext.try_get(), "ddp_optimizer_ctx", None)

@@ -29,6 +29,7 @@ from .runtime import cuda_graphs
 from .frontend.input_names import dynamo_input_names, forward_input_names, name_inputs
 from .frontend.channels_last import channels_last_training, undo_channels_last
 from .frontend.interpolate_op import substitute_interpolate
+from .frontend.lowering import mark_saved_results
 from .frontend.reinplace import reinplace
 from .frontend.recurrent_op import substitute_recurrent
 
@@ -214,7 +215,8 @@ class Backend:
         def traced():
             return aot_module_simplified(
                 gm, example_inputs,
-                fw_compiler=lambda g, _: compiled_graph(named(g, True), opts, "forward", static_inputs(g, True), notes),
+                fw_compiler=lambda g, _: compiled_graph(mark_saved_results(named(g, True), aot_shims.saved_from()),
+                                                        opts, "forward", static_inputs(g, True), notes),
                 bw_compiler=lambda g, _: compiled_graph(named(g, False), opts, "backward", static_inputs(g, False),
                                                         notes),
                 inference_compiler=inference,

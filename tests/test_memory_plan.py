@@ -23,6 +23,7 @@ from minicomp.ir.kernel import Combo, Kernel, Load, Schedule, Store
 from minicomp.ir.program import (Allocate, Buffer, ExternArg, ExternCall, Free, Input, KernelLaunch, Program,
                                  ProgramError, Returned, TupleItem, View, base_of)
 from minicomp.passes.memory_plan import plan_memory
+from minicomp.runtime import support
 from tests.utils import compile_and_compare
 
 aten = torch.ops.aten
@@ -487,7 +488,7 @@ def test_only_a_schema_without_aliases_makes_a_fallback_result_fresh():
 
 
 def test_a_reuse_of_another_shape_reinterprets_the_storage():
-    """``c`` (2x4) takes the storage of ``a`` (8): the wrapper reinterprets it with ``as_strided``."""
+    """``c`` (2x4) takes the storage of ``a`` (8): the wrapper reinterprets it (``reinterpret``)."""
     buffers = _buffers(arg0=8, a=8, b=8, d=2)
     buffers["c"] = Buffer("c", (2, 4), torch.float32, (4, 1), torch.device("cpu"))
     program = plan_memory(_program(buffers, [Allocate("a"), _launch("k0", ("arg0",), "a"), Allocate("b"),
@@ -496,12 +497,56 @@ def test_a_reuse_of_another_shape_reinterprets_the_storage():
     assert Allocate("c", "a") in program.steps, program
     program.verify()
     check_plan(program)
-    assert "c = torch.as_strided(a, (2, 4), (4, 1), 0)" in wrapper_source(program)
+    assert "c = reinterpret(a, (2, 4), (4, 1), 0)" in wrapper_source(program)
     kernels = {"k0": lambda x, out: out.copy_(x + 1), "k1": lambda a, out: out.copy_(a * 2),
                "k2": lambda b, out: out.copy_(b.view(2, 4) - 1), "k3": lambda c, out: out.copy_(c.sum(1))}
     x = torch.randn(8)
     (d,) = _run(program, kernels, x)
     torch.testing.assert_close(d, ((x + 1) * 2 - 1).view(2, 4).sum(1))
+
+
+@pytest.mark.parametrize("on_its_device", [True, False])
+def test_the_lean_path_allocates_through_the_fast_allocator_on_its_device(on_its_device):
+    """The bound path (``bind`` -> ``run``) takes its fresh CUDA buffers from ``allocators``' fast
+    function while the current device is the graph's, from the any-device one otherwise; a reuse of
+    another shape is a ``reinterpret``. Run on the CPU: CUDA's pieces stood in for by recorders."""
+    cuda = torch.device("cuda", 0)
+    buffers = {n: Buffer(n, (8,), torch.float32, (1,), cuda) for n in ("arg0", "a", "b", "d")}
+    buffers["c"] = Buffer("c", (2, 4), torch.float32, (4, 1), cuda)
+    program = plan_memory(_program(buffers, [Allocate("a"), _launch("k0", ("arg0",), "a"), Allocate("b"),
+                                             _launch("k1", ("a",), "b"), Allocate("c"), _launch("k2", ("b",), "c"),
+                                             Allocate("d"), _launch("k3", ("c",), "d")], ["d"]), "1")
+    assert Allocate("c", "a") in program.steps, program
+    made = []
+
+    def allocator(kind):
+        def alloc(shape, strides, dtype):
+            made.append(kind)
+            return torch.empty_strided(shape, strides, dtype=dtype)
+        return alloc
+    scope: dict = {}
+    exec(compile(wrapper_source(program), "<wrapper>", "exec"), scope)
+    scope.update(allocators=lambda index, poison: (allocator("fast"), allocator("any")),
+                 current_device=lambda: 0 if on_its_device else 1, raw_stream=lambda index: 0,
+                 lean_launcher=lambda fn, kernel, grid, options: lambda stream, *tensors: fn(*tensors))
+    kernels = {"k0": lambda x, out: out.copy_(x + 1), "k1": lambda a, out: out.copy_(a * 2),
+               "k2": lambda b, out: out.copy_(b.view(2, 4) - 1), "k3": lambda c, out: out.copy_(c.view(8) * 3)}
+    run = scope["bind"](kernels, {}, {})
+    x = torch.randn(8)
+    (d,) = run([x])
+    torch.testing.assert_close(d, ((x + 1) * 2 - 1) * 3)
+    fresh = [s for s in program.steps if isinstance(s, Allocate) and s.reuses is None]
+    assert len(fresh) >= 2 and made == ["fast" if on_its_device else "any"] * len(fresh)
+
+
+def test_reinterpret_views_past_the_tensors_own_offset():
+    """``support.reinterpret`` (PyTorch's C helper where it has one) and its ``as_strided`` stand-in
+    agree: sizes and strides as given, ``offset`` elements past the tensor's own start."""
+    base = torch.arange(24.0)[5:]
+    for view in (support.reinterpret, support._as_strided_past):
+        got = view(base, (2, 3), (1, 2), 2)
+        assert got.storage_offset() == 7 and got.stride() == (1, 2)
+        torch.testing.assert_close(got, torch.tensor([[7.0, 9.0, 11.0], [8.0, 10.0, 12.0]]))
 
 
 @pytest.mark.gpu

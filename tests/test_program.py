@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import minicomp
+from minicomp.frontend.lowering import mark_saved_results
 from minicomp.graphs.compiled import CompiledGraph
 from minicomp.graphs.options import Options
 from minicomp.ir.expr import Var
@@ -118,6 +119,23 @@ def test_an_alias_of_a_result_shares_its_memory_a_recomputed_one_does_not():
     for got in (out, alias, again):
         torch.testing.assert_close(got, x * 3)
     assert alias.data_ptr() == out.data_ptr() and again.data_ptr() != out.data_ptr()
+
+
+def test_results_saved_for_the_backward_may_share_a_tensor():
+    """Results a forward returns only for its backward (``mark_saved_results``: from position 1 here)
+    that cse merges are one tensor, as Inductor returns them (AOTAutograd saves autocast's casts of one
+    tensor for Q, K and V: three copies per layer otherwise); a user's result merged with a saved one
+    stays its own tensor."""
+    x = torch.randn(5, 3)
+    for fn, shared in ((lambda x: (x * 2, x.bfloat16(), x.bfloat16()), True),
+                       (lambda x: (x.bfloat16(), x.bfloat16()), False)):
+        graph = CompiledGraph(mark_saved_results(make_fx(fn)(x), 1), Options(), "forward")
+        executable, _, rep = graph._compile([x])
+        assert rep.whole_graph_fallback is None, rep.whole_graph_fallback
+        results = executable([x])
+        for got, want in zip(results, fn(x)):
+            torch.testing.assert_close(got, want)
+        assert (results[-2].data_ptr() == results[-1].data_ptr()) is shared
 
 
 def test_load_returns_an_executable():

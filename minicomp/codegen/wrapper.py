@@ -25,8 +25,7 @@ def value_expr(value: Value) -> str:
     """A buffer, or a strided view of one."""
     if not isinstance(value, View):
         return value
-    return f"torch.as_strided({value.base}, {value.shape}, {value.strides}, " \
-           f"{value.base}.storage_offset() + {value.offset})"
+    return f"reinterpret({value.base}, {value.shape}, {value.strides}, {value.offset})"
 
 
 def _layout(program: Program, name: str, value: str, strides: tuple[int, ...]) -> str:
@@ -36,19 +35,22 @@ def _layout(program: Program, name: str, value: str, strides: tuple[int, ...]) -
     return f"ensure_layout({value}, {strides})"
 
 
-def allocate_lines(program: Program, step: Allocate) -> list[str]:
+def allocate_lines(program: Program, step: Allocate, alloc_device: int | None = None) -> list[str]:
     """A fresh buffer, or the storage of a dead one: the same tensor where shape and strides match,
-    else reinterpreted (``as_strided``; it has the same bytes, at offset 0), in place too. The donor's
-    name ends.
+    else reinterpreted (``reinterpret``; it has the same bytes, at offset 0), in place too. The donor's
+    name ends. ``alloc_device``: the lean path's fresh buffers on this CUDA device come from its ``alloc``
+    (``runtime.support.allocators``).
     ``poison``: whether ``MINICOMP_POISON`` is on (read once per call, or once when bound). In place,
     the donor's name stays (the launch reads it; the ``Free`` after drops it), and the buffer is not
     poisoned: it holds the launch's input."""
     b = program.buffers[step.buffer]
     if step.reuses is None:
+        if _on_cuda(b, alloc_device):
+            return [f"{b.name} = alloc({b.shape}, {b.strides}, {b.dtype})"]
         return [f"{b.name} = empty({b.shape}, {b.strides}, {b.dtype}, '{b.device}', poison)"]
     d = program.buffers[step.reuses]
     same = (d.shape, d.strides) == (b.shape, b.strides)
-    storage = d.name if same else f"torch.as_strided({d.name}, {b.shape}, {b.strides}, 0)"
+    storage = d.name if same else f"reinterpret({d.name}, {b.shape}, {b.strides}, 0)"
     if step.in_place:
         return [f"{b.name} = {storage}  # in place"]
     return [f"{b.name} = {storage}  # reuses the storage of {d.name}", f"del {d.name}",
@@ -56,14 +58,14 @@ def allocate_lines(program: Program, step: Allocate) -> list[str]:
 
 
 def _body(program: Program, launch: Callable[[KernelLaunch, str], str], counters: Callable[[KernelLaunch], str],
-          ind: str) -> list[str]:
+          ind: str, alloc_device: int | None = None) -> list[str]:
     """The steps, with ``launch(step, args)`` printing each kernel launch and ``counters(step)`` the
-    counters of a staged launch."""
+    counters of a staged launch; ``alloc_device``: see ``allocate_lines``."""
     lines = [f"{ind}{i.name} = args[{i.index}]" for i in program.inputs]
     lines += [f"{ind}{c.name} = externs[{c.key}]" for c in program.constants]
     for step in program.steps:
         if isinstance(step, Allocate):
-            lines += [ind + line for line in allocate_lines(program, step)]
+            lines += [ind + line for line in allocate_lines(program, step, alloc_device)]
         elif isinstance(step, Free):
             lines.append(f"{ind}del {', '.join(step.names)}")
         elif isinstance(step, EmptyLaunch):
@@ -89,6 +91,11 @@ def _body(program: Program, launch: Callable[[KernelLaunch, str], str], counters
                value_expr(out.value) + (".clone()" if out.copy else "") for out in program.outputs]
     lines.append(f"{ind}return ({', '.join(results)}{',' if len(results) == 1 else ''})")
     return lines
+
+
+def _on_cuda(buffer, index: int | None) -> bool:
+    """Whether ``buffer`` lives on CUDA device ``index`` (None: on none)."""
+    return index is not None and buffer.device.type == "cuda" and (buffer.device.index or 0) == index
 
 
 def _device_index(program: Program) -> int | None:
@@ -124,9 +131,9 @@ def wrapper_source(program: Program, functions: dict[str, str] | None = None) ->
 
     ind = "    "
     lines = [f"# minicomp wrapper for {program.name}", "import torch",
-             "from minicomp.runtime.support import (counter_keeper, counters, eager_strided, empty, ensure_contiguous,",
-             "                                      ensure_layout, fill_garbage, lean_launcher, poisoning, raw_stream,",
-             "                                      tma_allocator)", "",
+             "from minicomp.runtime.support import (allocators, counter_keeper, counters, current_device, eager_strided,",
+             "                                      empty, ensure_contiguous, ensure_layout, fill_garbage, lean_launcher,",
+             "                                      poisoning, raw_stream, reinterpret, tma_allocator)", "",
              "tma_allocator()  # scratch memory for TMA descriptors made inside kernels" if program.uses_tma else "",
              f"DEVICE_INDEX = {device}  # the CUDA device the kernels run on (None: Triton's interpreter)",
              f"INDEX_CHECKS = {tuple(s.name for s in launches if checks_indices(s.kernel))!r}  # kernels that "
@@ -148,8 +155,14 @@ def wrapper_source(program: Program, functions: dict[str, str] | None = None) ->
         if s.counters:
             lines.append(f"{ind}{local[s.name]}_sync = counter_keeper(kernels[{s.name!r}], {s.counters}, "
                          f"'{program.buffers[s.args[0]].device}')")
-    lines += [f"{ind}poison = poisoning()  # read once, when bound", "", f"{ind}def run(args):",
-              f"{ind}{ind}stream = raw_stream(DEVICE_INDEX)  # the current stream"]
-    lines += _body(program, lean_launch, kept, ind * 2)
+    lines += [f"{ind}poison = poisoning()  # read once, when bound"]
+    cuda_buffers = any(isinstance(s, Allocate) and s.reuses is None and _on_cuda(program.buffers[s.buffer], device)
+                       for s in program.steps)
+    if cuda_buffers:
+        lines.append(f"{ind}fast_alloc, any_device_alloc = allocators(DEVICE_INDEX, poison)")
+    lines += ["", f"{ind}def run(args):", f"{ind}{ind}stream = raw_stream(DEVICE_INDEX)  # the current stream"]
+    if cuda_buffers:
+        lines.append(f"{ind}{ind}alloc = fast_alloc if current_device() == DEVICE_INDEX else any_device_alloc")
+    lines += _body(program, lean_launch, kept, ind * 2, device if cuda_buffers else None)
     lines += [f"{ind}return run"]
     return "\n".join(lines) + "\n"

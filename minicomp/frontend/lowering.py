@@ -95,7 +95,8 @@ class Lowering:
         flat = values if isinstance(values, (list, tuple)) else [values]
         fx_flat = fx_values if isinstance(fx_values, (list, tuple)) else [fx_values]
         spec, nodes, strides, sources, traced = [], [], [], [], []
-        for v, fx_v in zip(flat, fx_flat):
+        saved_from = _output_node(self.gm).meta.get(SAVED_FROM, len(flat))
+        for position, (v, fx_v) in enumerate(zip(flat, fx_flat)):
             if isinstance(v, Node) and terminal(v).op == "input" and not _may_alias(fx_v):
                 # eager returns a new tensor here, a rule reused its input (batch norm's running stats in
                 # eval): a copy, else a caller (AOTAutograd's copy_ into a mutated input) writes both
@@ -106,11 +107,12 @@ class Lowering:
                 val = fx_v.meta.get("val") if isinstance(fx_v, fx.Node) else None
                 strides.append(_dense_strides(val))
                 traced.append(_traced_strides(val))  # also of views with gaps (layout_plan compares them)
-                sources.append(_storage_of(fx_v).name if isinstance(fx_v, fx.Node) else None)
+                sources.append(SAVED if position >= saved_from else
+                               _storage_of(fx_v).name if isinstance(fx_v, fx.Node) else None)
             else:
                 spec.append(_value_spec(v, self.args))
         # sources: the FX value of each result (an alias's: its base's); two results of different
-        # sources that passes merge (cse) stay two tensors
+        # sources that passes merge (cse) stay two tensors, except results saved for the backward
         self.graph.add("output", nodes, None, spec=spec, strides=strides, sources=sources, traced=traced)
 
     def _call(self, fx_node: fx.Node, args, kwargs):
@@ -406,6 +408,27 @@ def _traced_strides(val) -> tuple[int, ...] | None:
     if not isinstance(val, torch.Tensor) or val.layout != torch.strided or not _concrete(val):
         return None  # symbolic sizes (a dynamic-shape trace) say nothing about these inputs' strides
     return tuple(val.stride())
+
+
+SAVED_FROM = "minicomp_saved_from"
+"""The output node's meta key: the position of the first result a forward returns only for its
+backward (``mark_saved_results``)."""
+SAVED = "saved for the backward"
+"""The source of every result a forward returns only for its backward: the backward reads them and
+nothing writes them, so two that passes merge (AOTAutograd saves autocast's three casts of one
+tensor for Q, K and V, which cse makes one) may be one tensor, as Inductor returns them."""
+
+
+def mark_saved_results(gm: fx.GraphModule, start: int | None) -> fx.GraphModule:
+    """Note on a forward graph that its results from position ``start`` on are saved for its backward
+    (``aot_shims.saved_from``; None: unknown, every result is the user's)."""
+    if start is not None:
+        _output_node(gm).meta[SAVED_FROM] = start
+    return gm
+
+
+def _output_node(gm: fx.GraphModule) -> fx.Node:
+    return next(n for n in reversed(gm.graph.nodes) if n.op == "output")
 
 
 def _storage_of(fx_value: fx.Node) -> fx.Node:

@@ -30,6 +30,40 @@ def empty(shape, strides, dtype, device, poison: bool | None = None) -> torch.Te
     return t
 
 
+_guards = getattr(torch._C._dynamo, "guards", None)
+_empty_cuda = getattr(_guards, "_empty_strided_cuda", None)
+_current_device = getattr(torch._C, "_cuda_getDevice", None)
+
+
+def allocators(device_index: int, poison: bool) -> tuple[Callable, Callable]:
+    """``(fast, any_device)``: functions of ``(shape, strides, dtype)`` that allocate a lean wrapper's
+    buffers on CUDA device ``device_index``. ``fast`` is one C call that skips the dispatcher and takes
+    the current device (Inductor's helper: 2.7 against 4.9 µs of host time a buffer, H200 host, cProfile
+    of a Qwen3 training step); a wrapper takes it when the current device is ``device_index``
+    (``current_device``), ``any_device`` otherwise, and both are ``empty`` under poisoning."""
+    device = f"cuda:{device_index}"
+
+    def any_device(shape, strides, dtype):
+        return empty(shape, strides, dtype, device, poison)
+    return (any_device if poison or _empty_cuda is None else _empty_cuda), any_device
+
+
+def current_device() -> int:
+    """The current CUDA device's index."""
+    return _current_device() if _current_device is not None else torch.cuda.current_device()
+
+
+def _as_strided_past(t: torch.Tensor, shape, strides, offset: int) -> torch.Tensor:
+    return torch.as_strided(t, shape, strides, t.storage_offset() + offset)
+
+
+reinterpret = getattr(_guards, "_reinterpret_tensor", None) or _as_strided_past
+"""``reinterpret(t, shape, strides, offset)``: a view of ``t``'s storage with these sizes and strides,
+starting ``offset`` elements past ``t``'s own start. Inductor's helper where torch has it: one C call
+without the dispatcher (1.5 against 3.4 µs a view for ``as_strided``, same measurement as
+``allocators``); the generated wrappers run with autograd off, so no view needs tracking."""
+
+
 def fill_garbage(t: torch.Tensor) -> None:
     """Fill a buffer about to be written with garbage (NaN, or a large integer) so a kernel that
     leaves part of its output unwritten is caught by any comparison: every fresh buffer under
