@@ -9,6 +9,7 @@ row's call is its step: zero_grad, forward under the row's autocast, loss, backw
 GPU time a call under ``torch.profiler`` (5 calls), every kernel slowest first. A wall time well above
 the GPU time is host time. Writes ``profile.json`` and minicomp's compile reports (``report_<row>.txt``,
 which map kernel names to the aten ops they run) to ``--out``; prints the slowest kernels.
+``--backends minicomp``: one backend only (a slow-compiling row's Inductor side is known from its table).
 ``--dry-run``: the CPU at the rows' tiny sizes (wall times only: a check of the script).
 """
 from __future__ import annotations
@@ -50,12 +51,12 @@ def call_of(work, kind: str, model, device: str) -> Callable[[], object]:
     return forward
 
 
-def profile_row(case, device: str, dry: bool, top: int, out: Path) -> dict:
+def profile_row(case, device: str, dry: bool, top: int, out: Path, backends=BACKENDS) -> dict:
     work = case.make(device, dry)
     if case.kind != "train":
         work.model.eval()
     result = {}
-    for backend in BACKENDS:
+    for backend in backends:
         torch._dynamo.reset()
         before = minicomp.report()
         call = call_of(work, case.kind, torch.compile(work.model, backend=backend), device)
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=".", help="folder for profile.json and report_<row>.txt")
     p.add_argument("--top", type=int, default=25, help="kernels printed per backend")
     p.add_argument("--dry-run", action="store_true", help="the CPU, tiny sizes, wall times only")
+    p.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated (default: %(default)s)")
     args = p.parse_args(argv)
     if not args.dry_run and not torch.cuda.is_available():
         print("no CUDA GPU: use --dry-run for a CPU check of the script", file=sys.stderr)
@@ -98,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = "cpu" if args.dry_run else "cuda"
-    results = {name: profile_row(cases[name], device, args.dry_run, args.top, out) for name in args.rows}
+    backends = tuple(args.backends.split(","))
+    results = {name: profile_row(cases[name], device, args.dry_run, args.top, out, backends) for name in args.rows}
     doc = dict(table=args.table, torch=torch.__version__, gpu=torch.cuda.get_device_name() if device == "cuda" else "none",
                rows=results)
     (out / "profile.json").write_text(json.dumps(doc, indent=1))
