@@ -31,6 +31,7 @@ from .frontend.channels_last import channels_last_training, undo_channels_last
 from .frontend.interpolate_op import substitute_interpolate
 from .frontend.lowering import mark_saved_results
 from .frontend.reinplace import reinplace
+from .frontend.specialize import has_symbolic_sizes
 from .frontend.recurrent_op import substitute_recurrent
 
 
@@ -221,6 +222,10 @@ class Backend:
                                                         notes),
                 inference_compiler=inference,
                 decompositions=decompositions(training=training),
+                # a training forward's updates of inputs (batch norm's running statistics) stay in it, as
+                # copy_ (lowering's ``_write_back``); not under CUDA graphs (an update of an input the
+                # replay copies would land in the copy), nor where sizes are symbolic (graphs in parts)
+                keep_inference_input_mutations=training and not opts.cudagraphs and not has_symbolic_sizes(gm),
             )
         try:
             return traced()

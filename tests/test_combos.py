@@ -42,7 +42,7 @@ def test_a_weight_copy_runs_as_a_stage_of_the_launch_before_it():
     assert len(copies) == 3 and not any("_copy_" in name for name in stages), report.summary()
     (bn,) = [k for k in stages.values() if any("relu" in s for s in k)]
     assert len(bn) == 2 and "_copy_f32_4x5x3x3" in bn[1], report.summary()
-    assert sum(d.startswith("one launch:") and "joins the launch before" in d for d in report.decisions) == 2
+    assert sum(d.startswith("one launch:") and "later stages: layout copy" in d for d in report.decisions) == 2
 
 
 def test_a_copy_after_a_fallback_op_launches_alone():
@@ -93,3 +93,25 @@ def test_a_combo_stage_writes_in_place_only_when_no_other_stage_names_the_buffer
     shared = KernelLaunch(Combo("c0", [bn, copy], 4, sizes=[1, 1]), (2,), ("conv", "mean", "out", "conv", "wcl"),
                           ("out", "wcl"), {})
     assert _stage_writing(shared, "out", "conv") == (None, ())
+
+
+def test_a_training_forwards_batch_norm_counters_run_as_stages_of_other_launches():
+    """``num_batches_tracked + 1`` (one one-element kernel per batch norm in a training forward) reads
+    only a graph input and is read by nothing but the write-back: it runs as a later stage of the next
+    launch (it follows a convolution, so no launch before can take it). Buffers equal eager's."""
+    import copy
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 4, 1), torch.nn.BatchNorm2d(4))
+    eager = copy.deepcopy(model)
+    before = minicomp.report()
+    x = torch.randn(2, 3, 8, 8)
+    torch.compile(model, backend="minicomp")(x).sum().backward()
+    eager(x).sum().backward()
+    for (name, got), want in zip(model.state_dict().items(), eager.state_dict().values()):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=name)
+    forward = next(r for r in minicomp.reports_since(before) if r.graph.endswith("forward"))
+    stages = _stages(forward)
+    counters = [s for k in stages.values() for s in k[1:] if "_add_i64" in s]
+    assert len(counters) == 2 and not any("_add_i64" in name for name in stages), forward.summary()
+    assert sum("later stages: update of an input" in d for d in forward.decisions) == 2, forward.decisions

@@ -138,6 +138,34 @@ def test_results_saved_for_the_backward_may_share_a_tensor():
         assert (results[-2].data_ptr() == results[-1].data_ptr()) is shared
 
 
+def test_an_update_of_an_input_is_written_back_and_read_after_it():
+    """``copy_`` into a graph input (AOTAutograd's in-graph update of a training forward's buffers) is
+    written into the input after the last step, and reads of the input after the update, and the
+    copy's own result, see the new value, cast to the input's dtype; a copy into anything else runs
+    the graph in PyTorch, so no write is dropped."""
+    def update(x, s):
+        s.copy_(x * 2)
+        return s + 1, x.sum()
+
+    def into_a_temporary(x, s):
+        t = s + 0
+        t.copy_(x)
+        return (t * 3,)
+    x, s = torch.randn(5, 3), torch.zeros(5, 3, dtype=torch.float64)
+    graph = CompiledGraph(make_fx(update)(x, s.clone()), Options(), "forward")
+    executable, _, rep = graph._compile([x, s])
+    assert rep.whole_graph_fallback is None, rep.whole_graph_fallback
+    after, total = executable([x, s])
+    torch.testing.assert_close(s, (x * 2).double())
+    torch.testing.assert_close(after, (x * 2).double() + 1)
+    torch.testing.assert_close(total, x.sum())
+    s = torch.zeros(5, 3)
+    graph = CompiledGraph(make_fx(into_a_temporary)(x, s.clone()), Options(), "forward")
+    fn, _, rep = graph._compile([x, s])
+    assert "copy_ into a value that is not a graph input" in rep.whole_graph_fallback, rep.whole_graph_fallback
+    torch.testing.assert_close(fn([x, s])[0], x * 3)
+
+
 def test_load_returns_an_executable():
     x = torch.randn(5, 3)
     graph = CompiledGraph(make_fx(lambda x: x * 3)(x), Options(), "inference")

@@ -17,7 +17,7 @@ from typing import Callable
 
 from ..ir.kernel import checks_indices
 from ..ir.program import (Allocate, EmptyLaunch, ExternCall, Free, KernelLaunch, Literal, PassedInput, Program,
-                          TupleItem, Value, View)
+                          TupleItem, Value, View, WrittenBack)
 from ..ir.types import contiguous_strides
 
 
@@ -87,8 +87,13 @@ def _body(program: Program, launch: Callable[[KernelLaunch, str], str], counters
             lines.append(f"{ind}{step.result} = {_layout(program, step.result, value, step.strides)}")
         else:
             raise TypeError(f"wrapper: unknown program step {step!r}")
+    written = [out for out in program.outputs if isinstance(out, WrittenBack)]
+    if written:
+        lines.append(f"{ind}write_back(({''.join(f'{w.input}, ' for w in written)}), "
+                     f"({''.join(f'{value_expr(w.value)}, ' for w in written)}))")
     results = [repr(out.value) if isinstance(out, Literal) else str(out) if isinstance(out, PassedInput) else
-               value_expr(out.value) + (".clone()" if out.copy else "") for out in program.outputs]
+               value_expr(out.value) + (".clone()" if out.copy else "")
+               for out in program.outputs if not isinstance(out, WrittenBack)]
     lines.append(f"{ind}return ({', '.join(results)}{',' if len(results) == 1 else ''})")
     return lines
 
@@ -133,7 +138,7 @@ def wrapper_source(program: Program, functions: dict[str, str] | None = None) ->
     lines = [f"# minicomp wrapper for {program.name}", "import torch",
              "from minicomp.runtime.support import (allocators, counter_keeper, counters, current_device, eager_strided,",
              "                                      empty, ensure_contiguous, ensure_layout, fill_garbage, lean_launcher,",
-             "                                      poisoning, raw_stream, reinterpret, tma_allocator)", "",
+             "                                      poisoning, raw_stream, reinterpret, tma_allocator, write_back)", "",
              "tma_allocator()  # scratch memory for TMA descriptors made inside kernels" if program.uses_tma else "",
              f"DEVICE_INDEX = {device}  # the CUDA device the kernels run on (None: Triton's interpreter)",
              f"INDEX_CHECKS = {tuple(s.name for s in launches if checks_indices(s.kernel))!r}  # kernels that "

@@ -56,6 +56,7 @@ class Lowering:
         self.fallbacks: list[tuple[str, str]] = []
         self._meta: dict[Node, torch.Tensor] = {}
         self._moved: dict[Node, Node] = {}  # CPU tensors and their copies on the GPU
+        self._written: list[tuple[int, Node]] = []  # (input index, its new value): ``write_back``
         # where the kernels run: CUDA as soon as one input is there
         self.target = self.graph.target = Target.for_inputs(args)
         self.device = self.target.device
@@ -76,6 +77,8 @@ class Lowering:
                 args = fx.node.map_arg(fx_node.args, load)
                 kwargs = fx.node.map_arg(fx_node.kwargs, load)
                 env[fx_node] = self._call(fx_node, args, kwargs)
+                if self._written and self._written[-1][1] is env[fx_node]:  # (write_back) later reads: the update
+                    env[fx_node.args[0]] = env[fx_node]
             elif fx_node.op == "output":
                 self._output(fx.node.map_arg(fx_node.args[0], load), fx_node.args[0])
         self.graph.fallbacks = self.fallbacks
@@ -113,7 +116,17 @@ class Lowering:
                 spec.append(_value_spec(v, self.args))
         # sources: the FX value of each result (an alias's: its base's); two results of different
         # sources that passes merge (cse) stay two tensors, except results saved for the backward
-        self.graph.add("output", nodes, None, spec=spec, strides=strides, sources=sources, traced=traced)
+        written = [(len(nodes) + k, index) for k, (index, _) in enumerate(self._written)]
+        for _, value in self._written:  # after the results: outside ``spec``, any strides
+            nodes.append(value)
+            strides.append(None), traced.append(None), sources.append(None)
+        self.graph.add("output", nodes, None, spec=spec, strides=strides, sources=sources, traced=traced,
+                       written=written)
+
+    def write_back(self, dest: Node, value: Node) -> None:
+        """``value`` (of ``dest``'s shape and dtype) is written into graph input ``dest`` after the
+        graph's last step (``ir.program.WrittenBack``); the rule of ``copy_`` says when."""
+        self._written.append((dest.attrs["index"], value))
 
     def _call(self, fx_node: fx.Node, args, kwargs):
         target = fx_node.target

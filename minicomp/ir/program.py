@@ -28,7 +28,8 @@ from . import collectives
 from .kernel import Combo, Compute, Kernel, Load, Masked, StagedLaunch, Store, TileLoad
 from .program_steps import (  # noqa: F401  (the Program's parts: imported from here too)
     Allocate, Buffer, Constant, EmptyLaunch, ExternArg, ExternCall, Free, Input, KernelLaunch, Literal, Operand,
-    PassedInput, Returned, Step, TupleItem, Value, View, base_of, step_defines, step_uses, storage_bytes)
+    PassedInput, Returned, Step, TupleItem, Value, View, WrittenBack, base_of, step_defines, step_uses,
+    storage_bytes)
 
 
 class ProgramError(AssertionError):

@@ -245,6 +245,17 @@ class Returned:
 
 
 @dataclass(frozen=True)
+class WrittenBack(Returned):
+    """A graph's new value of its input ``input`` (a batch norm's running statistics in a training
+    forward: AOTAutograd leaves the update in the graph as ``copy_``), copied into the input after the
+    last step rather than returned; the wrapper copies every one with one ``torch._foreach_copy_``."""
+    input: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.input} <- {self.value}"
+
+
+@dataclass(frozen=True)
 class Literal:
     """A graph result that is a Python value (an int size, None, ...)."""
     value: Any

@@ -11,7 +11,8 @@ from ..ir.graph import Graph, Node, map_tree, terminal
 from ..ir.kernel import Kernel, StagedLaunch, checks_indices
 from ..ir.layout import buffer_strides, view_as_strided
 from ..ir.program import (Allocate, Buffer, Constant, EmptyLaunch, ExternArg, ExternCall, Input, KernelLaunch,
-                          Literal, Operand, PassedInput, Program, Returned, TupleItem, Value, View)
+                          Literal, Operand, PassedInput, Program, Returned, TupleItem, Value, View,
+                          WrittenBack)
 from ..templates import template_of
 from .memory_plan import plan_memory
 
@@ -187,4 +188,7 @@ class _Builder:
             # one tensor for two FX results that cse merged: eager returns two (a backward sums their
             # gradients in the input's dtype, an in-place update of one must not change the other)
             results.append(Returned(self.value(node), copy=first != sources[value]))
+        inputs = {n.attrs["index"]: self.buffer(n) for n in self.graph.inputs}
+        results += [WrittenBack(self.value(out.inputs[position]), input=inputs[index])
+                    for position, index in out.attrs.get("written", ())]
         return results

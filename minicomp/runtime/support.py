@@ -64,6 +64,15 @@ without the dispatcher (1.5 against 3.4 µs a view for ``as_strided``, same meas
 ``allocators``); the generated wrappers run with autograd off, so no view needs tracking."""
 
 
+def write_back(inputs: tuple, values: tuple) -> None:
+    """A graph's updates of its inputs (``ir.program.WrittenBack``), copied in: one multi-tensor launch
+    for all of them."""
+    if len(inputs) == 1:
+        inputs[0].copy_(values[0])
+    else:
+        torch._foreach_copy_(list(inputs), list(values))
+
+
 def fill_garbage(t: torch.Tensor) -> None:
     """Fill a buffer about to be written with garbage (NaN, or a large integer) so a kernel that
     leaves part of its output unwritten is caught by any comparison: every fresh buffer under
