@@ -77,8 +77,8 @@ class Lowering:
                 args = fx.node.map_arg(fx_node.args, load)
                 kwargs = fx.node.map_arg(fx_node.kwargs, load)
                 env[fx_node] = self._call(fx_node, args, kwargs)
-                if self._written and self._written[-1][1] is env[fx_node]:  # (write_back) later reads: the update
-                    env[fx_node.args[0]] = env[fx_node]
+                if fx_node.target is aten.copy_.default and self._written and self._written[-1][1] is env[fx_node]:
+                    env[fx_node.args[0]] = env[fx_node]  # written back: later reads of the input see the update
             elif fx_node.op == "output":
                 self._output(fx.node.map_arg(fx_node.args[0], load), fx_node.args[0])
         self.graph.fallbacks = self.fallbacks
