@@ -223,7 +223,7 @@ class Backend:
                 inference_compiler=inference,
                 decompositions=decompositions(training=training),
                 # a training forward's updates of inputs (batch norm's running statistics) stay in it, as
-                # copy_ (lowering's ``_write_back``); not under CUDA graphs (an update of an input the
+                # copy_ (``rules._copy_``, written back); not under CUDA graphs (an update of an input the
                 # replay copies would land in the copy), nor where sizes are symbolic (graphs in parts)
                 keep_inference_input_mutations=training and not opts.cudagraphs and not has_symbolic_sizes(gm),
             )
