@@ -100,6 +100,7 @@ def shared_prologues(part) -> None:
             continue
         for g, chain, users in copies:
             _recompute(part, chain, g, users, keep=True, rule="shared-prologue")
+        part.position = {n: k for k, n in enumerate(part.graph.nodes)}  # the copies too: later merges sort by it
         part._dag = None  # (members changed without merges)
         _drop_unread(part, producer, list(producer.nodes))
         names = ", ".join(g.nodes[-1].name for g in sums)
@@ -236,7 +237,6 @@ def _recompute(part, chain: list[Node], other, users: list[Node], keep: bool, ru
         for t in {terminal(i) for i in n.inputs} - set(chain):
             part.consumers[t].append(copy)
     part.consumers[result] = [c for c in part.consumers[result] if c not in users]
-    part.position = {n: k for k, n in enumerate(graph.nodes)}  # (the copies among the nodes, in order)
     sources = sorted({terminal(i).name for n in chain for i in n.inputs} - {n.name for n in chain})
     ops = f", {len(chain)} ops" if len(chain) > 1 else ""
     part.decisions.append(f"{rule}: {other.nodes[0].name}.. recomputes {result.name} ({result.dtype}{ops}) "
