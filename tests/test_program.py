@@ -245,6 +245,21 @@ def test_wrapper_and_codegen_import_no_pass():
                     not (node.level >= 2 and (node.module or "").startswith("passes")), (path.name, node.module)
 
 
+def test_an_update_minicomp_cannot_write_runs_the_graph_in_pytorch():
+    """A ``copy_`` into an input of a dtype minicomp's kernels do not take would be a fallback op that
+    nothing reads, which dead-code elimination drops: the graph runs in PyTorch instead, and the
+    input is updated."""
+    def update(x, s):
+        s.copy_(x.to(s.dtype) * 2)
+        return (x + 1,)
+    x, s = torch.randn(4), torch.zeros(4, dtype=torch.complex64)
+    graph = CompiledGraph(make_fx(update)(x, s.clone()), Options(), "forward")
+    fn, _, rep = graph._compile([x, s])
+    assert "copy_ into a graph input that minicomp's kernels cannot write" in rep.whole_graph_fallback, rep
+    torch.testing.assert_close(fn([x, s])[0], x + 1)
+    torch.testing.assert_close(s, (x * 2).to(s.dtype))
+
+
 class _Counting(torch.nn.Module):
     """A module that updates its own buffers in its forward and reads one after the update."""
 

@@ -77,8 +77,8 @@ class Lowering:
                 args = fx.node.map_arg(fx_node.args, load)
                 kwargs = fx.node.map_arg(fx_node.kwargs, load)
                 env[fx_node] = self._call(fx_node, args, kwargs)
-                if fx_node.target is aten.copy_.default and self._written and self._written[-1][1] is env[fx_node]:
-                    env[fx_node.args[0]] = env[fx_node]  # written back: later reads of the input see the update
+                if fx_node.target is aten.copy_.default:  # written back: later reads of the input see the update
+                    env[fx_node.args[0]] = env[fx_node]
             elif fx_node.op == "output":
                 self._output(fx.node.map_arg(fx_node.args[0], load), fx_node.args[0])
         self.graph.fallbacks = self.fallbacks
@@ -98,7 +98,7 @@ class Lowering:
         flat = values if isinstance(values, (list, tuple)) else [values]
         fx_flat = fx_values if isinstance(fx_values, (list, tuple)) else [fx_values]
         spec, nodes, strides, sources, traced = [], [], [], [], []
-        saved_from = _output_node(self.gm).meta.get(SAVED_FROM, len(flat))
+        saved_from = self.gm.graph.output_node().meta.get(SAVED_FROM, len(flat))
         for position, (v, fx_v) in enumerate(zip(flat, fx_flat)):
             if isinstance(v, Node) and terminal(v).op == "input" and not _may_alias(fx_v):
                 # eager returns a new tensor here, a rule reused its input (batch norm's running stats in
@@ -144,6 +144,8 @@ class Lowering:
             return folded
         start = len(self.graph.nodes)
         reason = self._unsupported_inputs(args, kwargs) or self._cpu_result()
+        if reason is not None and target is aten.copy_.default:  # as a fallback, nothing would read it: dropped
+            raise RuntimeError(f"copy_ into a graph input that minicomp's kernels cannot write: {reason}")
         fn = RULES.get(target) or RULES.get(getattr(target, "overloadpacket", None))
         if reason is None and fn is None:
             reason = deliberate_fallback(target) or "no lowering rule"
@@ -436,12 +438,8 @@ def mark_saved_results(gm: fx.GraphModule, start: int | None) -> fx.GraphModule:
     """Note on a forward graph that its results from position ``start`` on are saved for its backward
     (``aot_shims.saved_from``; None: unknown, every result is the user's)."""
     if start is not None:
-        _output_node(gm).meta[SAVED_FROM] = start
+        gm.graph.output_node().meta[SAVED_FROM] = start
     return gm
-
-
-def _output_node(gm: fx.GraphModule) -> fx.Node:
-    return next(n for n in reversed(gm.graph.nodes) if n.op == "output")
 
 
 def _storage_of(fx_value: fx.Node) -> fx.Node:

@@ -39,7 +39,7 @@ def specialize(gm: fx.GraphModule, args) -> fx.GraphModule:
         return gm
     graph = fx.Graph()
     output = graph.output(graph.graph_copy(gm.graph, {}))
-    output.meta.update(next(n for n in reversed(gm.graph.nodes) if n.op == "output").meta)  # (mark_saved_results)
+    output.meta.update(gm.graph.output_node().meta)  # (lowering.mark_saved_results)
     copy = fx.GraphModule(gm, graph)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a for a in args]
