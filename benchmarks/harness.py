@@ -368,8 +368,10 @@ RUNNERS = {"inference": run_inference, "train": run_training}
 
 
 def _alarm(seconds: float | None) -> None:
-    """Raise ``RowTimeout`` in this (the main) thread after ``seconds``; None: cancel."""
+    """Raise ``RowTimeout`` in this (the main) thread after ``seconds``, and every second after until
+    cancelled (None): Python swallows an exception raised inside a weakref callback or a destructor."""
     def ring(signum, frame):
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
         raise RowTimeout()
     signal.signal(signal.SIGALRM, ring)
     signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.01) if seconds is not None else 0)
@@ -686,8 +688,8 @@ def run(cases: list[Case], args: argparse.Namespace, *, script: Path, stem: str,
                 rows[case.name], error=f"{NOT_RUN}: past --time-limit {args.time_limit:g} s (run again with --resume)")
             continue
         budgets = [b for b in (args.row_timeout, None if args.deadline is None else args.deadline - age) if b is not None]
-        rows[case.name] = dict(rows[case.name], error=INTERRUPTED)
-        write()
+        rows[case.name] = measured.get(case.name) or dict(rows[case.name], error=INTERRUPTED)
+        write()  # a process killed in this row leaves the earlier result, or says so
         row = run_case(case, number[case.name], args, device, bench, runners, min(budgets) if budgets else None)
         rows[case.name] = row = measured[case.name] if _not_run(row) and case.name in measured else row
         write()
