@@ -346,3 +346,21 @@ def test_batch_norm_backward_sums_share_one_chunked_kernel(nhwc):
         assert any(d.startswith("split:") for d in backward.decisions)
         assert len(backward.kernels) <= 3, [k.name for k in backward.kernels]
         assert any(d.startswith("shared-prologue: the reductions") for d in backward.decisions)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.uint8])
+def test_argmax_and_argmin_of_few_long_rows_split(dtype):
+    """Chunks' max and first position, then the first chunk holding the row's max: ties across chunks,
+    NaN (the largest, as eager has it), -inf rows, a padded last chunk, and a whole-tensor argmax."""
+    x = (torch.randn(3, 1001) * 4).round().to(dtype)  # rounded: many ties, across chunks
+    if dtype.is_floating_point:
+        x[1, 700] = x[1, 900] = float("nan")
+        x[2] = float("-inf")
+    compile_and_compare(lambda x: (x.argmax(-1), x.argmin(-1), x.argmax(), torch.max(x, 1)), x)
+    assert sum("first position" in d for d in minicomp.report().decisions) >= 3, minicomp.report().decisions
+
+
+def test_argmax_of_long_rows_splits_on_the_h200_and_down_columns_does_not():
+    for x, splits in ((torch.empty(64, 1 << 20), 1), (torch.empty(1 << 20), 1), (torch.empty(4, 1024, 1023), 0)):
+        graph, _ = _scheduled(lambda x: x.argmax(-1 if x.dim() < 3 else 1), [x], H200)
+        assert sum("first position" in d for d in graph.decisions) == splits, (x.shape, graph.decisions)
