@@ -49,6 +49,7 @@ class Variant:
     name: str
     knobs: dict = field(default_factory=dict)   # (module, attribute) -> value while it compiles
     blocks: tuple[int, int, int] | None = None  # forced (XBLOCK, RBLOCK, warps) of the main reduction
+    reduced: int | None = None                  # its elements per output, where not the row's R
 
 
 @dataclass
@@ -78,7 +79,7 @@ def _choose(variant: Variant, reduced: int):
 @contextlib.contextmanager
 def applied(variant: Variant, reduced: int):
     saved = {(m, a): getattr(m, a) for m, a in variant.knobs}
-    reduction.reduction_schedule = _choose(variant, reduced)
+    reduction.reduction_schedule = _choose(variant, variant.reduced or reduced)
     try:
         for (m, a), v in variant.knobs.items():
             setattr(m, a, v)
@@ -100,6 +101,9 @@ NO_SECTOR_HOLD = {(reduction, "PERSISTENT_COLUMN_RUN_BYTES"): 128}  # longer col
 HOLD_16_BYTES = {(reduction, "PERSISTENT_COLUMN_RUN_BYTES"): 16}    # bf16: 1024 rows held in 8-column runs
 # bf16: 1024 rows held whole in 16-column (32-byte) runs of a 16-warp block, as fp32's HELD_COLUMN_RUN_BYTES
 HELD_1024 = Variant("held X16R1024W16", {(split, "whole_limit"): lambda x, axes, target: 1024}, (16, 1024, 16))
+# bf16 in fp32's 64-byte runs: 32 columns a program, in the default's two chunks of 512 rows or held whole
+BF16_RUNS = [Variant("chunks X32R512W16", blocks=(32, 512, 16), reduced=512),
+             Variant("held X32R1024W32", {(split, "whole_limit"): lambda x, axes, target: 1024}, (32, 1024, 32))]
 STAGE = lambda values: {(pipelines, "STAGE_VALUES_PER_THREAD"): values}  # noqa: E731
 NORM_VARIANTS = [Variant("old stage 16384", STAGE(64)), Variant("stage 4096", STAGE(16)),
                  Variant("no pipeline", {(pipelines, "PIPELINE_MIN_BYTES"): 1 << 62})]
@@ -129,7 +133,7 @@ ROWS = [
         "fp32": [Variant("old two-pass X64R64", OLD_COLUMNS), Variant("chunked moments", NO_SECTOR_HOLD),
                  force(16, 1024, 16, " held")],
         "bf16": [Variant("old two-pass X64R64", OLD_COLUMNS), Variant("chunked moments 8", NO_SECTOR_HOLD),
-                 Variant("held X8R1024W8", HOLD_16_BYTES), HELD_1024]}),
+                 Variant("held X8R1024W8", HOLD_16_BYTES), HELD_1024, *BF16_RUNS]}),
     Row("argmax dim 1 16x4096x1023", of_x(lambda x: torch.argmax(x, 1), 16, 4096, 1023), 4096, {
         "fp32": [force(64, 8, 4, " old"), force(16, 64, 4), force(32, 16, 4), force(8, 64, 4)],
         "bf16": [force(64, 8, 4, " old"), force(16, 32, 4, " Inductor's"), force(16, 64, 4)]}),
