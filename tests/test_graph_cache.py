@@ -2,6 +2,8 @@
 it cannot prove plain compiles the normal way; a damaged entry costs a recompile, never a wrong result."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn as nn
@@ -161,3 +163,13 @@ def test_key_changes_with_tuned_schedules_grad_mode_and_inputs(cache_dir):
         assert first != cached.key(gm, [x], options)
     cache.store_tuned("some-kernel", {"num_warps": 4})
     assert first != cached.key(gm, [x], options)
+
+
+def test_the_key_digests_every_module_of_the_compiler():
+    """A changed pass, template or code generator invalidates every entry (the digest read ``graphs/``
+    alone after the wiring moved there, and a fused kernel outlived the fusion rule that made it)."""
+    import minicomp.codegen
+    import minicomp.passes.fusion
+    files = set(cached.sources())
+    for module in (minicomp.passes.fusion, minicomp.codegen, minicomp, cached):
+        assert Path(module.__file__).resolve() in files, module.__name__

@@ -160,11 +160,16 @@ class CachedGraph(GraphCallable):
         return cuda_graphs.facts_of_ops([f.op for f in self.report.fallbacks], self.static_inputs)
 
 
+def sources() -> list[Path]:
+    """Every Python file of the minicomp package (this file's package's parent: the digest once read
+    ``graphs/`` alone, so a changed pass or template reused entries built by the old one)."""
+    return sorted(Path(__file__).resolve().parents[1].rglob("*.py"))
+
+
 @functools.cache
 def _source_digest() -> str:
     """minicomp's own source: any change to the compiler invalidates every entry."""
-    root = Path(__file__).parent
-    return cache.digest("".join(p.read_text() for p in sorted(root.rglob("*.py"))))
+    return cache.digest("".join(p.read_text() for p in sources()))
 
 
 def _tuned_state() -> int:
