@@ -89,18 +89,18 @@ def test_convolution_matches_eager(ir, name):
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels-last"])
 def test_conv_bn_relu_is_one_gemm_kernel(ir, channels_last):
-    """Bias, eval-mode batch norm and relu are the GEMM's epilogue (batch norm's per-channel
-    ``1/sqrt(var + eps)`` is a kernel of 8 elements of its own); a channels-last input takes the
-    batched form, whose NCHW-ordered product the epilogue reads in place, and the result keeps
-    eager's channels-last strides."""
+    """Bias, eval-mode batch norm and relu are the GEMM's epilogue, batch norm's per-channel
+    ``1/sqrt(var + eps)`` too (computed on the tile's per-channel loads: once a kernel of its own); a
+    channels-last input takes the batched form, whose NCHW-ordered product the epilogue reads in
+    place, and the result keeps eager's channels-last strides."""
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).eval()
     x = rand(2, 3, 5, 6, channels_last=channels_last)
     with torch.no_grad():
         model[1].running_mean.uniform_(-1, 1)
         model[1].running_var.uniform_(0.5, 2)
-        report = compile_and_compare(model, x, kernels=2, fallbacks=0, atol=1e-4, rtol=1e-4)
+        report = compile_and_compare(model, x, kernels=1, fallbacks=0, atol=1e-4, rtol=1e-4)
         assert minicomp.compile(model)(x).stride() == model(x).stride()
-    (gemm,) = [k for k in report.kernels if k.template == "gemm"]
+    (gemm,) = report.kernels
     assert {"convolution.default", "relu.default"} <= set(gemm.ops) and "batch_norm" in gemm.name, report.summary()
     (d,) = conv_decisions(report)
     assert "IR batched matmul" in d, d

@@ -551,3 +551,20 @@ def test_tf32_rounding_keeps_nans_and_infinities(monkeypatch):
     assert torch.equal(out.isnan(), expected.isnan()) and torch.equal(out.isinf(), expected.isinf())
     finite = expected.isfinite()
     torch.testing.assert_close(out[finite], expected[finite], rtol=2e-3, atol=1e-3)
+
+
+def test_an_eval_batch_norms_per_channel_scale_runs_in_the_epilogue_not_on_the_operand():
+    """``weight / sqrt(var + eps)`` of 96 channels feeds only the epilogue: the GEMM computes it on its
+    tile's per-column loads (it was a launch of its own). The same ``rsqrt`` feeding an operand stays
+    a kernel of its own: recomputed on every tile of the product."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 96, bias=False), nn.BatchNorm1d(96), nn.ReLU()).eval()
+    with torch.no_grad():
+        model[1].running_var.uniform_(0.5, 2)
+        model[1].running_mean.normal_()
+        model[1].weight.normal_()
+        report = compile_and_compare(model, rand(128, 64), kernels=1, atol=1e-4, rtol=1e-4)
+    assert "sqrt" in Path(report.kernels[0].source_path).read_text()
+    v = torch.rand(64) + 0.5
+    report = compile_and_compare(lambda x, v: x @ torch.rsqrt(v)[:, None].expand(64, 96), rand(128, 64), v, kernels=2)
+    assert any("[gemm-prologue]" in d for d in report.decisions), report.decisions
