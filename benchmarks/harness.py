@@ -669,8 +669,11 @@ def run(cases: list[Case], args: argparse.Namespace, *, script: Path, stem: str,
     measured: dict[str, dict] = {}  # the earlier results: a --merge row not measured again keeps its own
     earlier = _earlier(args, out, stem)
     if earlier:
+        names = {c.name for c in chosen}
         measured = {r["name"]: r for r in earlier["rows"] if not _not_run(r)}
-        kept = {k: r for k, r in measured.items() if not (args.merge and k in {c.name for c in chosen})}
+        kept = {k: r for k, r in measured.items() if not (args.merge and k in names)}
+        # rows the earlier run did not reach and this one does not select stay in the table, "not run"
+        kept.update((r["name"], r) for r in earlier["rows"] if _not_run(r) and r["name"] not in names)
         meta = _continued(meta, earlier)
     number = {c.name: i + 1 for i, c in enumerate(cases)}
     rows = {c.name: kept.get(c.name, dict(n=number[c.name], name=c.name, kind=c.kind, dtype=c.dtype,

@@ -155,3 +155,13 @@ def test_a_row_timeout_swallowed_once_rings_again():
     finally:
         harness._alarm(None)
     assert swallowed == 1
+
+
+def test_a_merge_keeps_the_rows_no_run_has_reached(tmp_path):
+    """A table whose rows were not all run yet, merged with one row measured: the others stay in it as
+    "not run" (a merge dropped them: 20 rows of corpus-models-infer vanished)."""
+    doc = _corpus(tmp_path, "--only", "softmax last dim 262144x256", "--time-limit", "0", gpus=1)
+    assert [r["name"] for r in doc["rows"]] == ROWS[:2] and all("not run" in r["error"] for r in doc["rows"])
+    again = _corpus(tmp_path, "--only", ROWS[0], "--merge", gpus=1)
+    assert [r["name"] for r in again["rows"]] == ROWS[:2], again["rows"]
+    assert again["rows"][0]["minicomp_ms"] > 0 and "not run" in again["rows"][1]["error"]
