@@ -97,6 +97,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
     Setting("conv", "MINICOMP_CONV", "auto", "choice", True,
             "which convolutions run as IR kernels: cudnn (none), ir (every one it can), auto (measured "
             "rule; ir/choices.py)", ("auto", "cudnn", "ir")),
+    Setting("channels_last_training", "MINICOMP_CHANNELS_LAST_TRAINING", "auto", "choice", True,
+            "a training graph's convolutions read channels-last inputs: auto (graphs with depthwise "
+            "convolutions, as measured; frontend/channels_last.py), 1 (every graph the layout rule favours), "
+            "0 (none)", ("auto", "0", "1")),
     Setting("memory_plan", "MINICOMP_MEMORY_PLAN", "1", "choice", True,
             "the wrapper's memory plan: 1 frees, reuses and writes in place, free only frees, 0 plans "
             "nothing (passes/memory_plan.py)", ("1", "free", "0")),

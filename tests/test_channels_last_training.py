@@ -171,3 +171,18 @@ def test_on_a_gpu_training_runs_nhwc_with_eager_gradients(dtype):
         assert ((a - b).norm() / b.norm()).item() < tol, name
     decisions = [d for r in minicomp.reports_since(before) for d in r.decisions]
     assert any("read channels-last (NHWC) inputs" in d for d in decisions), decisions
+
+
+def test_the_setting_takes_every_graph_or_none():
+    """``MINICOMP_CHANNELS_LAST_TRAINING``: 1 rewrites a graph without depthwise convolutions too (an A/B
+    of ResNet-style training on a GPU), 0 leaves even a depthwise one alone."""
+    from minicomp import config
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3))
+    depthwise = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 3, groups=4))
+    x = torch.randn(2, 3, 8, 8)
+    with config.patch(channels_last_training="1"):
+        assert channels_last_training(dynamo_graph(plain, x)) is not None
+    with config.patch(channels_last_training="0"):
+        assert channels_last_training(dynamo_graph(depthwise, x)) is None
+    assert channels_last_training(dynamo_graph(depthwise, x)) is not None  # auto

@@ -16,6 +16,9 @@ steps at batch 32, time with the rewrite / without, in one run beside others): M
 MaxViT fp32 0.92, ConvNeXt-T fp32 1.00, EfficientNet-B0 fp32 1.04 and bf16 1.03 (host-bound steps:
 the NHWC backward had more kernels), while models without depthwise convolutions lost (ResNet-50d
 bf16 1.06, RegNetY-016 bf16 1.04, DenseNet-121 fp32 1.04): cuDNN's NCHW kernels are fast there.
+(Host-bound steps, though: ResNet-50d bf16's NCHW step spent 1.7 ms of its 9.4 ms of GPU time in
+cuDNN's own NCHW/NHWC conversions. ``MINICOMP_CHANNELS_LAST_TRAINING=1`` takes every graph, for that
+comparison; 0 none.)
 Where the model's code cannot take NHWC tensors (``x.view(n, -1)`` after a convolution),
 AOTAutograd's trace fails and ``undo_channels_last`` restores the graph as Dynamo gave it.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
+from .. import config
 from ..ir.layout import channels_last_ratio
 
 CONV2D = (torch.conv2d, torch.nn.functional.conv2d)
@@ -77,7 +81,8 @@ def channels_last_training(gm: fx.GraphModule) -> str | None:
         return None
     ratio = channels_last_ratio([shape for _, _, shape in convs])
     depthwise = any(groups > 1 and w[1] == 1 for _, _, (w, groups, _) in convs)
-    if ratio > 1 or not depthwise or not any(_nchw(_value(x)) for _, x, _ in convs):
+    wanted = {"auto": depthwise, "1": True, "0": False}[config.channels_last_training]
+    if ratio > 1 or not wanted or not any(_nchw(_value(x)) for _, x, _ in convs):
         return None
     for conv, x, _ in convs:
         if x.op == "placeholder" and _value(x).requires_grad:
