@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils._pytree as pytree
 
@@ -364,3 +365,22 @@ def test_argmax_of_long_rows_splits_on_the_h200_and_down_columns_does_not():
     for x, splits in ((torch.empty(64, 1 << 20), 1), (torch.empty(1 << 20), 1), (torch.empty(4, 1024, 1023), 0)):
         graph, _ = _scheduled(lambda x: x.argmax(-1 if x.dim() < 3 else 1), [x], H200)
         assert sum("first position" in d for d in graph.decisions) == splits, (x.shape, graph.decisions)
+
+
+@pytest.mark.parametrize("nhwc", [False, True], ids=["nchw", "channels-last"])
+def test_training_statistics_of_returned_activations_read_them_in_their_layout(nhwc):
+    """A training forward returns its convolution's result (saved for the backward) in eager's strides,
+    which the layout plan keeps: given NCHW images, the batch norm's statistics are one-pass moments
+    over NCHW memory (they were split in two passes for channels-last memory that never came); given
+    channels-last ones, the pooled split stays. Values and gradients as eager's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+    x = torch.randn(4, 3, 16, 16)
+    x = x.contiguous(memory_format=torch.channels_last) if nhwc else x
+    params = [p.detach() for p in model.parameters()]
+
+    def fn(x, *ps):
+        return torch.func.functional_call(model, dict(zip([n for n, _ in model.named_parameters()], ps)), (x,))
+    reports = compare_gradients(fn, x, *params, atol=1e-4, rtol=1e-4)
+    one_pass = any("moments over 1024 elements -> one pass" in d for d in reports[0].decisions)
+    assert one_pass != nhwc, reports[0].decisions

@@ -32,7 +32,7 @@ from ..ir import views
 from ..ir.digits import cuts, strides
 from ..ir.expr import Affine, Range, index_vars, linear_index
 from ..ir.graph import Graph, Node, Scalar, through_views
-from ..ir.layout import buffer_strides, channels_last_strides
+from ..ir.layout import buffer_strides, channels_last_strides, same_strides
 from ..ir.ops import reduce_identity
 from ..ir.patterns import Match, Pat, Rule, rewrite
 from ..ir.types import is_float
@@ -69,7 +69,8 @@ def split_reductions(graph: Graph) -> Graph:
     online = {(n.inputs[0], n.attrs["axes"]) for n in graph.nodes if n.op == "reduce" and n.attrs["fn"] == "softmax_sum"}
     for node in list(graph.nodes):
         if node.op == "reduce" and (node.inputs[0], node.attrs["axes"]) not in online:
-            pooled = nhwc and _pools_an_image(node, per_channel=True)
+            here = nhwc and not _returned_nchw(node.inputs[0], graph)
+            pooled = here and _pools_an_image(node, per_channel=True)
             chunks = _split_factor(node, graph.target, pooled)
             if chunks > 1 and node.attrs["fn"] in ARG:
                 _split_arg(graph, node, chunks)
@@ -77,7 +78,7 @@ def split_reductions(graph: Graph) -> Graph:
                 d, at = _split_place(node, pooled)
                 low = None
                 if not pooled:
-                    chunks, low = _chunk_digit(node, d, chunks, nhwc)
+                    chunks, low = _chunk_digit(node, d, chunks, here)
                 _split(graph, node, chunks, d, at, low)
     return view_folding(graph)
 
@@ -267,7 +268,7 @@ def _moments_statistics(b: Match, graph: Graph) -> dict[Node, Node] | None:
     divisor = b["mean"].attrs["args"][1]
     if ss.attrs["axes"] != axes or not (isinstance(divisor, Scalar) and divisor.value == n):
         return None  # not this sum's mean: the identities below would not hold
-    nhwc = plans_channels_last(graph)
+    nhwc = plans_channels_last(graph) and not _returned_nchw(x, graph)
     if nhwc and _pools_an_image(s, per_channel=True):
         # a pooled channels-last image (batch norm's statistics too): left to the split, whose chunks
         # divide H and read columns of C neighbours (chunked here, each partial program read one
@@ -422,6 +423,21 @@ def _reads(x: Node, index) -> list[tuple[Node, tuple]]:
         else:
             out.append((node, idx))
     return out
+
+
+def _returned_nchw(x: Node, graph: Graph) -> bool:
+    """Every image a kernel computing ``x`` reads is a graph input or result in NCHW strides, which
+    ``layout_plan`` keeps: ``x`` is read NCHW whatever the plan. (A training forward returns each
+    activation for its backward: given NCHW images, ResNet-50d's batch-norm statistics were split for
+    channels-last memory, two passes over columns that were not there, and no intermediate was
+    left to store NHWC.)"""
+    returned = dict(zip(graph.output.inputs, graph.output.attrs.get("strides") or ()))
+    images = [n for n, _ in _reads(x, index_vars(x.shape)) if len(n.shape) == 4 and math.prod(n.shape[2:]) > 1]
+    for node in images:
+        strides = returned.get(node) or (node.attrs["strides"] if node.op in ("input", "getitem") else None)
+        if strides is None or same_strides(strides, channels_last_strides(node.shape), node.shape):
+            return False
+    return bool(images)
 
 
 def _planned_strides(node: Node, nhwc: bool) -> tuple[int, ...]:
