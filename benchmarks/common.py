@@ -1,7 +1,8 @@
-"""Helpers shared by the benchmark scripts (gemm.py, suite.py, conv_kernels.py, choices.py): interleaved timing,
-variants of one function for Dynamo, the matmul peak, MLPBlock."""
+"""Helpers shared by the benchmark scripts (gemm.py, suite.py, conv_kernels.py, choices.py, cpu_path.py, ...):
+interleaved timing, variants of one function for Dynamo, the matmul peak, MLPBlock, writing a record."""
 from __future__ import annotations
 
+import json
 import statistics
 import types
 from pathlib import Path
@@ -23,6 +24,14 @@ def bench_interleaved(fns: list, bench: Timer, rounds: int = 5) -> list[float]:
         for t, fn in zip(times, fns):
             t.append(bench(fn))
     return [statistics.median(t) for t in times]
+
+
+def write_record(folder: Path, stem: str, doc: dict, markdown: str) -> None:
+    """A benchmark's current result: ``<folder>/<stem>.json`` (``doc``) and ``.md`` (``markdown``), printed too."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{stem}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (folder / f"{stem}.md").write_text(markdown)
+    print(markdown)
 
 
 def fresh(fn, tag: str):

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import platform
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # measure the checkout this script is in
 
@@ -28,6 +28,7 @@ import triton  # noqa: E402
 
 import minicomp  # noqa: E402
 from minicomp import config  # noqa: E402
+from common import bench_interleaved, write_record  # noqa: E402
 
 WARMUP, CALLS, ROUNDS = 5, 200, 5
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -79,13 +80,13 @@ def row(name: str, make) -> dict:
         out["inductor_first_call_s"] = round(time.perf_counter() - t0, 2)
         out["inductor_correct"] = bool(torch.allclose(got, ref, rtol=1e-5, atol=1e-5))
         calls["inductor"] = (inductor, CALLS)
-        rounds: dict[str, list[float]] = {k: [] for k in calls}
-        for _ in range(ROUNDS):
-            for k, (fn, n) in calls.items():
+        def timer(k: str, fn, n: int) -> Callable[[], float]:
+            def run() -> float:
                 with config.patch(cpu="interpret" if k == "minicomp_interpret" else "pytorch"):
-                    rounds[k].append(timed(fn, x, n))
-    for k, times in rounds.items():
-        out[f"{k}_ms"] = statistics.median(times)
+                    return timed(fn, x, n)
+            return run
+        medians = bench_interleaved([timer(k, fn, n) for k, (fn, n) in calls.items()], lambda run: run(), ROUNDS)
+    out.update((f"{k}_ms", ms) for k, ms in zip(calls, medians))
     for k in ("minicomp", "minicomp_interpret", "inductor"):
         out[f"{k}_vs_eager"] = round(out[f"{k}_ms"] / out["eager_ms"], 3)
     return out
@@ -114,10 +115,7 @@ def main() -> int:
     rows = [row("2-layer MLP", mlp), row("small conv net", convnet)]
     doc = dict(cpu=platform.processor() or platform.machine(), threads=torch.get_num_threads(), torch=torch.__version__,
                triton=triton.__version__, date=datetime.date.today().isoformat(), command="python benchmarks/cpu_path.py", rows=rows)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "cpu_path.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (args.out / "cpu_path.md").write_text(markdown(doc))
-    print(markdown(doc))
+    write_record(args.out, "cpu_path", doc, markdown(doc))
     return 0
 
 

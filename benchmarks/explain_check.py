@@ -6,7 +6,8 @@ profiler's.
 
 Per example: ``explain`` (which times each kernel with ``torch.profiler`` itself, ``explain/timing.py``)
 writes ``<out>/<stem>.html`` and ``<stem>.txt``. Then the model is compiled again (Dynamo reset, the
-same kernels by content) and run ``CALLS`` times under a profiler of its own; per Triton function,
+same kernels by content) and run ``CALLS`` times under a profiler loop of its own (not
+``explain/timing.py``'s: an independent measurement); per Triton function,
 device time per launch. Compared: each kernel that takes at least ``SHARE`` of the minicomp kernels'
 time (explain's per-launch time / the profiler's), and the call's total kernel time; and explain's
 call time (CUDA events, no profiler) against the profiler's kernel time per call (the gap is host time
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -28,6 +28,7 @@ import triton  # noqa: E402
 
 import minicomp  # noqa: E402
 from minicomp.__main__ import load  # noqa: E402
+from common import write_record  # noqa: E402
 
 CALLS = 20
 SHARE = 0.01
@@ -115,10 +116,7 @@ def main() -> int:
     doc = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                date=datetime.date.today().isoformat(),
                command=" ".join(["python", "benchmarks/explain_check.py", *map(str, args.examples)]), rows=rows)
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "explain_check.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (args.results / "explain_check.md").write_text(markdown(doc))
-    print(markdown(doc))
+    write_record(args.results, "explain_check", doc, markdown(doc))
     return 0
 
 
