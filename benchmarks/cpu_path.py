@@ -18,7 +18,6 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # measure the checkout this script is in
 
@@ -61,32 +60,31 @@ def row(name: str, make) -> dict:
     on all alike): the median of each variant's round medians."""
     torch.manual_seed(0)
     model, x = make()
-    out, calls = {"name": name, "shape": list(x.shape)}, {"eager": (model, CALLS)}
+    variants = {  # name: (build, minicomp's CPU setting, calls a round)
+        "eager": (lambda: model, "pytorch", CALLS),
+        "minicomp": (lambda: minicomp.compile(model), "pytorch", CALLS),
+        "minicomp_interpret": (lambda: minicomp.compile(model), "interpret", 3),
+        "inductor": (lambda: torch.compile(model), "pytorch", CALLS),
+    }
+    out, calls = {"name": name, "shape": list(x.shape)}, []
     with torch.no_grad():
         ref = model(x)
-        for variant, setting, n in (("minicomp", "pytorch", CALLS), ("minicomp_interpret", "interpret", 3)):
+        for variant, (build, setting, n) in variants.items():
             torch._dynamo.reset()
             with config.patch(cpu=setting, graph_cache=False):
-                compiled = minicomp.compile(model)
-                t0 = time.perf_counter()
-                got = compiled(x)
-                out[f"{variant}_first_call_s"] = round(time.perf_counter() - t0, 2)
-                out[f"{variant}_correct"] = bool(torch.allclose(got, ref, rtol=1e-5, atol=1e-5))
-                calls[variant] = (compiled, n)
-        torch._dynamo.reset()
-        inductor = torch.compile(model)
-        t0 = time.perf_counter()
-        got = inductor(x)
-        out["inductor_first_call_s"] = round(time.perf_counter() - t0, 2)
-        out["inductor_correct"] = bool(torch.allclose(got, ref, rtol=1e-5, atol=1e-5))
-        calls["inductor"] = (inductor, CALLS)
-        def timer(k: str, fn, n: int) -> Callable[[], float]:
-            def run() -> float:
-                with config.patch(cpu="interpret" if k == "minicomp_interpret" else "pytorch"):
+                fn = build()
+                if variant != "eager":
+                    t0 = time.perf_counter()
+                    got = fn(x)
+                    out[f"{variant}_first_call_s"] = round(time.perf_counter() - t0, 2)
+                    out[f"{variant}_correct"] = bool(torch.allclose(got, ref, rtol=1e-5, atol=1e-5))
+
+            def run(fn=fn, setting=setting, n=n) -> float:
+                with config.patch(cpu=setting):
                     return timed(fn, x, n)
-            return run
-        medians = bench_interleaved([timer(k, fn, n) for k, (fn, n) in calls.items()], lambda run: run(), ROUNDS)
-    out.update((f"{k}_ms", ms) for k, ms in zip(calls, medians))
+            calls.append(run)
+        medians = bench_interleaved(calls, lambda run: run(), ROUNDS)
+    out.update((f"{k}_ms", ms) for k, ms in zip(variants, medians))
     for k in ("minicomp", "minicomp_interpret", "inductor"):
         out[f"{k}_vs_eager"] = round(out[f"{k}_ms"] / out["eager_ms"], 3)
     return out
