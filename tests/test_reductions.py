@@ -357,6 +357,50 @@ def test_long_rows_low_precision(dtype):
     compile_and_compare(lambda x: (x.amax(1), x.sum(1)), torch.randn(2, LONG, dtype=dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_a_row_reduction_stores_its_space_reshaped(dtype):
+    """A language model head's cross-entropy backward: log-softmax's gradient over [B*T, V] rows plus the
+    logits' own [B, T, V] gradient (autograd's zeros when only the loss is differentiated; random here):
+    one kernel, the [B, T, V] sum stored per element as the reshape of the rows it is (it was a second
+    pass over the logits: BERT's MLM head)."""
+    b, t, v = 2, 3, 37
+
+    def head(logp, g, tangent):
+        grad = g - torch.exp(logp) * g.sum(1, keepdim=True)
+        return tangent + grad.view(b, t, v)
+
+    logp = torch.randn(b * t, v).log_softmax(1).to(dtype)
+    compile_and_compare(head, logp, torch.randn(b * t, v, dtype=dtype), torch.randn(b, t, v, dtype=dtype),
+                        kernels=1)
+    tangent = torch.randn(v, t, b, dtype=dtype).permute(2, 1, 0)  # non-contiguous
+    compile_and_compare(head, logp, torch.randn(b * t, v, dtype=dtype), tangent, kernels=1)
+
+
+def test_a_looped_row_reduction_stores_its_space_reshaped(monkeypatch):
+    """As above with rows longer than a block (the GPU's 30522-word rows): the reshaped result is
+    stored in the loop's second pass, block by block."""
+    from minicomp.templates import reduction
+    monkeypatch.setattr(reduction, "persistent_limit", lambda target: 8)
+    b, t, v = 2, 3, 37
+
+    def head(logp, g, tangent):
+        grad = g - torch.exp(logp) * g.sum(1, keepdim=True)
+        return tangent + grad.view(b, t, v)
+
+    report = compile_and_compare(head, torch.randn(b * t, v).log_softmax(1), torch.randn(b * t, v),
+                                 torch.randn(b, t, v), kernels=1)
+    assert report.kernels[0].template == "reduction looped"
+
+
+def test_a_reshape_that_mixes_the_reduced_axis_with_the_rows_is_stored_right():
+    """A per-element result of a row reduction's kernel reshaped across rows ([6, 8] as [8, 6]): stored
+    at the coordinates the reshape gives (floor division and remainder of the flat position)."""
+    def fn(x, y):
+        return (x - x.amax(1, keepdim=True)).reshape(8, 6) * y
+
+    compile_and_compare(fn, torch.randn(6, 8), torch.randn(8, 6), kernels=1)
+
+
 def test_column_reductions():
     def fn(x):
         return (x.sum(0), x.amax(0), x.argmax(0), x.mean(0), x.sum(0, keepdim=True), x.var(0), x.amin(0),

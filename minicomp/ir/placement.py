@@ -58,7 +58,8 @@ def canonical_index(node: Node, shape, axes):
         if [s for s in node.shape if s != 1] == [s for s, _ in kept]:
             rest = iter(e for _, e in kept)
             return tuple(next(rest) if s != 1 else Affine.of(0) for s in node.shape)
-    if not axes and math.prod(node.shape) == math.prod(shape):  # a reshape of the space: same order
+    if math.prod(node.shape) == math.prod(shape):  # a reshape of the (full) space: same order; in a
+        # reduction kernel stored per element (a [B, T, V] gradient of rows reduced as [B*T, V])
         return unravel(linear_index(full, contiguous_strides(shape)), node.shape)
     return None
 
