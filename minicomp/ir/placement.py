@@ -58,8 +58,12 @@ def canonical_index(node: Node, shape, axes):
         if [s for s in node.shape if s != 1] == [s for s, _ in kept]:
             rest = iter(e for _, e in kept)
             return tuple(next(rest) if s != 1 else Affine.of(0) for s in node.shape)
-    if math.prod(node.shape) == math.prod(shape):  # a reshape of the (full) space: same order; in a
-        # reduction kernel stored per element (a [B, T, V] gradient of rows reduced as [B*T, V])
+    # A reshape of the space, in the same order; in a reduction's kernel only its rows regrouped, the
+    # reduced axes trailing and kept whole (a [B, T, V] gradient of rows reduced as [B*T, V]).
+    k = len(axes)
+    whole = tuple(axes) == tuple(range(len(shape) - k, len(shape))) and \
+        tuple(node.shape[len(node.shape) - k:]) == tuple(shape[len(shape) - k:])
+    if math.prod(node.shape) == math.prod(shape) and whole:
         return unravel(linear_index(full, contiguous_strides(shape)), node.shape)
     return None
 
