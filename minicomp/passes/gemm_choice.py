@@ -69,8 +69,14 @@ def gemm_backend(graph: Graph) -> Graph:
             config = "" if choice == "triton" else f" config {choice}"
             decisions.append(f"gemm {node.name} {list(node.shape)}: Triton template{config} ({reason})")
             continue
+        bias = _bias_add(node)
+        if bias is not None:
+            reason += "; the bias in cuBLAS's epilogue (aten.addmm)"
         decisions.append(f"gemm {node.name} {list(node.shape)}: cuBLAS via aten ({reason})")
-        _to_extern(graph, node)
+        if bias is not None:
+            _to_addmm(graph, node, *bias)
+        else:
+            _to_extern(graph, node)
     return graph
 
 
@@ -135,6 +141,51 @@ def _extern(graph: Graph, node: Node, out_type) -> Node:
                     reason="cuBLAS chosen for this GEMM", strides=contiguous_strides(out_type.shape))
     ext.attrs["call"] = lambda x, y: target(x, y)
     return ext
+
+
+def _bias_add(node: Node) -> tuple[Node, list[Node]] | None:
+    """A linear layer's bias after a 2-D product bound for cuBLAS: ``(bias, chain)`` when the product's
+    one user adds a graph input of the operand dtype, a vector broadcast along the rows (16-bit: through
+    a cast to the fp32 accumulator, the sum only rounded back). ``chain``: the add and, for 16-bit
+    operands, that rounding; its last node is the layer's result. Eager's ``F.linear`` adds the bias in
+    cuBLAS's epilogue too; a kernel of its own costs a pass over the result."""
+    a, b = node.inputs
+    if len(node.shape) != 2 or len(node.users) != 1 or a.dtype != b.dtype:
+        return None
+    (add,) = node.users
+    others = [i for i in add.inputs if i is not node]
+    if not (add.op == "pointwise" and add.attrs["fn"] == "add" and len(others) == 1):
+        return None
+    other = others[0]
+    if other.op == "pointwise" and other.attrs["fn"] == "cast" and len(other.users) == 1:
+        other = other.inputs[0]
+    if other.op != "view" or other.attrs.get("kind") != "expand" or len(other.users) != 1:
+        return None
+    vector = other.inputs[0]
+    if vector.op != "input" or vector.shape != node.shape[-1:] or vector.dtype != a.dtype:
+        return None  # (a bias computed in the graph, autocast's cast of it, would be a kernel of its own)
+    chain = [add]
+    if add.dtype != a.dtype:
+        if len(add.users) != 1 or not (add.users[0].op == "pointwise" and add.users[0].attrs["fn"] == "cast"
+                                       and add.users[0].dtype == a.dtype):
+            return None
+        chain.append(add.users[0])
+    return vector, chain
+
+
+def _to_addmm(graph: Graph, node: Node, bias: Node, chain: list[Node]) -> None:
+    """``aten.addmm(bias, a, b)`` in place of the product, the bias add and its rounding (``_bias_add``)."""
+    a, b = node.inputs
+    result, target = chain[-1], torch.ops.aten.addmm.default
+    ext = graph.add("extern", [bias, a, b], result.type, node.origin, before=node, target=target,
+                    arg_tree=((bias, a, b), {}), reason="cuBLAS chosen for this GEMM",
+                    strides=contiguous_strides(result.shape))
+    ext.attrs["call"] = lambda c, x, y: target(c, x, y)
+    graph.replace_all_uses(result, ext)
+    (feed,) = [i for i in chain[0].inputs if i is not node]  # the broadcast bias, or its cast to fp32
+    dead = {node, *chain, feed, *(feed.inputs if feed.op == "pointwise" else ())}
+    graph.nodes = [n for n in graph.nodes if n not in dead]
+    graph.recompute_users()
 
 
 def _to_extern(graph: Graph, node: Node) -> None:
