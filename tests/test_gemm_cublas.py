@@ -1,0 +1,56 @@
+"""Products sent to cuBLAS (``passes/gemm_choice.py``), run on the CPU through aten in Triton's interpreter
+(``MINICOMP_GEMM=cublas``): a linear layer's bias in cuBLAS's epilogue, and what keeps ``aten.mm``."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import minicomp
+from tests.test_gemm import DTYPE_IDS, LOW, rand, tol
+from tests.utils import compile_and_compare
+
+
+def _addmms(report) -> int:
+    """How many products went to cuBLAS with their bias (the decision says so)."""
+    return sum("aten.addmm" in d for d in report.decisions)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, *LOW], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("x_shape", [(16, 24), (2, 8, 24)], ids=["2d", "3d"])
+def test_a_bias_after_a_cublas_product_is_its_addmm(monkeypatch, dtype, x_shape):
+    """A product bound for cuBLAS whose one use is a linear layer's bias: ``aten.addmm`` adds it in
+    cuBLAS's epilogue (as eager's ``F.linear`` does), no kernel of its own; 16-bit results rounded once."""
+    monkeypatch.setenv("MINICOMP_GEMM", "cublas")
+    x, w, b = rand(*x_shape, dtype=dtype), rand(20, 24, dtype=dtype), rand(20, dtype=dtype)
+    report = compile_and_compare(lambda x, w, b: F.linear(x, w, b), x, w, b, kernels=0, **tol(dtype, 24))
+    assert len(report.externs) == _addmms(report) == 1, report.summary()
+    if dtype in LOW:  # exactly eager's addmm: the sum rounded once, not the product and then the sum
+        torch.testing.assert_close(minicomp.compile(lambda x, w, b: F.linear(x, w, b))(x, w, b),
+                                   F.linear(x, w, b), atol=0, rtol=0)
+
+
+def test_what_else_reads_the_biased_sum_runs_after_the_addmm(monkeypatch):
+    """gelu of the biased sum plus a residual, and the sum itself returned: the addmm, then one kernel."""
+    monkeypatch.setenv("MINICOMP_GEMM", "cublas")
+    x, w, b, r = rand(16, 24), rand(20, 24), rand(20), rand(16, 20)
+    report = compile_and_compare(lambda x, w, b, r: (lambda y: (F.gelu(y) + r, y))(F.linear(x, w, b)),
+                                 x, w, b, r, kernels=1, **tol(torch.float32))
+    assert _addmms(report) == len(report.externs) == 1, report.summary()
+
+
+@pytest.mark.parametrize("case", ["product returned", "scaled bias", "bias per row", "bias of another dtype",
+                                  "bias computed"])
+def test_a_product_read_otherwise_keeps_its_mm(monkeypatch, case):
+    """Nothing but a plain bias add over the rows joins cuBLAS: a product read elsewhere too, a scaled
+    bias (``beta``), a bias along the columns, of another dtype or computed in the graph (autocast's cast
+    of an fp32 bias: a kernel of its own) keep ``aten.mm`` and a kernel."""
+    monkeypatch.setenv("MINICOMP_GEMM", "cublas")
+    x, w, b = rand(16, 24), rand(24, 20), rand(20)
+    fn, args = {
+        "product returned": (lambda x, w, b: (lambda y: (y, y + b))(x @ w), (x, w, b)),
+        "scaled bias": (lambda x, w, b: torch.addmm(b, x, w, beta=0.5), (x, w, b)),
+        "bias per row": (lambda x, w, b: x @ w + b[:16, None], (x, w, rand(24))),
+        "bias of another dtype": (lambda x, w, b: x @ w + b, (x, w, rand(20, dtype=torch.float64))),
+        "bias computed": (lambda x, w, b: F.linear(x, w.t(), b.half().float()), (x, w, b)),
+    }[case]
+    report = compile_and_compare(fn, *args, kernels=1, **tol(torch.float32))
+    assert len(report.externs) == 1 and _addmms(report) == 0, report.summary()
