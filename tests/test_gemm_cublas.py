@@ -37,8 +37,8 @@ def test_what_else_reads_the_biased_sum_runs_after_the_addmm(monkeypatch):
     assert _addmms(report) == len(report.externs) == 1, report.summary()
 
 
-@pytest.mark.parametrize("case", ["product returned", "scaled bias", "bias per row", "bias of another dtype",
-                                  "bias computed"])
+@pytest.mark.parametrize("case", ["product returned", "scaled bias", "bias per row", "bias per row, square",
+                                  "bias of another dtype", "bias computed"])
 def test_a_product_read_otherwise_keeps_its_mm(monkeypatch, case):
     """Nothing but a plain bias add over the rows joins cuBLAS: a product read elsewhere too, a scaled
     bias (``beta``), a bias along the columns, of another dtype or computed in the graph (autocast's cast
@@ -49,6 +49,7 @@ def test_a_product_read_otherwise_keeps_its_mm(monkeypatch, case):
         "product returned": (lambda x, w, b: (lambda y: (y, y + b))(x @ w), (x, w, b)),
         "scaled bias": (lambda x, w, b: torch.addmm(b, x, w, beta=0.5), (x, w, b)),
         "bias per row": (lambda x, w, b: x @ w + b[:16, None], (x, w, rand(24))),
+        "bias per row, square": (lambda x, w, b: x @ w[:, :16] + b[:, None], (x, w, rand(16))),
         "bias of another dtype": (lambda x, w, b: x @ w + b, (x, w, rand(20, dtype=torch.float64))),
         "bias computed": (lambda x, w, b: F.linear(x, w.t(), b.half().float()), (x, w, b)),
     }[case]

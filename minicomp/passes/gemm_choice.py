@@ -13,6 +13,7 @@ import math
 import torch
 
 from ..ir import choices
+from ..ir.expr import Affine, index_vars
 from ..ir.graph import Graph, Group, Node
 from ..ir.layout import view_as_strided
 from ..ir.ops import OPS
@@ -159,7 +160,9 @@ def _bias_add(node: Node) -> tuple[Node, list[Node]] | None:
     other = others[0]
     if other.op == "pointwise" and other.attrs["fn"] == "cast" and len(other.users) == 1:
         other = other.inputs[0]
-    if other.op != "view" or other.attrs.get("kind") != "expand" or len(other.users) != 1:
+    along_rows = (Affine.of(index_vars(node.shape)[-1]),)  # bias[j] at (i, j)
+    if other.op != "view" or other.attrs.get("kind") != "expand" or other.attrs["index"] != along_rows \
+            or other.attrs["mask"] or len(other.users) != 1:
         return None
     vector = other.inputs[0]
     if vector.op != "input" or vector.shape != node.shape[-1:] or vector.dtype != a.dtype:
