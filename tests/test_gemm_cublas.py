@@ -55,3 +55,19 @@ def test_a_product_read_otherwise_keeps_its_mm(monkeypatch, case):
     }[case]
     report = compile_and_compare(fn, *args, kernels=1, **tol(torch.float32))
     assert len(report.externs) == 1 and _addmms(report) == 0, report.summary()
+
+
+def test_a_graph_with_an_addmm_is_stored_and_loaded_whole(cache_dir, monkeypatch):
+    """The graph cache stores the addmm extern by name with its bias among its arguments."""
+    monkeypatch.setenv("MINICOMP_GEMM", "cublas")
+    model = torch.nn.Sequential(torch.nn.Linear(24, 20), torch.nn.Linear(20, 8)).eval()
+    reports = []
+    for _ in range(2):
+        torch._dynamo.reset()
+        x = rand(16, 24)
+        with torch.no_grad():
+            torch.testing.assert_close(minicomp.compile(model)(x), model(x), **tol(torch.float32))
+        reports.append(minicomp.report())
+    cold, warm = reports
+    assert not cold.from_cache and warm.from_cache, warm.summary()
+    assert _addmms(cold) == 2 and not warm.kernels, cold.summary()
