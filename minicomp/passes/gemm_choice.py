@@ -135,21 +135,25 @@ def _plain(group: Group, graph: Graph) -> bool:
     return all(i.op != "view" or view_as_strided(i, {}) is not None for i in (a, b))  # aten takes strided views
 
 
-def _extern(graph: Graph, node: Node, out_type) -> Node:
+def _extern(graph: Graph, node: Node, out_type, bias: Node | None = None) -> Node:
+    """cuBLAS through aten for the product ``node``: ``mm``/``bmm``, or ``addmm`` with a linear layer's ``bias``."""
     a, b = node.inputs
-    target = torch.ops.aten.bmm.default if len(node.shape) == 3 else torch.ops.aten.mm.default
-    ext = graph.add("extern", [a, b], out_type, node.origin, before=node, target=target, arg_tree=((a, b), {}),
+    if bias is not None:
+        target, args = torch.ops.aten.addmm.default, (bias, a, b)
+    else:
+        target, args = (torch.ops.aten.bmm.default if len(node.shape) == 3 else torch.ops.aten.mm.default), (a, b)
+    ext = graph.add("extern", list(args), out_type, node.origin, before=node, target=target, arg_tree=(args, {}),
                     reason="cuBLAS chosen for this GEMM", strides=contiguous_strides(out_type.shape))
-    ext.attrs["call"] = lambda x, y: target(x, y)
+    ext.attrs["call"] = lambda *tensors: target(*tensors)
     return ext
 
 
-def _bias_add(node: Node) -> tuple[Node, list[Node]] | None:
-    """A linear layer's bias after a 2-D product bound for cuBLAS: ``(bias, chain)`` when the product's
-    one user adds a graph input of the operand dtype, a vector broadcast along the rows (16-bit: through
-    a cast to the fp32 accumulator, the sum only rounded back). ``chain``: the add and, for 16-bit
-    operands, that rounding; its last node is the layer's result. Eager's ``F.linear`` adds the bias in
-    cuBLAS's epilogue too; a kernel of its own costs a pass over the result."""
+def _bias_add(node: Node) -> tuple[Node, Node, set[Node]] | None:
+    """A linear layer's bias after a 2-D product bound for cuBLAS: ``(bias, result, replaced)`` when the
+    product's one user adds a graph input of the operand dtype, a vector broadcast along the rows (16-bit:
+    through a cast to the fp32 accumulator, the sum only rounded back). ``result``: the layer's result
+    (the sum, or its rounding); ``replaced``: the nodes an ``addmm`` takes the place of. Eager's
+    ``F.linear`` adds the bias in cuBLAS's epilogue too; a kernel of its own costs a pass over the result."""
     a, b = node.inputs
     if len(node.shape) != 2 or len(node.users) != 1 or a.dtype != b.dtype:
         return None
@@ -157,9 +161,11 @@ def _bias_add(node: Node) -> tuple[Node, list[Node]] | None:
     others = [i for i in add.inputs if i is not node]
     if not (add.op == "pointwise" and add.attrs["fn"] == "add" and len(others) == 1):
         return None
+    replaced = {node, add, *others}
     other = others[0]
     if other.op == "pointwise" and other.attrs["fn"] == "cast" and len(other.users) == 1:
         other = other.inputs[0]
+        replaced.add(other)
     along_rows = (Affine.of(index_vars(node.shape)[-1]),)  # bias[j] at (i, j)
     if other.op != "view" or other.attrs.get("kind") != "expand" or other.attrs["index"] != along_rows \
             or other.attrs["mask"] or len(other.users) != 1:
@@ -167,27 +173,20 @@ def _bias_add(node: Node) -> tuple[Node, list[Node]] | None:
     vector = other.inputs[0]
     if vector.op != "input" or vector.shape != node.shape[-1:] or vector.dtype != a.dtype:
         return None  # (a bias computed in the graph, autocast's cast of it, would be a kernel of its own)
-    chain = [add]
+    result = add
     if add.dtype != a.dtype:
         if len(add.users) != 1 or not (add.users[0].op == "pointwise" and add.users[0].attrs["fn"] == "cast"
                                        and add.users[0].dtype == a.dtype):
             return None
-        chain.append(add.users[0])
-    return vector, chain
+        result = add.users[0]
+        replaced.add(result)
+    return vector, result, replaced
 
 
-def _to_addmm(graph: Graph, node: Node, bias: Node, chain: list[Node]) -> None:
+def _to_addmm(graph: Graph, node: Node, bias: Node, result: Node, replaced: set[Node]) -> None:
     """``aten.addmm(bias, a, b)`` in place of the product, the bias add and its rounding (``_bias_add``)."""
-    a, b = node.inputs
-    result, target = chain[-1], torch.ops.aten.addmm.default
-    ext = graph.add("extern", [bias, a, b], result.type, node.origin, before=node, target=target,
-                    arg_tree=((bias, a, b), {}), reason="cuBLAS chosen for this GEMM",
-                    strides=contiguous_strides(result.shape))
-    ext.attrs["call"] = lambda c, x, y: target(c, x, y)
-    graph.replace_all_uses(result, ext)
-    (feed,) = [i for i in chain[0].inputs if i is not node]  # the broadcast bias, or its cast to fp32
-    dead = {node, *chain, feed, *(feed.inputs if feed.op == "pointwise" else ())}
-    graph.nodes = [n for n in graph.nodes if n not in dead]
+    graph.replace_all_uses(result, _extern(graph, node, result.type, bias))
+    graph.nodes = [n for n in graph.nodes if n not in replaced]
     graph.recompute_users()
 
 
