@@ -122,6 +122,19 @@ def test_gradients_through_each_op():
     _check_grad(lambda x, i: x[:, i] + 1, torch.randn(2, 5, 2), idx)
 
 
+@pytest.mark.parametrize("padding_idx", [None, 2])
+def test_embedding_backward_is_pytorchs_kernel_with_its_reason(padding_idx):
+    # Kept whole (backend.LIBRARY_WHOLE): its decomposition's index_put serializes repeated ids.
+    # Many repeats of a few ids, as BERT's token types; the padding row's gradient stays zero.
+    idx = torch.tensor([[2, 2, 2, 0, 2], [2, 1, 2, 2, 4]])
+    _check_grad(lambda w, i: F.embedding(i, w, padding_idx=padding_idx).sin(), torch.randn(6, 3), idx)
+    backward = minicomp.reports()[-1]
+    assert backward.graph.endswith("_backward"), backward.graph
+    ops = [f.op for f in backward.fallbacks]
+    assert ops == ["embedding_dense_backward.default"], backward.summary()
+    assert "repeated ids" in backward.fallbacks[0].reason
+
+
 # --- fusion --------------------------------------------------------------------------------------
 
 def test_gpt2_token_and_position_embeddings_with_layer_norm_are_one_kernel():

@@ -36,6 +36,9 @@ DELIBERATE_FALLBACKS: dict[str, str] = {
     "_thnn_fused_lstm_cell_backward_impl": _RNN_CELL.format("LSTM") + " (this is that backward)",
     "minicomp::recurrent": _RECURRENT,
     "minicomp::recurrent_backward": _RECURRENT + "; its backward recomputes the forward with autograd",
+    "embedding_dense_backward": ("PyTorch's embedding backward: sums the gradient rows of repeated ids in "
+                                 "parallel segments (its decomposition, index_put with accumulate, walks "
+                                 "them one after another; minicomp has no scatter-add kernel)"),
     "convolution": _CONVOLUTION,
     "convolution_backward": _CONVOLUTION,
 }
