@@ -1,12 +1,20 @@
 """Products sent to cuBLAS (``passes/gemm_choice.py``), run on the CPU through aten in Triton's interpreter
-(``MINICOMP_GEMM=cublas``): a linear layer's bias in cuBLAS's epilogue, and what keeps ``aten.mm``."""
+(``MINICOMP_GEMM=cublas``): a linear layer's bias in cuBLAS's epilogue, and what keeps ``aten.mm``.
+fp32 products here are TF32 ones (the setting where ``addmm`` is taken) unless a test says IEEE."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 import minicomp
+from minicomp.frontend import rules
 from tests.test_gemm import DTYPE_IDS, LOW, rand, tol
 from tests.utils import compile_and_compare
+
+
+@pytest.fixture(autouse=True)
+def _cublas_tf32(monkeypatch):
+    monkeypatch.setenv("MINICOMP_GEMM", "cublas")
+    monkeypatch.setattr(rules, "_matmul_precision", lambda x: "tf32")
 
 
 def _addmms(report) -> int:
@@ -16,10 +24,9 @@ def _addmms(report) -> int:
 
 @pytest.mark.parametrize("dtype", [torch.float32, *LOW], ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("x_shape", [(16, 24), (2, 8, 24)], ids=["2d", "3d"])
-def test_a_bias_after_a_cublas_product_is_its_addmm(monkeypatch, dtype, x_shape):
+def test_a_bias_after_a_cublas_product_is_its_addmm(dtype, x_shape):
     """A product bound for cuBLAS whose one use is a linear layer's bias: ``aten.addmm`` adds it in
     cuBLAS's epilogue (as eager's ``F.linear`` does), no kernel of its own; 16-bit results rounded once."""
-    monkeypatch.setenv("MINICOMP_GEMM", "cublas")
     x, w, b = rand(*x_shape, dtype=dtype), rand(20, 24, dtype=dtype), rand(20, dtype=dtype)
     report = compile_and_compare(lambda x, w, b: F.linear(x, w, b), x, w, b, kernels=0, **tol(dtype, 24))
     assert len(report.externs) == _addmms(report) == 1, report.summary()
@@ -28,9 +35,18 @@ def test_a_bias_after_a_cublas_product_is_its_addmm(monkeypatch, dtype, x_shape)
                                    F.linear(x, w, b), atol=0, rtol=0)
 
 
-def test_what_else_reads_the_biased_sum_runs_after_the_addmm(monkeypatch):
+def test_an_fp32_ieee_product_keeps_its_mm_and_the_bias_joins_a_kernel(monkeypatch):
+    """In fp32 IEEE cuBLASLt's bias epilogue ran up to 1.9x mm's time (results/addmm_bias.md): ``mm``,
+    and the bias fused with the GELU after it."""
+    monkeypatch.setattr(rules, "_matmul_precision", lambda x: "ieee")
+    x, w, b = rand(16, 24), rand(20, 24), rand(20)
+    report = compile_and_compare(lambda x, w, b: F.gelu(F.linear(x, w, b)), x, w, b, kernels=1,
+                                 **tol(torch.float32))
+    assert len(report.externs) == 1 and _addmms(report) == 0, report.summary()
+
+
+def test_what_else_reads_the_biased_sum_runs_after_the_addmm():
     """gelu of the biased sum plus a residual, and the sum itself returned: the addmm, then one kernel."""
-    monkeypatch.setenv("MINICOMP_GEMM", "cublas")
     x, w, b, r = rand(16, 24), rand(20, 24), rand(20), rand(16, 20)
     report = compile_and_compare(lambda x, w, b, r: (lambda y: (F.gelu(y) + r, y))(F.linear(x, w, b)),
                                  x, w, b, r, kernels=1, **tol(torch.float32))
@@ -39,11 +55,10 @@ def test_what_else_reads_the_biased_sum_runs_after_the_addmm(monkeypatch):
 
 @pytest.mark.parametrize("case", ["product returned", "scaled bias", "bias per row", "bias per row, square",
                                   "bias of another dtype", "bias computed"])
-def test_a_product_read_otherwise_keeps_its_mm(monkeypatch, case):
+def test_a_product_read_otherwise_keeps_its_mm(case):
     """Nothing but a plain bias add over the rows joins cuBLAS: a product read elsewhere too, a scaled
     bias (``beta``), a bias along the columns, of another dtype or computed in the graph (autocast's cast
     of an fp32 bias: a kernel of its own) keep ``aten.mm`` and a kernel."""
-    monkeypatch.setenv("MINICOMP_GEMM", "cublas")
     x, w, b = rand(16, 24), rand(24, 20), rand(20)
     fn, args = {
         "product returned": (lambda x, w, b: (lambda y: (y, y + b))(x @ w), (x, w, b)),
@@ -57,9 +72,8 @@ def test_a_product_read_otherwise_keeps_its_mm(monkeypatch, case):
     assert len(report.externs) == 1 and _addmms(report) == 0, report.summary()
 
 
-def test_a_graph_with_an_addmm_is_stored_and_loaded_whole(cache_dir, monkeypatch):
+def test_a_graph_with_an_addmm_is_stored_and_loaded_whole(cache_dir):
     """The graph cache stores the addmm extern by name with its bias among its arguments."""
-    monkeypatch.setenv("MINICOMP_GEMM", "cublas")
     model = torch.nn.Sequential(torch.nn.Linear(24, 20), torch.nn.Linear(20, 8)).eval()
     reports = []
     for _ in range(2):
