@@ -312,13 +312,14 @@ def aligned_rows_product(op, *args, cuda_only: bool = True, min_operand: int = P
     elements: the right operand copied into a padded buffer (as Inductor's padding does), the product's
     extra columns dropped by a view. cuBLAS runs unaligned kernels otherwise (H200, GPT-2's fp16 LM head
     at 1024 tokens: 843 us in ``cutlass_75..._align1`` against 124 us aligned). The callers copy the view
-    to contiguous where they need it."""
+    to contiguous where they need it. Tensor-core products only: fp32 IEEE ones run SIMT kernels either
+    way, and the copies cost more than padding gains (``benchmarks/results/unaligned_rows.md``)."""
     a, b = args[-2], args[-1]
     n, per = b.shape[1], 16 // b.element_size()
     bias = args[0] if op is torch.ops.aten.addmm.default else None
     product = torch.mm if bias is None else torch.addmm  # the public functions: cheaper calls than the aten overloads
     if (n % per == 0 or n < per or (cuda_only and not b.is_cuda) or (bias is not None and bias.shape != (n,))
-            or b.numel() < min_operand):
+            or b.numel() < min_operand or (b.dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32)):
         return product(*args)
     n_pad = n + per - n % per
     like = dict(dtype=b.dtype, device=b.device)
