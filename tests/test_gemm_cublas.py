@@ -1,12 +1,16 @@
 """Products sent to cuBLAS (``passes/gemm_choice.py``), run on the CPU through aten in Triton's interpreter
 (``MINICOMP_GEMM=cublas``): a linear layer's bias in cuBLAS's epilogue, and what keeps ``aten.mm``.
 fp32 products here are TF32 ones (the setting where ``addmm`` is taken) unless a test says IEEE."""
+import json
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import minicomp
 from minicomp.frontend import rules
+from minicomp.ir.choices import NOISE
 from tests.test_gemm import DTYPE_IDS, LOW, rand, tol
 from tests.utils import compile_and_compare
 
@@ -85,3 +89,16 @@ def test_a_graph_with_an_addmm_is_stored_and_loaded_whole(cache_dir):
     cold, warm = reports
     assert not cold.from_cache and warm.from_cache, warm.summary()
     assert _addmms(cold) == 2 and not warm.kernels, cold.summary()
+
+
+def test_addmm_is_taken_where_its_measurement_says_it_is_not_slower():
+    """``_bias_add`` follows ``benchmarks/results/addmm_bias.json`` (H200): in the settings where it takes
+    ``addmm`` (16-bit, TF32), addmm is within noise of mm alone at every measured shape; in fp32 IEEE,
+    where it declines, some shape is well beyond it."""
+    rows = json.loads((Path(__file__).parents[1] / "benchmarks/results/addmm_bias.json").read_text())["rows"]
+    worst = {}
+    for r in rows:
+        worst[r["setting"]] = max(worst.get(r["setting"], 0), r["addmm_us"] / r["mm_us"])
+    assert set(worst) == {"fp32-ieee", "tf32", "bf16", "fp16"}, worst
+    assert all(worst[s] <= 1 + NOISE for s in ("tf32", "bf16", "fp16")), worst
+    assert worst["fp32-ieee"] > 1 + NOISE, worst
