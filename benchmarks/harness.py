@@ -32,7 +32,9 @@ the file holds the selected rows alone (``--only``: names containing a substring
 every N-th of those from the I-th). A crash that loses the CUDA context hands the remaining rows to a
 new process (``--resume``, with the time left). ``--gpus N`` runs the rows in N shard processes, one
 per GPU, into one table; ``--per-gpu K`` puts K on each GPU, which compile at once and take turns for
-the timing rounds (``gpu_turn``): compiling is most of a model row's time.
+the timing rounds (``gpu_turn``): compiling is most of a model row's time. The page names the measured
+cause of each row above 1.10x Inductor's time (``causes.py``); ``--render`` writes the page again from
+the JSON after an entry is added there, measuring nothing.
 """
 from __future__ import annotations
 
@@ -66,6 +68,7 @@ from torch.utils._pytree import tree_leaves
 
 import minicomp
 import model_zoo as zoo
+from causes import cause
 from common import RESULTS
 from models import REL_TOL, device_lost, graph_facts, times, timed_first_call, warm_up
 TF32_TOL = 1e-3  # fp32 inference of a model with convolutions while cuDNN may use TF32
@@ -433,8 +436,9 @@ def geomean(values: list[float]) -> float | None:
 
 
 def summary(rows: list[dict]) -> list[str]:
-    """The table's verdicts: geomean minicomp ÷ Inductor, rows above 1.10× and 1.25× Inductor's time,
-    rows slower than eager where Inductor is faster than eager, incorrect rows, rows not measured."""
+    """The table's verdicts: geomean minicomp ÷ Inductor, rows above 1.10× and 1.25× Inductor's time
+    (each above 1.10× with its measured cause, ``causes.py``), rows slower than eager where Inductor is
+    faster than eager, incorrect rows, rows not measured."""
     timed = [r for r in rows if r.get("minicomp_vs_inductor")]
     over = lambda x: [r for r in timed if r["minicomp_vs_inductor"] > x]  # noqa: E731
     cliffs = [r for r in rows if r.get("minicomp_vs_eager") and r["minicomp_vs_eager"] > 1
@@ -449,7 +453,10 @@ def summary(rows: list[dict]) -> list[str]:
              f"{fmt(geomean([r['minicomp_vs_eager'] for r in rows if r.get('minicomp_vs_eager')]), '.3f')}",
              f"- rows above 1.25× Inductor's time: {len(over(1.25))} — {names(sorted(over(1.25), key=lambda r: -r['minicomp_vs_inductor']))}",
              f"- rows above 1.10× Inductor's time: {len(over(1.10))}; those up to 1.25×: "
-             f"{names(sorted([r for r in over(1.10) if r['minicomp_vs_inductor'] <= 1.25], key=lambda r: -r['minicomp_vs_inductor']))}",
+             f"{names(sorted([r for r in over(1.10) if r['minicomp_vs_inductor'] <= 1.25], key=lambda r: -r['minicomp_vs_inductor']))}; "
+             "each with its measured cause (`benchmarks/causes.py`):",
+             *[f"  - {r['name']} ({r['minicomp_vs_inductor']:.2f}): {cause(r['name'])}"
+               for r in sorted(over(1.10), key=lambda r: -r['minicomp_vs_inductor'])],
              f"- rows slower than eager where Inductor is faster than eager: {len(cliffs)} — "
              f"{names(cliffs, 'minicomp_vs_eager')} (minicomp ÷ eager)",
              f"- incorrect rows (minicomp): {len(wrong)} — "
@@ -564,6 +571,8 @@ def add_arguments(p: argparse.ArgumentParser, time_limit: float, row_timeout: fl
                    help=f"stop a row after this many seconds: a result (default {row_timeout} on a GPU)")
     p.add_argument("--resume", action="store_true", help="keep the existing results; measure the selected rows they lack")
     p.add_argument("--merge", action="store_true", help="keep the existing results; measure the selected rows again")
+    p.add_argument("--render", action="store_true",
+                   help="write the Markdown page again from the results JSON (new causes.py entries), measuring nothing")
     p.set_defaults(gpu_time_limit=time_limit, gpu_row_timeout=row_timeout)
 
 
@@ -645,6 +654,13 @@ def run(cases: list[Case], args: argparse.Namespace, *, script: Path, stem: str,
         runners: dict | None = None) -> int:
     """Measure the selected ``cases`` into ``<out>/<stem>.{json,md}`` (``<stem>-dry`` in a dry run) and print
     a short table. ``runners``: kind -> function(work, row, args, device, bench) beyond ``RUNNERS``."""
+    if args.render:
+        path = Path(args.out or RESULTS) / f"{stem}.json"
+        doc = json.loads(path.read_text())
+        rows = doc.pop("rows")
+        path.with_suffix(".md").write_text(markdown(doc, rows, title, description))
+        print(f"wrote {path.with_suffix('.md')} from {path.name}")
+        return 0
     if args.gpus > 1 or args.per_gpu > 1:
         return run_on_gpus(cases, args, script=script, stem=stem, title=title, description=description)
     runners = {**RUNNERS, **(runners or {})}

@@ -1,0 +1,38 @@
+"""Measured causes of the rows that run above 1.10x Inductor's time, by row name (issue 41: each such
+row named with its cause). The results pages list every such row with its entry here, or say that
+its cause is not measured yet. An entry says where the time goes, as measured (a profile, a variant
+timed), and names the ``experiments.md`` entry that has the numbers; a row that drops to 1.10x or
+below leaves the pages' list by itself, and its entry can go."""
+from __future__ import annotations
+
+WORST = "experiments.md, 'The corpus's worst rows alone'"
+WINDOWS = "experiments.md, 'Column reductions and windows on few programs'"
+HOST = "experiments.md, 'Training steps' host time'"
+
+CAUSES: dict[str, str] = {
+    "std dim 1 256x1024x256 bf16": (
+        "two kernels (chunked moments, then their combine: 0.070 ms of GPU time) against Inductor's one looped "
+        f"Welford kernel (0.049); no variant of minicomp's column templates reached it ({WORST})"),
+    "instance_norm 32x64x128x128 fp32": (
+        f"one kernel each side; minicomp's took 0.053-0.09 ms across profiles: within this row's spread ({WORST})"),
+    "max_pool1d k3 s2 p1 64x128x8192 bf16": (
+        "one kernel each side, 0.081 against 0.067 ms: the window template's two outputs a thread, a choice "
+        f"measured on 2-D pools only ({WORST})"),
+    "avg_pool1d k8 s1 p4 16x64x65536 bf16": (
+        f"one kernel each side; the window template's two outputs a thread, 0.228 against 0.211 ms ({WINDOWS})"),
+    "where-mul-expm1 (3 inputs) 8192x8192 bf16": (
+        f"one pointwise kernel each side, 0.148 against 0.121 ms; not broken down further ({WORST})"),
+    "attention B8 H12 T512 D64 bf16": (
+        f"PyTorch's cuDNN attention kernel on both sides, no kernel of minicomp's: the call's host time ({WORST})"),
+    "attention B256 H12 T64 D64 bf16": (
+        f"PyTorch's cuDNN attention kernel on both sides, no kernel of minicomp's: the call's host time ({WORST})"),
+    "swinv2 train fp32 B32": (
+        "GPU 35.7 of 38.7 ms wall, nearly all in cuBLAS's fp32 IEEE products, as Inductor's: nothing of "
+        f"minicomp's stands out in the profile ({HOST})"),
+}
+
+NOT_MEASURED = "cause not measured yet"
+
+
+def cause(name: str) -> str:
+    return CAUSES.get(name, NOT_MEASURED)
