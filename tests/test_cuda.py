@@ -57,6 +57,15 @@ def test_ops_on_cuda():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_expm1_on_cuda_is_libdevices(dtype):
+    # on a GPU codegen/helpers._expm1 calls libdevice: tiny |x| (where exp(x) - 1 cancels), large, ±inf, NaN
+    x = torch.randn(64, 300, device="cuda", dtype=dtype) * 4
+    x[0, :8] = torch.tensor([1e-6, -1e-6, 3e-4, -0.0, 80.0, -100.0, float("inf"), float("-inf")], dtype=dtype)
+    x[1, 0] = float("nan")
+    compile_and_compare(lambda x, y: (torch.expm1(x), torch.where(x > 0, x * y, torch.expm1(y))), x, x.flip(1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
 def test_nan_and_inf_propagate_through_max_and_min_on_cuda(dtype):
     # max/min compile to PTX max.NaN/min.NaN (fp64: LLVM's expansion); eager propagates NaN
     x = torch.randn(64, 300, device="cuda", dtype=dtype)

@@ -94,6 +94,7 @@ class TritonPrinter:
         """Print ``name`` and, transitively, the helpers it calls."""
         if name not in self.helpers:
             self.helpers.add(name)
+            self.imports.update(HELPERS[name].imports)
             for dep in HELPERS[name].uses:
                 self.use_helper(dep)
 
