@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import minicomp
+from minicomp import config
 from tests.test_runtime import assert_same, fresh_reports  # fresh_reports: a fixture
 
 
@@ -212,19 +213,20 @@ def test_fallback_ops_call_the_public_function_where_it_can_only_mean_that_overl
 
 @pytest.mark.parametrize("dtype", ["fp32-ieee", "tf32", torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("n", [1, 7, 8, 13, 17])
-def test_products_with_unaligned_rows_compute_into_padded_rows(monkeypatch, dtype, n):
+def test_products_with_unaligned_rows_compute_into_padded_rows(dtype, n):
     """aten mm/addmm through ``aligned_rows_product`` (which the wrappers use for extern products on
     GPUs): results of a row length that is not a multiple of 16 bytes come from a buffer with padded
     rows, as views of its first columns — equal to eager's; aligned ones, those of fewer than
     ``PAD_MIN_OPERAND`` elements on the right, and fp32 IEEE ones (no tensor cores) are plain products."""
     from minicomp.runtime.support import PAD_MIN_OPERAND, aligned_rows_product
     aten = torch.ops.aten
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", dtype == "tf32")
-    ieee, dtype = dtype == "fp32-ieee", torch.float32 if isinstance(dtype, str) else dtype
+    ieee, tf32 = dtype == "fp32-ieee", dtype == "tf32"
+    dtype = torch.float32 if isinstance(dtype, str) else dtype
     a, b, bias = torch.randn(5, 12, dtype=dtype), torch.randn(12, n, dtype=dtype), torch.randn(n, dtype=dtype)
     per = 16 // b.element_size()
     for op, args, ref in ((aten.mm.default, (a, b), a @ b), (aten.addmm.default, (bias, a, b), torch.addmm(bias, a, b))):
-        out = aligned_rows_product(op, *args, cuda_only=False, min_operand=0)
+        with config.patch(cuda_matmul_allow_tf32=tf32, float32_matmul_precision="high" if tf32 else "highest"):
+            out = aligned_rows_product(op, *args, cuda_only=False, min_operand=0)
         torch.testing.assert_close(out, ref)
         padded = n % per != 0 and n >= per and not ieee
         assert out.stride() == ((n + per - n % per, 1) if padded else (n, 1)), out.stride()

@@ -319,7 +319,7 @@ def aligned_rows_product(op, *args, cuda_only: bool = True, min_operand: int = P
     bias = args[0] if op is torch.ops.aten.addmm.default else None
     product = torch.mm if bias is None else torch.addmm  # the public functions: cheaper calls than the aten overloads
     if (n % per == 0 or n < per or (cuda_only and not b.is_cuda) or (bias is not None and bias.shape != (n,))
-            or b.numel() < min_operand or (b.dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32)):
+            or b.numel() < min_operand or (b.dtype == torch.float32 and not config.cuda_matmul_allow_tf32)):
         return product(*args)
     n_pad = n + per - n % per
     like = dict(dtype=b.dtype, device=b.device)
