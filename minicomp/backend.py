@@ -17,6 +17,7 @@ import torch.utils._pytree as pytree
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.utils import counters
 from torch._functorch.aot_autograd import aot_module_simplified
+from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
 
 from . import aot_shims, config
 from .graphs import cached
@@ -48,6 +49,10 @@ INFERENCE_ONLY = (
 # Ops minicomp lowers itself (frontend/rules_attention.py: one attention node), never decomposed: the
 # CPU flash op's decomposition is the safe softmax written out, which is slower to recognise and run.
 LOWERED_WHOLE = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,)
+
+
+# AOTAutograd's partitioners by ``config.partitioner`` (MINICOMP_PARTITIONER)
+PARTITIONERS = {"default": default_partition, "min-cut": min_cut_rematerialization_partition}
 
 
 # Ops kept whole for PyTorch's library kernel, which beats what their decomposition becomes
@@ -231,6 +236,7 @@ class Backend:
                                                         notes),
                 inference_compiler=inference,
                 decompositions=decompositions(training=training),
+                partition_fn=PARTITIONERS[config.partitioner],
                 # a training forward's updates of inputs (batch norm's running statistics) stay in it, as
                 # copy_ (``rules._copy_``, written back); not under CUDA graphs (an update of an input the
                 # replay copies would land in the copy), nor where sizes are symbolic (graphs in parts)

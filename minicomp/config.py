@@ -101,6 +101,11 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
             "a training graph's convolutions read channels-last inputs: auto (graphs with depthwise "
             "convolutions, as measured; frontend/channels_last.py), 1 (every graph the layout rule favours), "
             "0 (none)", ("auto", "0", "1")),
+    Setting("partitioner", "MINICOMP_PARTITIONER", "default", "choice", True,
+            "how AOTAutograd splits a training step into forward and backward graphs: default (the forward "
+            "saves every result its backward reads, as eager's autograd), min-cut (AOTAutograd's min-cut "
+            "rematerialization, Inductor's: fusible ops recomputed in the backward where that saves traffic)",
+            ("default", "min-cut")),
     Setting("memory_plan", "MINICOMP_MEMORY_PLAN", "1", "choice", True,
             "the wrapper's memory plan: 1 frees, reuses and writes in place, free only frees, 0 plans "
             "nothing (passes/memory_plan.py)", ("1", "free", "0")),

@@ -176,3 +176,17 @@ def test_compare_gradients_finds_a_wrong_gradient():
         return x * 3 - x.detach() if torch.compiler.is_compiling() else x * 2
     with pytest.raises(AssertionError, match="grad of input 0"):
         compare_gradients(wrong, torch.randn(4, 3))
+
+
+@pytest.mark.parametrize("partitioner", ["default", "min-cut"])
+def test_a_training_step_under_each_partitioner(monkeypatch, partitioner):
+    """``MINICOMP_PARTITIONER`` picks AOTAutograd's partitioner (min-cut recomputes the layer norm and
+    GELU in the backward where default saves them); gradients as eager's either way."""
+    from minicomp import backend, config
+    used = []
+    chosen = backend.PARTITIONERS[partitioner]
+    monkeypatch.setitem(backend.PARTITIONERS, partitioner, lambda *a, **k: used.append(partitioner) or chosen(*a, **k))
+    w1, w2 = torch.randn(16, 32), torch.randn(32, 8)
+    with config.patch(partitioner=partitioner):
+        compare_gradients(lambda x, w1, w2: (F.gelu(F.layer_norm(x, (16,)) @ w1) @ w2).sin(), torch.randn(8, 16), w1, w2)
+    assert used == [partitioner]
