@@ -188,5 +188,6 @@ def test_a_training_step_under_each_partitioner(monkeypatch, partitioner):
     monkeypatch.setitem(backend.PARTITIONERS, partitioner, lambda *a, **k: used.append(partitioner) or chosen(*a, **k))
     w1, w2 = torch.randn(16, 32), torch.randn(32, 8)
     with config.patch(partitioner=partitioner):
-        compare_gradients(lambda x, w1, w2: (F.gelu(F.layer_norm(x, (16,)) @ w1) @ w2).sin(), torch.randn(8, 16), w1, w2)
+        compare_gradients(lambda x, w1, w2: (F.gelu(F.layer_norm(x, (16,)) @ w1) @ w2).sin(),
+                          torch.randn(8, 16), w1, w2)
     assert used == [partitioner]

@@ -186,7 +186,8 @@ SPELLINGS: dict[str, Spelling] = {
     "sign": _sign, "floor": _call("tl.math.floor"), "ceil": _call("tl.math.ceil"),
     "trunc": _helper("_trunc"), "round": _helper("_round"),
     # transcendental
-    "exp": _call("tl.exp"), "exp2": _call("tl.exp2"), "expm1": lambda o: o.helper("_expm1", [o.a[0], "INTERPRETED"]), "log": _call("tl.log"),
+    "exp": _call("tl.exp"), "exp2": _call("tl.exp2"), "log": _call("tl.log"),
+    "expm1": lambda o: o.helper("_expm1", [o.a[0], "INTERPRETED"]),
     "log2": _call("tl.log2"), "log1p": _helper("_log1p"), "rsqrt": _call("tl.rsqrt"),
     "sqrt": lambda o: f"tl.sqrt_rn({o.a[0]})" if o.in_dtype == torch.float32 else f"tl.sqrt({o.a[0]})",
     "sin": _call("tl.sin"), "cos": _call("tl.cos"), "tan": lambda o: f"tl.sin({o.a[0]}) / tl.cos({o.a[0]})",
