@@ -153,9 +153,9 @@ def _bias_add(node: Node) -> tuple[Node, Node, set[Node]] | None:
     product's one user adds a graph input of the operand dtype, a vector broadcast along the rows (16-bit:
     through a cast to the fp32 accumulator, the sum only rounded back), in 16-bit or TF32: there
     ``addmm`` takes mm's time (within 8 %), in fp32 IEEE up to 1.9x it, where the bias fuses into a
-    kernel of the graph instead. ``result``: the layer's result
-    (the sum, or its rounding); ``replaced``: the nodes an ``addmm`` takes the place of. Eager's
-    ``F.linear`` adds the bias in cuBLAS's epilogue too; a kernel of its own costs a pass over the result."""
+    kernel of the graph instead. ``result``: the layer's result (the sum, or its rounding); ``replaced``:
+    the nodes an ``addmm`` takes the place of. Eager's ``F.linear`` adds the bias in cuBLAS's epilogue
+    too; a kernel of its own costs a pass over the result."""
     a, b = node.inputs
     if len(node.shape) != 2 or len(node.users) != 1 or a.dtype != b.dtype:
         return None
@@ -188,10 +188,11 @@ def _bias_add(node: Node) -> tuple[Node, Node, set[Node]] | None:
 
 
 def _to_addmm(graph: Graph, node: Node, bias: Node, result: Node, replaced: set[Node]) -> None:
-    """``aten.addmm(bias, a, b)`` in place of the product, the bias add and its rounding (``_bias_add``)."""
+    """``aten.addmm(bias, a, b)`` in place of the product, the bias add and its rounding (``_bias_add``).
+    Users are left as they were, as ``_to_extern`` leaves them (fusion recomputes them): the stale entries
+    are the replaced nodes', which later products' checks never read."""
     graph.replace_all_uses(result, _extern(graph, node, result.type, bias))
     graph.nodes = [n for n in graph.nodes if n not in replaced]
-    graph.recompute_users()
 
 
 def _to_extern(graph: Graph, node: Node) -> None:
