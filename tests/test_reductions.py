@@ -357,23 +357,27 @@ def test_long_rows_low_precision(dtype):
     compile_and_compare(lambda x: (x.amax(1), x.sum(1)), torch.randn(2, LONG, dtype=dtype))
 
 
+_HEAD = (2, 3, 37)  # batch, tokens, words
+
+
+def _head_backward(logp, g, tangent):
+    """log-softmax's gradient over [B*T, V] rows plus the logits' own [B, T, V] gradient."""
+    grad = g - torch.exp(logp) * g.sum(1, keepdim=True)
+    return tangent + grad.view(*_HEAD)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_a_row_reduction_stores_its_space_reshaped(dtype):
     """A language model head's cross-entropy backward: log-softmax's gradient over [B*T, V] rows plus the
     logits' own [B, T, V] gradient (autograd's zeros when only the loss is differentiated; random here):
     one kernel, the [B, T, V] sum stored per element as the reshape of the rows it is (it was a second
     pass over the logits: BERT's MLM head)."""
-    b, t, v = 2, 3, 37
-
-    def head(logp, g, tangent):
-        grad = g - torch.exp(logp) * g.sum(1, keepdim=True)
-        return tangent + grad.view(b, t, v)
-
+    b, t, v = _HEAD
     logp = torch.randn(b * t, v).log_softmax(1).to(dtype)
-    compile_and_compare(head, logp, torch.randn(b * t, v, dtype=dtype), torch.randn(b, t, v, dtype=dtype),
+    compile_and_compare(_head_backward, logp, torch.randn(b * t, v, dtype=dtype), torch.randn(b, t, v, dtype=dtype),
                         kernels=1)
     tangent = torch.randn(v, t, b, dtype=dtype).permute(2, 1, 0)  # non-contiguous
-    compile_and_compare(head, logp, torch.randn(b * t, v, dtype=dtype), tangent, kernels=1)
+    compile_and_compare(_head_backward, logp, torch.randn(b * t, v, dtype=dtype), tangent, kernels=1)
 
 
 def test_a_looped_row_reduction_stores_its_space_reshaped(monkeypatch):
@@ -381,13 +385,8 @@ def test_a_looped_row_reduction_stores_its_space_reshaped(monkeypatch):
     stored in the loop's second pass, block by block."""
     from minicomp.templates import reduction
     monkeypatch.setattr(reduction, "persistent_limit", lambda target: 8)
-    b, t, v = 2, 3, 37
-
-    def head(logp, g, tangent):
-        grad = g - torch.exp(logp) * g.sum(1, keepdim=True)
-        return tangent + grad.view(b, t, v)
-
-    report = compile_and_compare(head, torch.randn(b * t, v).log_softmax(1), torch.randn(b * t, v),
+    b, t, v = _HEAD
+    report = compile_and_compare(_head_backward, torch.randn(b * t, v).log_softmax(1), torch.randn(b * t, v),
                                  torch.randn(b, t, v), kernels=1)
     assert report.kernels[0].template == "reduction looped"
 
