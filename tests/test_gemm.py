@@ -568,3 +568,23 @@ def test_an_eval_batch_norms_per_channel_scale_runs_in_the_epilogue_not_on_the_o
     v = torch.rand(64) + 0.5
     report = compile_and_compare(lambda x, v: x @ torch.rsqrt(v)[:, None].expand(64, 96), rand(128, 64), v, kernels=2)
     assert any("[gemm-prologue]" in d for d in report.decisions), report.decisions
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=DTYPE_IDS.get)
+def test_a_computed_mask_read_through_a_broadcast_is_stored_narrow_at_its_own_size(dtype):
+    """MPNet's attention mask: computed once [B, 1, T, T] in half precision, added to every layer's
+    scores [B, H, T, T] (an add that upcasts it). Its kernel stores the half mask at its own size, the
+    layers' GEMM epilogues broadcast and upcast it on load; it stored the fp32 upcast at the scores'
+    size (24x the bytes at 12 heads, 100 MB a layer read back at B8 T512)."""
+    from minicomp.ir.target import INTERPRETER
+    from tests.test_target import _scheduled
+
+    def layers(q, k, ids):
+        mask = (ids[:, None, :, None] - ids[:, None, None, :]).abs().to(dtype) * -0.5
+        return q @ k.transpose(-1, -2) + mask, k @ q.transpose(-1, -2) + mask
+    args = (rand(2, 3, 16, 16, dtype=dtype), rand(2, 3, 16, 16, dtype=dtype), torch.randint(0, 9, (2, 16)))
+    compile_and_compare(layers, *args, kernels=3, **tol(dtype, 16))
+    graph, _ = _scheduled(layers, list(args), INTERPRETER)
+    (mask,) = [g for g in graph.groups if g.matmul is None]
+    assert [(m.dtype, m.shape) for m in mask.stores] == [(dtype, (2, 1, 16, 16))], graph.decisions
+    assert mask.shape == (2, 1, 16, 16)

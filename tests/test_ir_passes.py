@@ -498,3 +498,30 @@ def test_an_overlapping_window_does_not_recompute_a_costly_producer_at_every_tap
     report = compile_and_compare(branches(halving), a, b, c, w, s, kernels=1)
     assert not any("[window-prologue]" in d for d in report.decisions)
     compile_and_compare(lambda x: F.avg_pool2d(x.relu(), 3, 1, 1), a, kernels=1)
+
+
+def _relative_bias_scores(x, table, extra, index):
+    """BEiT's relative position bias: its table resampled (bilinear), two rows appended, gathered per
+    query/key pair and added to every image's scores [B, H, T, T]."""
+    t = F.interpolate(table[None], size=(8, 8), mode="bilinear", align_corners=False)[0]
+    t = torch.cat([t.flatten(1).T, extra])
+    n = x.shape[-1]
+    return x + t[index].view(n, n, -1).permute(2, 0, 1)
+
+
+def test_a_costly_producer_read_through_a_broadcast_is_stored_at_its_own_size(monkeypatch):
+    """The bias above was computed in the scores' kernel, once per image (BEiT bf16 B32 on the H200:
+    0.46 ms of 2.2). Past MAX_BROADCAST_RECOMPUTE ops per element and MIN_BROADCAST_RECOMPUTE_TOTAL in
+    all, the producer is stored at its own size and the scores' kernel loads it; under the total (these
+    small sizes, as they are) it stays fused."""
+    from minicomp.passes import fusion as fusion_pass
+    torch.manual_seed(0)
+    heads, n = 3, 5
+    args = [torch.randn(6, heads, n, n), torch.randn(heads, 4, 4), torch.randn(2, heads),
+            torch.randint(0, 66, (n * n,))]
+    report = compile_and_compare(_relative_bias_scores, *args, kernels=1, atol=1e-5, rtol=1e-5)
+    assert not any("broadcast-recompute" in d for d in report.decisions)
+    monkeypatch.setattr(fusion_pass, "MIN_BROADCAST_RECOMPUTE_TOTAL", 0)
+    with minicomp.config.patch(graph_cache=False):  # (the constant is not in the cache key)
+        report = compile_and_compare(_relative_bias_scores, *args, kernels=2, atol=1e-5, rtol=1e-5)
+    assert any("[broadcast-recompute]" in d for d in report.decisions), report.decisions

@@ -49,10 +49,17 @@ def store_narrow(part) -> None:
             elif None in readers:  # a result of the graph, or read by a fallback op
                 continue
             elif chain is None and _is_widening_cast(result) and terminal(result.inputs[0]) in group.nodes:
-                # x computed here: stored instead of the cast
-                if part.fits([m for m in group.nodes if m is not result or group in readers], group.shape,
-                             group.axes, [m for m in stored if m is not result] + [terminal(result.inputs[0])]):
-                    _recompute_everywhere(part, [result], others)
+                # x computed here: stored instead of the cast, over the group's space or, where the cast
+                # reads x through a broadcast (an expand: its loads stay in x's order), over x's own
+                x = terminal(result.inputs[0])
+                kept = [m for m in group.nodes if m is not result or group in readers]
+                keep = [m for m in stored if m is not result] + [x]
+                broadcast = result.inputs[0].op == "view" and result.inputs[0].attrs.get("kind") == "expand" \
+                    and result.inputs[0].inputs[0] is x
+                spaces = [group.shape] + ([x.shape] if broadcast and not group.axes else [])
+                space = next((sp for sp in spaces if part.fits(kept, sp, group.axes, keep)), None)
+                if space is not None and _recompute_everywhere(part, [result], others):
+                    group.shape = tuple(space)
             elif chain is not None and _saves_bytes(result, chain, others):
                 _recompute_everywhere(part, chain, others)
             _drop_unread(part, group, chain or [result])
@@ -182,12 +189,14 @@ def _saves_bytes(result: Node, chain: list[Node], others: dict) -> bool:
     return True
 
 
-def _recompute_everywhere(part, chain: list[Node], others: dict) -> None:
+def _recompute_everywhere(part, chain: list[Node], others: dict) -> bool:
     """Every other group that reads ``chain``'s result (``others``: group -> its readers) recomputes
-    the chain, or none does."""
-    if all(_recompute(part, chain, other, users, keep=False) for other, users in others.items()):
-        for other, users in others.items():
-            _recompute(part, chain, other, users, keep=True)
+    the chain, or none does; whether they do."""
+    if not all(_recompute(part, chain, other, users, keep=False) for other, users in others.items()):
+        return False
+    for other, users in others.items():
+        _recompute(part, chain, other, users, keep=True)
+    return True
 
 
 def _drop_unread(part, group, chain: list[Node]) -> None:
