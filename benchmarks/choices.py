@@ -178,7 +178,8 @@ def measure(rule, row, device: str, bench, rounds: int) -> dict:
     import minicomp
     from common import bench_interleaved, fresh
     from minicomp import config
-    from minicomp.ir.choices import PRECISIONS, Row
+    from minicomp.ir.choice_rows import Row
+    from minicomp.ir.choices import PRECISIONS
 
     dtype, flags = PRECISIONS[row.setting]
     case = tiny(rule.name, row.case) if device == "cpu" else row.case
@@ -244,7 +245,7 @@ def markdown(meta: dict, rows: list[dict]) -> str:
              f"{meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}. Command: `{meta['command']}`. "
              "Times: ms per call, median of 3 interleaved rounds of do_bench (host time included). "
              "`picks`: the side the rule picks on this GPU (from the compile's decision); `faster`: within "
-             "choices.NOISE (10 %) a tie, `either`.", ""]
+             "choice_rows.NOISE (10 %) a tie, `either`.", ""]
     for rule in RULES.values():
         mine = [r for r in rows if r["rule"] == rule.name]
         if not mine:

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import minicomp
 from minicomp.frontend import rules
-from minicomp.ir.choices import NOISE
+from minicomp.ir.choice_rows import NOISE
 from tests.test_gemm import DTYPE_IDS, LOW, rand, tol
 from tests.utils import compile_and_compare
 
