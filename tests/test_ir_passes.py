@@ -512,12 +512,13 @@ def _relative_bias_scores(x, table, extra, index):
 def test_a_costly_producer_read_through_a_broadcast_is_stored_at_its_own_size(monkeypatch):
     """The bias above was computed in the scores' kernel, once per image (BEiT bf16 B32 on the H200:
     0.46 ms of 2.2). Past MAX_BROADCAST_RECOMPUTE ops per element and MIN_BROADCAST_RECOMPUTE_TOTAL in
-    all, the producer is stored at its own size and the scores' kernel loads it; under the total (these
-    small sizes, as they are) it stays fused."""
+    all, over a space MIN_BROADCAST_FACTOR times the producer's or more (here the batch of 16), the
+    producer is stored at its own size and the scores' kernel loads it; under the total (these small
+    sizes, as they are) it stays fused."""
     from minicomp.passes import fusion as fusion_pass
     torch.manual_seed(0)
     heads, n = 3, 5
-    args = [torch.randn(6, heads, n, n), torch.randn(heads, 4, 4), torch.randn(2, heads),
+    args = [torch.randn(16, heads, n, n), torch.randn(heads, 4, 4), torch.randn(2, heads),
             torch.randint(0, 66, (n * n,))]
     report = compile_and_compare(_relative_bias_scores, *args, kernels=1, atol=1e-5, rtol=1e-5)
     assert not any("broadcast-recompute" in d for d in report.decisions)

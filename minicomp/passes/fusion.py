@@ -63,8 +63,12 @@ RULES = (
 # element at 53x the table's size, then broadcast over the batch) was computed for each of the batch's 32
 # images, and its 4 layers' copies in one kernel took 0.46 ms of the model's 2.2 (bf16 B32, H200;
 # Inductor's 0.18). Cut at the gather, the scores' kernel gathers from the stored table.
+# The rule looks only at merges that grow the producer's space at least MIN_BROADCAST_FACTOR-fold: a
+# concatenation's kernel (SegFormer's four upsampled branches, 4x) evaluates each branch everywhere too,
+# but whether storing them is faster there is not measured.
 MAX_BROADCAST_RECOMPUTE = 16
 MIN_BROADCAST_RECOMPUTE_TOTAL = 1 << 22
+MIN_BROADCAST_FACTOR = 8
 
 MAX_PROLOGUE_OPS = 4  # pointwise ops (each ``OPS[fn].cheap``) recomputed on a GEMM operand's tiles
 # An overlapping sliding-window reduction (a pool, window sums) computes its prologue at every tap.
@@ -273,7 +277,9 @@ class _Partition:
             self._refuse(a, b, "cycle", "another kernel or fallback op sits between them")
             return False
         members = sorted(a.nodes + b.nodes, key=self.position.__getitem__)
-        extra = broadcast_recompute(a, shape) if a.kind == "pointwise" and b.kind in ("pointwise", "reduction") else 0
+        grows = a.kind == "pointwise" and b.kind in ("pointwise", "reduction") and \
+            math.prod(shape) >= MIN_BROADCAST_FACTOR * math.prod(a.shape)
+        extra = broadcast_recompute(a, shape) if grows else 0
         if extra > MAX_BROADCAST_RECOMPUTE and extra * math.prod(shape) > MIN_BROADCAST_RECOMPUTE_TOTAL:
             self._refuse(a, b, "broadcast-recompute", f"its producers would cost {extra:.0f} ops per element of "
                                                       f"{list(shape)} (at most {MAX_BROADCAST_RECOMPUTE}): stored")
