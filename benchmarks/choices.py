@@ -1,4 +1,4 @@
-"""Every template-vs-library rule's table (``minicomp/ir/choices.py``) measured afresh: for each row,
+"""Every template-vs-library rule's table (``minicomp/ir/choice_rows.py``) measured afresh: for each row,
 minicomp with each of the rule's sides forced (template, library, and for attention the third: one
 SDPA call), in one process, timed interleaved (and, for attention, PyTorch's SDPA called eagerly on the
 same q, k, v as a reference).
@@ -14,7 +14,7 @@ the side the rule picks on this GPU) and with each other side forced through the
 IEEE, TF32, fp16, bf16: torch's TF32 flags set for compiling and timing). Times: median over rounds of
 ``triton.testing.do_bench`` medians, the variants interleaved (``common.bench_interleaved``); each
 variant's result is checked against eager. Writes ``benchmarks/results/choices.{json,md}``; the .md
-ends with every rule's rows written as ``Row(...)`` lines to paste into ``minicomp/ir/choices.py``.
+ends with every rule's rows written as ``Row(...)`` lines to paste into ``minicomp/ir/choice_rows.py``.
 """
 from __future__ import annotations
 
@@ -215,6 +215,9 @@ def measure(rule, row, device: str, bench, rounds: int) -> dict:
             variants["eager_sdpa"] = eager_sdpa(case, args)
         names = list(variants)
         times = bench_interleaved([variants[k] for k in names], bench, rounds=rounds)
+        if device == "cuda":  # a graph of one op is host-bound by wall time; inside a model its GPU time counts
+            from train_profile import kernel_times
+            out.update({f"{k}_gpu_ms": sum(ms for _, _, ms in kernel_times(variants[k])) for k in names})
     out.update({f"{k}_ms": t for k, t in zip(names, times)})
     measured = Row(row.setting, case, out.get("template_ms"), out.get("library_ms"), pick, "",
                    sdpa_ms=out.get("sdpa_ms"))
@@ -243,7 +246,8 @@ def markdown(meta: dict, rows: list[dict]) -> str:
     from minicomp.ir.choices import RULES
     lines = [f"# Template or library: every rule's table, measured — {meta['date']}", "",
              f"{meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}. Command: `{meta['command']}`. "
-             "Times: ms per call, median of 3 interleaved rounds of do_bench (host time included). "
+             "Times: ms per call, median of 3 interleaved rounds of do_bench (host time included); GPU ms: "
+             "the sides' kernels a call under torch.profiler (what a model's call pays where its host time overlaps). "
              "`picks`: the side the rule picks on this GPU (from the compile's decision); `faster`: within "
              "choice_rows.NOISE (10 %) a tie, `either`.", ""]
     for rule in RULES.values():
@@ -255,20 +259,22 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         third = "".join(f"; {side}: {what}" for side, what in rule.extra_sides.items())
         lines += [f"## {rule.name}: {rule.question}", "",
                   f"template: {rule.template}; library: {rule.library}{third}.", "",
-                  "| setting | case |" + sides + (" eager SDPA ms | pick ÷ eager SDPA |" if sdpa else "")
+                  "| setting | case |" + sides + " GPU ms " + " / ".join(rule.sides) + " |"
+                  + (" eager SDPA ms | pick ÷ eager SDPA |" if sdpa else "")
                   + " faster | picks | table picks | pick is faster | max rel. error |",
-                  "|---|---|" + "---:|" * len(rule.sides) + ("---:|---:|" if sdpa else "") + "---|---|---|---|---|"]
+                  "|---|---|" + "---:|" * (len(rule.sides) + 1) + ("---:|---:|" if sdpa else "") + "---|---|---|---|---|"]
         for r in mine:
             if "error" in r:
                 lines.append(f"| {r['setting']} | {describe(r['case'])} | error: {r['error'][:150]} |")
                 continue
             ms = lambda k: f"{r[k + '_ms']:.4f}" if k + "_ms" in r else "—"  # noqa: E731
+            gpu = " / ".join(f"{r[s + '_gpu_ms']:.4f}" if s + "_gpu_ms" in r else "—" for s in rule.sides)
             errs = ", ".join(f"{k} {v:.1e}" for k, v in r["max_rel_error"].items()) + ("" if r["correct"] else " ✗")
             verdict = "yes" if r["pick_is_faster"] else "**no**"
             lines.append(f"| {r['setting']} | {describe(r['case'])} |" + "".join(f" {ms(s)} |" for s in rule.sides)
-                         + (f" {ms('eager_sdpa')} | {r.get('pick_over_sdpa', float('nan')):.2f} |" if sdpa else "")
+                         + f" {gpu} |" + (f" {ms('eager_sdpa')} | {r.get('pick_over_sdpa', float('nan')):.2f} |" if sdpa else "")
                          + f" {r['faster']} | {r['picks']} | {r['table_picks']} | {verdict} | {errs} |")
-        lines += ["", "Rows for `minicomp/ir/choices.py` (T, L, S: the side the rule picks here):", "", "```python",
+        lines += ["", "Rows for `minicomp/ir/choice_rows.py` (T, L, S: the side the rule picks here):", "", "```python",
                   f"CHOICES_MD = {'benchmarks/results/choices.md (' + meta['command'] + '; ' + meta['date'] + ')'!r}"]
         for r in mine:
             if "error" not in r and r["picks"]:
