@@ -33,6 +33,11 @@ CAUSES: dict[str, str] = {
         f"and layer norm fused at 76 us) against cuBLAS's 24 products in 0.57 ms ({ROWS})"),
     "gpt_neox bf16 B8": (
         f"none found: profiled alone, minicomp's GPU time and wall were the lower (1.00 vs 1.03, 1.29 vs 1.48 ms) ({ROWS})"),
+    "llama gqa generate (ms/token)": (
+        "host time of a decoding step: the graph has symbolic sizes (the growing cache), so only its static parts "
+        "are compiled and the parts touching the cache (concatenation, mask, attention: ~60 aten ops a step) run "
+        "op by op in PyTorch, where Inductor runs symbolic kernels; profiled on the suite's smaller Llama (2.93 ms "
+        "a step, 1.35 of it in those parts: experiments.md, 'transformers generate(): one compile per token, before')"),
     "swinv2 train fp32 B32": (
         "GPU 35.7 of 38.7 ms wall, nearly all in cuBLAS's fp32 IEEE products, as Inductor's: nothing of "
         f"minicomp's stands out in the profile ({HOST})"),
