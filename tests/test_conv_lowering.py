@@ -282,34 +282,38 @@ def test_auto_on_the_h200_takes_only_the_measured_winners(grouped_channels, monk
 
 
 def test_auto_on_the_h200_runs_wide_grouped_convolutions_in_the_ir_reading_channels_last():
-    """RegNet's block for the H200 (scheduled on the CPU): the grouped 3x3 of 16 channels per group is a
+    """RegNet's block for the H200 (scheduled on the CPU): the grouped 3x3 of 24 channels per group is a
     GEMM per image and group with batch norm and relu fused, reading its input (a channels-last buffer
-    ``layout_plan`` plans around the 1x1 convolutions left to cuDNN: 128 -> 128 channels) along the
+    ``layout_plan`` plans around the 1x1 convolutions left to cuDNN: 120 -> 120 channels) along the
     channels: K is ordered ``kh, kw, c``, so the im2col load's innermost term is the channel (stride 1);
-    no NCHW copies. A grouped convolution of 2 channels per group stays in cuDNN; so does one whose
-    neighbours all run in the IR (NCHW data: cuDNN's NCHW grouped kernel is faster)."""
+    no NCHW copies. Grouped convolutions of 16 and of 2 channels per group stay in cuDNN (its NHWC kernel;
+    too narrow for tiles); so does one whose neighbours all run in the IR (NCHW data: cuDNN's NCHW
+    grouped kernel is faster)."""
     def block(x, w1, w2, w3, scale, shift):
         y = F.conv2d(x, w1).relu()
         y = (F.conv2d(y, w2, padding=1, groups=y.shape[1] // w2.shape[1]) * scale[:, None, None] + shift[:, None, None])
         return F.conv2d(y.relu(), w3) + x
-    x = rand(2, 128, 14, 14, dtype=BF16)
-    ws = [rand(128, 128, 1, 1, dtype=BF16), rand(128, 16, 3, 3, dtype=BF16), rand(128, 128, 1, 1, dtype=BF16),
-          rand(128, dtype=BF16), rand(128, dtype=BF16)]
+    x = rand(2, 120, 14, 14, dtype=BF16)
+    ws = [rand(120, 120, 1, 1, dtype=BF16), rand(120, 24, 3, 3, dtype=BF16), rand(120, 120, 1, 1, dtype=BF16),
+          rand(120, dtype=BF16), rand(120, dtype=BF16)]
     graph, kernels = _scheduled(block, [x, *ws], H200)
     decisions = conv_decisions(graph)
     assert [": IR batched matmul per group" in d for d in decisions] == [False, True, False], decisions
     (gemm,) = [k for k in kernels if k.schedule.template == "gemm"]
-    assert {"mul.Tensor", "add.Tensor", "relu.default"} <= set(gemm.origins) and "2x8x16x196" in gemm.name, gemm
+    assert {"mul.Tensor", "add.Tensor", "relu.default"} <= set(gemm.origins) and "2x5x24x196" in gemm.name, gemm
     (im2col,) = [s for ph in gemm.phases for s in ph.inner if isinstance(s, Load) and s.mask]
     nindex = next(v for v in im2col.index.vars() if v.name == "nindex")  # the pixel: C apart in NHWC
-    assert im2col.index.coeff_of(nindex) == 128 and "+ (kbindex % 16) +" in str(im2col.index), im2col.index
+    assert im2col.index.coeff_of(nindex) == 120 and "+ (kbindex % 24) +" in str(im2col.index), im2col.index
     assert not any("GROUPED_NCHW_MIN_GROUPS" in d for d in graph.decisions), graph.decisions
     assert any(d.startswith("layout: channels-last") for d in graph.decisions), graph.decisions
-    narrow = [*ws[:1], rand(128, 2, 3, 3, dtype=BF16), *ws[2:]]
-    graph, _ = _scheduled(block, [x, *narrow], H200)
-    assert [": IR " in d for d in conv_decisions(graph)] == [False, False, False], conv_decisions(graph)
-    x, ws = x[:, :64].contiguous(), [w[:64, :64].contiguous() for w in ws[:3]] + [v[:64] for v in ws[3:]]
-    graph, _ = _scheduled(block, [x, *ws], H200)  # 64 channels: the 1x1s in the IR (ONE_K_STEP_CIN)
+    sixteen = [rand(128, 120, 1, 1, dtype=BF16), rand(128, 16, 3, 3, dtype=BF16), rand(120, 128, 1, 1, dtype=BF16),
+               rand(128, dtype=BF16), rand(128, dtype=BF16)]  # 8 groups of 16 over 128 channels
+    two = [ws[0], rand(120, 2, 3, 3, dtype=BF16), *ws[2:]]
+    for narrow in (sixteen, two):
+        graph, _ = _scheduled(block, [x, *narrow], H200)
+        assert [": IR " in d for d in conv_decisions(graph)] == [False, False, False], conv_decisions(graph)
+    x, ws = x[:, :48].contiguous(), [w[:48, :48].contiguous() for w in ws[:3]] + [v[:48] for v in ws[3:]]
+    graph, _ = _scheduled(block, [x, *ws], H200)  # 48 channels: the 1x1s in the IR (ONE_K_STEP_CIN)
     assert [": IR " in d for d in conv_decisions(graph)] == [True, False, True], conv_decisions(graph)
     assert "grouped over NCHW data" in conv_decisions(graph)[1]
 
