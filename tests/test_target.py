@@ -93,7 +93,7 @@ def test_short_products_that_would_leave_sms_idle_take_narrow_tiles_on_the_gpu()
 def test_big_tiles_that_leave_the_last_wave_mostly_idle_become_128x128():
     """``WAVE_USE_FLOOR``: a GPT-2 block's 8192x3072 -> 768 product in 256x128 tiles is 192 tiles, 1.45
     waves of the H200's 132 SMs: 128x128 (384 tiles, 2.9 waves) instead; products whose big tiles fill
-    their waves keep them, and so do those that 128x128 tiles would not fill better."""
+    their waves keep them, and so do those that 128x128 tiles would not fill ``SMALL_TILE_MARGIN`` better."""
     from minicomp.templates.gemm import gemm_schedule
 
     def tile(m, k, n, target=H200):
@@ -103,6 +103,7 @@ def test_big_tiles_that_leave_the_last_wave_mostly_idle_become_128x128():
     assert tile(8192, 3072, 768, dataclasses.replace(H200, sm_count=96)) == (256, 128, 8)  # 2 full waves
     assert tile(4096, 4096, 4096) == tile(8192, 768, 3072) == (128, 256, 8)  # 0.97 of their waves
     assert tile(1568, 512, 2048) == (128, 256, 8)  # 104 tiles, 0.79; 128x128's 208 fill no better
+    assert tile(6304, 768, 768) == (128, 128, 8)  # a ViT's B32 products: 150 tiles, 0.57; 300, 0.76
 
 
 def test_tma_loads_only_where_the_target_has_tma():

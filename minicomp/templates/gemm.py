@@ -38,6 +38,11 @@ SHORT_ROWS = 64
 # (cuBLAS + add 82.2), 8192x768 -> 768 41.1 -> 36.8; where the big tiles fill their waves (4096^3, 0.97)
 # they stay faster (197 vs 209 us). benchmarks/gemm_tiles.py; results/experiments/gemm-wave-tiles.json
 WAVE_USE_FLOOR = 0.8
+# 128x128 tiles take over only where they fill their waves this much better: with twice the tiles a
+# product's time goes as 1 / wave use, and where both sizes fill their waves the big tiles ran 7 % faster
+# (4096^3: 210 vs 225 us). A ViT's 6304-row products at B32 (256x128: 150 tiles, 0.57 of 2 waves; 128x128:
+# 300, 0.76) switch; they were kept big while 128x128 stayed under the floor (predicted ~20 %, not measured).
+SMALL_TILE_MARGIN = 1.1
 
 
 def gemm_schedule(m: int, n: int, k: int, dtype: torch.dtype, target: Target, epilogue_math: bool = False,
@@ -64,7 +69,8 @@ def gemm_schedule(m: int, n: int, k: int, dtype: torch.dtype, target: Target, ep
         else:
             blocks, warps, stages = (fit(m, 128), fit(n, 128), fit(k, 64)), 4, 4
         big = blocks in ((128, 256, 64), (256, 128, 64))
-        if big and _wave_use(m, n, blocks, batch, target) < WAVE_USE_FLOOR < _wave_use(m, n, (128, 128), batch, target):
+        use = _wave_use(m, n, blocks, batch, target)
+        if big and use < WAVE_USE_FLOOR and _wave_use(m, n, (128, 128), batch, target) > SMALL_TILE_MARGIN * use:
             blocks, warps, stages = (128, 128, 64), 8, 4
     else:
         blocks, warps, stages = (fit(m, 128), fit(n, 128), fit(k, 32)), 8, 3
