@@ -63,9 +63,10 @@ RULES = (
 # element at 53x the table's size, then broadcast over the batch) was computed for each of the batch's 32
 # images, and its 4 layers' copies in one kernel took 0.46 ms of the model's 2.2 (bf16 B32, H200;
 # Inductor's 0.18). Cut at the gather, the scores' kernel gathers from the stored table.
-# The rule looks only at merges that grow the producer's space at least MIN_BROADCAST_FACTOR-fold: a
-# concatenation's kernel (SegFormer's four upsampled branches, 4x) evaluates each branch everywhere too,
-# but whether storing them is faster there is not measured.
+# The rule looks only at merges that grow the producer's space at least MIN_BROADCAST_FACTOR-fold (a
+# concatenation's kernel, SegFormer's four upsampled branches, 4x, evaluates each branch everywhere too:
+# not measured), and only at producers that load data (``_reads_data``): coordinate arithmetic from iota
+# (SegFormer's and MobileViT's upsampling positions, vectors of 7 to 56) stays, as in every kernel.
 MAX_BROADCAST_RECOMPUTE = 16
 MIN_BROADCAST_RECOMPUTE_TOTAL = 1 << 22
 MIN_BROADCAST_FACTOR = 8
@@ -278,7 +279,7 @@ class _Partition:
             return False
         members = sorted(a.nodes + b.nodes, key=self.position.__getitem__)
         grows = a.kind == "pointwise" and b.kind in ("pointwise", "reduction") and \
-            math.prod(shape) >= MIN_BROADCAST_FACTOR * math.prod(a.shape)
+            math.prod(shape) >= MIN_BROADCAST_FACTOR * math.prod(a.shape) and _reads_data(a)
         extra = broadcast_recompute(a, shape) if grows else 0
         if extra > MAX_BROADCAST_RECOMPUTE and extra * math.prod(shape) > MIN_BROADCAST_RECOMPUTE_TOTAL:
             self._refuse(a, b, "broadcast-recompute", f"its producers would cost {extra:.0f} ops per element of "
@@ -334,6 +335,15 @@ def _op_weight(node: Node) -> int:
     if node.op != "pointwise" or node.attrs["fn"] in MOVES_ONLY:
         return 0
     return 1 if OPS[node.attrs["fn"]].cheap else 2
+
+
+def _reads_data(group: Group) -> bool:
+    """Whether ``group`` loads a tensor (more than one value) computed or given outside it. A group that
+    does not computes from coordinates alone (an upsampling's source positions and weights): index
+    arithmetic, as every kernel does its own, and ``broadcast-recompute`` leaves it fused."""
+    members = set(group.nodes)
+    return any(isinstance(i, Node) and terminal(i) not in members and math.prod(terminal(i).shape) > 1
+               for m in group.nodes for i in m.inputs)
 
 
 def broadcast_recompute(producer: Group, shape) -> float:
