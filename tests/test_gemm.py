@@ -588,3 +588,24 @@ def test_a_computed_mask_read_through_a_broadcast_is_stored_narrow_at_its_own_si
     (mask,) = [g for g in graph.groups if g.matmul is None]
     assert [(m.dtype, m.shape) for m in mask.stores] == [(dtype, (2, 1, 16, 16))], graph.decisions
     assert mask.shape == (2, 1, 16, 16)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=DTYPE_IDS.get)
+def test_a_gathered_bias_read_through_a_permute_is_stored_narrow_at_the_readers_space(dtype):
+    """MPNet's position bias: a half-precision table gathered per query/key pair [T*T, H], permuted to
+    [1, H, T, T] and added to every layer's scores. The table's rows cannot be stored in the scores'
+    order, so the bias kernel stores the permuted copy at the scores' space in half precision (half the
+    bytes of the fp32 upcast it stored), and each product's epilogue upcasts it on load."""
+    from minicomp.ir.target import INTERPRETER
+    from tests.test_target import _scheduled
+
+    def layers(q, k, table, idx):
+        t = q.shape[-2]
+        bias = table[idx].view(t, t, -1).permute(2, 0, 1)[None]
+        return q @ k.transpose(-1, -2) + bias, k @ q.transpose(-1, -2) + bias
+    args = (rand(2, 3, 16, 16, dtype=dtype), rand(2, 3, 16, 16, dtype=dtype), rand(32, 3, dtype=dtype),
+            torch.randint(0, 32, (16 * 16,)))
+    compile_and_compare(layers, *args, kernels=3, **tol(dtype, 16))
+    graph, _ = _scheduled(layers, list(args), INTERPRETER)
+    (bias,) = [g for g in graph.groups if g.matmul is None]
+    assert [(m.dtype, m.shape) for m in bias.stores] == [(dtype, (2, 3, 16, 16))], graph.decisions

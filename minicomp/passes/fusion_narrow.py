@@ -60,11 +60,38 @@ def store_narrow(part) -> None:
                 space = next((sp for sp in spaces if part.fits(kept, sp, group.axes, keep)), None)
                 if space is not None and _recompute_everywhere(part, [result], others):
                     group.shape = tuple(space)
+                elif space is None and not group.axes and group not in readers:
+                    _narrow_copy(part, group, result, stored, others)
             elif chain is not None and _saves_bytes(result, chain, others):
                 _recompute_everywhere(part, chain, others)
             _drop_unread(part, group, chain or [result])
         if not group.nodes:  # every result was recomputed elsewhere
             part.groups.remove(group)
+
+
+def _narrow_copy(part, group, result: Node, stored: list[Node], others: dict) -> bool:
+    """``result`` = ``cast(view(x))`` where ``x`` cannot be stored on the group's space (the view permutes
+    it: MPNet's position bias, gathered [T, T, H] and read as [B, H, T, T]). The group stores the view in
+    ``x``'s dtype at its own space instead, and the readers upcast that copy on load: half the bytes of a
+    bf16 value stored as fp32, where storing ``x`` as it lies would have its readers load it strided."""
+    graph, view = part.graph, result.inputs[0]
+    x = terminal(view)
+    copy = graph.add("pointwise", [view], result.type.with_(dtype=x.dtype), result.origin, before=result,
+                     fn="identity", args=(view,), params={})
+    Graph.replace_all_uses_in(result, view, copy)
+    members = sorted(group.nodes + [copy], key=graph.nodes.index)
+    keep = [m for m in stored if m is not result] + [copy]
+    part.group_of[copy], part.consumers[copy] = group, [result]
+    part.consumers[x] = [copy if c is result else c for c in part.consumers[x]]
+    if part.fits([m for m in members if m is not result], group.shape, (), keep) and \
+            _recompute_everywhere(part, [result], others):
+        group.nodes = members
+        return True
+    Graph.replace_all_uses_in(result, copy, view)  # undone: the cast stays stored
+    graph.nodes.remove(copy)
+    del part.group_of[copy], part.consumers[copy]
+    part.consumers[x] = [result if c is copy else c for c in part.consumers[x]]
+    return False
 
 
 def shared_prologues(part) -> None:
