@@ -69,7 +69,7 @@ def store_narrow(part) -> None:
             part.groups.remove(group)
 
 
-def _narrow_copy(part, group, result: Node, stored: list[Node], others: dict) -> bool:
+def _narrow_copy(part, group, result: Node, stored: list[Node], others: dict) -> None:
     """``result`` = ``cast(view(x))`` where ``x`` cannot be stored on the group's space (the view permutes
     it: MPNet's position bias, gathered [T, T, H] and read as [B, H, T, T]). The group stores the view in
     ``x``'s dtype at its own space instead, and the readers upcast that copy on load: half the bytes of a
@@ -86,12 +86,11 @@ def _narrow_copy(part, group, result: Node, stored: list[Node], others: dict) ->
     if part.fits([m for m in members if m is not result], group.shape, (), keep) and \
             _recompute_everywhere(part, [result], others):
         group.nodes = members
-        return True
+        return
     Graph.replace_all_uses_in(result, copy, view)  # undone: the cast stays stored
     graph.nodes.remove(copy)
     del part.group_of[copy], part.consumers[copy]
     part.consumers[x] = [result if c is copy else c for c in part.consumers[x]]
-    return False
 
 
 def shared_prologues(part) -> None:
