@@ -11,9 +11,6 @@ HOST = "experiments.md, 'Training steps' host time'"
 ROWS = "experiments.md, 'Inference rows above 1.10x: BEiT's bias per image, MPNet's wide masks, DPN's groups'"
 
 CAUSES: dict[str, str] = {
-    "std dim 1 256x1024x256 bf16": (
-        "two kernels (chunked moments, then their combine: 0.070 ms of GPU time) against Inductor's one looped "
-        f"Welford kernel (0.049); no variant of minicomp's column templates reached it ({WORST})"),
     "instance_norm 32x64x128x128 fp32": (
         f"one kernel each side; minicomp's took 0.053-0.09 ms across profiles: within this row's spread ({WORST})"),
     "max_pool1d k3 s2 p1 64x128x8192 bf16": (
@@ -25,12 +22,6 @@ CAUSES: dict[str, str] = {
         f"PyTorch's cuDNN attention kernel on both sides, no kernel of minicomp's: the call's host time ({WORST})"),
     "attention B256 H12 T64 D64 bf16": (
         f"PyTorch's cuDNN attention kernel on both sides, no kernel of minicomp's: the call's host time ({WORST})"),
-    "beit bf16 B32": (
-        "GPU 1.93 against 1.69 ms after the relative position bias stopped being computed per image: the GEMM "
-        f"template's [6304, 768] products (fused layer norm) against cuBLAS's, and the 4 layers' bias kernel (0.14 ms) ({ROWS})"),
-    "clip_vision bf16 B32": (
-        "GPU 1.44 against 1.21 ms: the GEMM template's [6304, 768] products (q, k, v at 23 us; 4 with the residual "
-        f"and layer norm fused at 76 us) against cuBLAS's 24 products in 0.57 ms ({ROWS})"),
     "gpt_neox bf16 B8": (
         f"none found: profiled alone, minicomp's GPU time and wall were the lower (1.00 vs 1.03, 1.29 vs 1.48 ms) ({ROWS})"),
     "llama gqa generate (ms/token)": (

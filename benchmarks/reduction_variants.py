@@ -98,11 +98,12 @@ def force(x: int, r: int, w: int, note: str = "") -> Variant:
 # to 8192 elements, and the template never holds a re-reading column whole
 OLD_COLUMNS = {(split, "whole_limit"): lambda x, axes, target: 8192, (reduction, "rereads"): lambda group: False}
 NO_SECTOR_HOLD = {(reduction, "PERSISTENT_COLUMN_RUN_BYTES"): 128}  # longer columns: online softmax / moments
+NO_WELFORD = {(split, "_welford_columns"): lambda s, target: False}  # too long to hold: chunked moments again
 HOLD_16_BYTES = {(reduction, "PERSISTENT_COLUMN_RUN_BYTES"): 16}    # bf16: 1024 rows held in 8-column runs
 # bf16: 1024 rows held whole in 16-column (32-byte) runs of a 16-warp block, as fp32's HELD_COLUMN_RUN_BYTES
 HELD_1024 = Variant("held X16R1024W16", {(split, "whole_limit"): lambda x, axes, target: 1024}, (16, 1024, 16))
 # bf16 in fp32's 64-byte runs: 32 columns a program, in the default's two chunks of 512 rows or held whole
-BF16_RUNS = [Variant("chunks X32R512W16", blocks=(32, 512, 16), reduced=512),
+BF16_RUNS = [Variant("chunks X32R512W16", NO_WELFORD, blocks=(32, 512, 16), reduced=512),
              Variant("held X32R1024W32", {(split, "whole_limit"): lambda x, axes, target: 1024}, (32, 1024, 32))]
 STAGE = lambda values: {(pipelines, "STAGE_VALUES_PER_THREAD"): values}  # noqa: E731
 NORM_VARIANTS = [Variant("old stage 16384", STAGE(64)), Variant("stage 4096", STAGE(16)),
@@ -130,10 +131,11 @@ ROWS = [
                                             (split, "MIN_CHUNK"): 512})],
         "bf16": [force(64, 64, 4, " old"), force(16, 32, 4, " Inductor's"), force(16, 256, 4), force(32, 64, 4)]}),
     Row("std dim 1 256x1024x256", of_x(lambda x: torch.std(x, 1), 256, 1024, 256), 1024, {
-        "fp32": [Variant("old two-pass X64R64", OLD_COLUMNS), Variant("chunked moments", NO_SECTOR_HOLD),
-                 force(16, 1024, 16, " held")],
-        "bf16": [Variant("old two-pass X64R64", OLD_COLUMNS), Variant("chunked moments 8", NO_SECTOR_HOLD),
-                 Variant("held X8R1024W8", HOLD_16_BYTES), HELD_1024, *BF16_RUNS]}),
+        "fp32": [Variant("old two-pass X64R64", OLD_COLUMNS), Variant("Welford X64R64", NO_SECTOR_HOLD),
+                 Variant("chunked moments", {**NO_SECTOR_HOLD, **NO_WELFORD}), force(16, 1024, 16, " held")],
+        "bf16": [Variant("old two-pass X64R64", OLD_COLUMNS), Variant("chunked moments", NO_WELFORD),
+                 Variant("chunked moments 8", {**NO_SECTOR_HOLD, **NO_WELFORD}), Variant("held X8R1024W8", HOLD_16_BYTES),
+                 HELD_1024, *BF16_RUNS, force(32, 128, 4, " Welford"), force(128, 32, 4, " Welford")]}),
     Row("argmax dim 1 16x4096x1023", of_x(lambda x: torch.argmax(x, 1), 16, 4096, 1023), 4096, {
         "fp32": [force(64, 8, 4, " old"), force(16, 64, 4), force(32, 16, 4), force(8, 64, 4)],
         "bf16": [force(64, 8, 4, " old"), force(16, 32, 4, " Inductor's"), force(16, 64, 4)]}),

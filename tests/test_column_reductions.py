@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import minicomp
+from minicomp.ir.kernel import Schedule
 from minicomp.passes import split_reductions as split
 from minicomp.templates import reduction
 from minicomp.templates.pointwise import WIDE_BLOCK_MAX_LOADS
@@ -161,7 +162,8 @@ def h200_columns(monkeypatch):
     """The H200's column schedules and split decisions in the interpreter, with blocks small enough
     that small tensors loop (blocks of 256, persistent blocks of 256: 32 fp32 rows held whole) and
     split (from 256 rows, in chunks of 32 or more)."""
-    choose, limit, factor = reduction.reduction_schedule, split.whole_limit, split._split_factor
+    choose, limit, factor, welford = (reduction.reduction_schedule, split.whole_limit, split._split_factor,
+                                      split._welford_columns)
     monkeypatch.setattr(reduction, "reduction_schedule", lambda g, target, layouts=None: choose(g, H200, layouts))
     monkeypatch.setattr(reduction, "persistent_limit", lambda target: 256)
     monkeypatch.setattr(split, "persistent_limit", lambda target: 256)
@@ -172,6 +174,7 @@ def h200_columns(monkeypatch):
     monkeypatch.setattr(split, "MIN_COLUMN_CHUNK", 32)
     monkeypatch.setattr(split, "whole_limit", lambda x, axes, target: limit(x, axes, H200))
     monkeypatch.setattr(split, "_split_factor", lambda r, target, pooled=False: factor(r, H200, pooled))
+    monkeypatch.setattr(split, "_welford_columns", lambda s, target: welford(s, H200))
 
 
 def _decided(text: str) -> bool:
@@ -233,7 +236,27 @@ def test_column_variance_held_whole_or_chunked_matches_eager(h200_columns, rows,
     x = ((1000.0 if dtype == torch.float32 else 8.0) + torch.randn(3, rows, 37)).to(dtype)
     tol = dict(atol=1e-3, rtol=1e-3) if dtype == torch.float32 else {}
     compile_and_compare(lambda x: (torch.std(x, 1), torch.var_mean(x, 1, correction=0)), x, **tol)
-    assert _decided("moments over") == (rows == 50 or (rows == 20 and dtype == BF16)), minicomp.report().decisions
+    looped = rows == 50 or (rows == 20 and dtype == BF16)
+    assert _decided("down columns -> one looped kernel, Welford states") == looped, minicomp.report().decisions
+
+
+@pytest.mark.parametrize("held", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, BF16, torch.float16])
+def test_a_long_column_variance_keeps_welford_states_per_lane(h200_columns, monkeypatch, dtype, held):
+    """300 rows loop in several steps, the last one masked; a variance and var_mean share the loop with
+    the sum (one kernel, one read). Far from zero as above; a NaN poisons only its column. Few outputs
+    would split (chunked moments): here they are taken to fill the GPU. ``held``: the same reduction
+    given a persistent block (rows padded to 512) takes two passes over registers instead."""
+    monkeypatch.setattr(split, "_split_factor", lambda r, target, pooled=False: 1)
+    if held:
+        monkeypatch.setattr(reduction, "reduction_schedule",
+                            lambda g, target, layouts=None: Schedule("reduction", {"XBLOCK": 16, "RBLOCK": 512}, 4))
+    x = ((1000.0 if dtype == torch.float32 else 8.0) + torch.randn(2, 300, 37)).to(dtype)
+    x[1, 7, 5] = float("nan")
+    tol = dict(atol=1e-3, rtol=1e-3) if dtype == torch.float32 else {}
+    report = compile_and_compare(lambda x: (torch.std(x, 1), torch.var_mean(x, 1, correction=0)), x, **tol)
+    assert _decided("Welford states per lane") and not _decided("moments over"), report.decisions
+    assert [k.template for k in report.kernels] == [f"reduction {'persistent' if held else 'looped'}"], report
 
 
 def test_column_batch_norm_statistics_match_eager(h200_columns):

@@ -36,6 +36,8 @@ FUSIONS = [
     ("t_plus", lambda x, y: x.t() + y, lambda: _dev((1024, 768), (768, 1024), dtype=torch.bfloat16), 1),
     ("col_sum", lambda x: x.sum(0), lambda: _dev((2048, 1024)), 1),  # too short to split: column tiles
     ("col_sum_bf16", lambda x: x.sum(0), lambda: _dev((8192, 8192), dtype=torch.bfloat16), 1),  # split, one launch
+    # too long to hold in bf16: the sum and Welford states per lane in one loop
+    ("col_std_bf16", lambda x: torch.var_mean(x * 2 + 3, 1), lambda: _dev((128, 1024, 256), dtype=torch.bfloat16), 1),
 ]
 
 

@@ -220,6 +220,24 @@ def _softmax_step(m, s, x):
     shift = tl.where(m_new == float("-inf"), 0.0, m_new)
     return m_new, s * tl.exp(m - shift) + tl.exp(x - shift)
 ''', uses=("_max_nan",)),
+    "_welford_step": Helper('''
+@triton.jit
+def _welford_step(mean, m2, n, x, valid):
+    # x joins a lane's running mean, centred sum of squares m2 and count n where valid (Welford, 1962)
+    n_new = n + valid.to(tl.float32)
+    delta = x - mean
+    mean_new = tl.where(valid, mean + delta / tl.maximum(n_new, 1.0), mean)
+    return mean_new, tl.where(valid, m2 + delta * (x - mean_new), m2), n_new
+'''),
+    "_welford_combine": Helper('''
+@triton.jit
+def _welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
+    # two lanes' (mean, m2, count) as one (Chan, Golub and LeVeque, 1979); an empty lane changes nothing
+    n = n_a + n_b
+    w = n_b / tl.maximum(n, 1.0)
+    delta = mean_b - mean_a
+    return mean_a + delta * w, m2_a + m2_b + delta * delta * n_a * w, n
+'''),
     "_argmax_scan": Helper('''
 @triton.jit
 def _argmax_scan(v1, i1, v2, i2):

@@ -163,20 +163,24 @@ def reduce_ref(fn: str, x: torch.Tensor, axes: tuple[int, ...]) -> torch.Tensor:
         out = torch.sum(x, axes, keepdim=True)
     elif fn == "softmax_sum":  # a row of only -inf: exp(-inf - -inf) is nan, as eager's expression gives
         out = torch.sum(torch.exp(x - torch.amax(x, axes, keepdim=True)), axes, keepdim=True)
+    elif fn == "moment2":
+        out = torch.sum((x - torch.mean(x, axes, keepdim=True)) ** 2, axes, keepdim=True)
     else:
         raise KeyError(fn)
     return out.reshape(()) if squeeze else out
 
 
 # "softmax_sum": sum(exp(x - max(x))), a softmax's denominator in one read of x (an online softmax:
-# passes/split_reductions.py makes it; masked lanes and the identity are -inf, as max's)
-REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "softmax_sum")
+# passes/split_reductions.py makes it; masked lanes and the identity are -inf, as max's).
+# "moment2": sum((x - mean(x))**2), a variance's centred sum of squares in one read of x (per-lane
+# Welford states, combined by Chan's formula: passes/split_reductions.py makes it; masked lanes count 0)
+REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "softmax_sum", "moment2")
 
 
 def reduce_identity(fn: str, dtype: torch.dtype):
     """The value that leaves reduction ``fn`` unchanged (fills masked lanes and padded chunks)."""
-    if fn in ("sum", "prod", "any", "all"):
-        return {"sum": 0, "prod": 1, "any": 0, "all": 1}[fn]
+    if fn in ("sum", "prod", "any", "all", "moment2"):
+        return {"sum": 0, "prod": 1, "any": 0, "all": 1, "moment2": 0}[fn]
     largest = fn in ("min", "argmin")
     if dtype == torch.bool:
         return int(largest)

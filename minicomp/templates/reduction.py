@@ -243,8 +243,8 @@ def contiguous_outputs(group: Group, layouts: dict) -> int | None:
 
 def input_dtype(r: Reduce) -> torch.dtype:
     """bf16 is reduced in fp32 (exact for max/min; Triton's interpreter compares bf16 bits); so is a
-    ``softmax_sum`` of any 16-bit float (its sum of exp)."""
-    if r.fn == "softmax_sum" and r.value_dtype in (torch.float16, torch.bfloat16):
+    ``softmax_sum`` or ``moment2`` of any 16-bit float (a sum of exp, of squares)."""
+    if r.fn in ("softmax_sum", "moment2") and r.value_dtype in (torch.float16, torch.bfloat16):
         return torch.float32
     return {torch.bool: torch.int8, torch.bfloat16: torch.float32}.get(
         torch.bool if r.fn in ("any", "all") else r.value_dtype, r.value_dtype)
@@ -285,6 +285,8 @@ def finish(p, r: Reduce, acc: str, index: str | None, indent: str) -> None:
             finish_softmax_sum(p, r, f"{r.var}_x", None, indent)
         else:
             finish_softmax_sum(p, r, acc, f"{acc}_s", indent)
+    elif r.fn == "moment2":
+        finish_moment2(p, r, acc, indent)
     elif r.fn in ("argmax", "argmin"):
         helper = "_" + r.fn
         p.use_helper(helper)
@@ -318,9 +320,33 @@ def finish_softmax_sum(p, r: Reduce, m: str, s: str | None, indent: str) -> None
     out(f"{indent}{r.var} = tl.where({big} == float(\"-inf\"), float(\"nan\"), {r.var}).to({p.tl_type(r.dtype)})")
 
 
+def finish_moment2(p, r: Reduce, acc: str, indent: str) -> None:
+    """``sum((x - mean(x))**2)`` of the row: from the lanes' Welford states (``acc``: their means, beside
+    ``acc_m2`` and ``acc_n``) where looped; from a block of the elements (masked lanes 0) where held,
+    in two passes over registers."""
+    out = p.lines.append
+    if p.k.schedule.persistent:
+        mask = p.mask([], names=("xindex", "rindex"))
+        out(f"{indent}{r.var}_x = {acc}")
+        out(f"{indent}{r.var}_d = {r.var}_x - tl.reduce({r.var}_x, 1, {FLOAT_SUM})[:, None] / rnumel")
+        if mask:
+            out(f"{indent}{r.var}_d = tl.where({mask}, {r.var}_d, 0.0)")
+        out(f"{indent}{r.var} = tl.reduce({r.var}_d * {r.var}_d, 1, {FLOAT_SUM})[:, None]")
+    else:
+        p.use_helper("_welford_combine")
+        out(f"{indent}_, {r.var}, _ = tl.reduce(({acc}, {acc}_m2, {acc}_n), 1, _welford_combine)")
+        out(f"{indent}{r.var} = {r.var}[:, None]")
+    out(f"{indent}{r.var} = {r.var}.to({p.tl_type(r.dtype)})")
+
+
 def accumulate(p, r: Reduce, value: str, indent: str) -> None:
     acc = f"acc_{r.var}"
-    if r.fn == "softmax_sum":  # a lane's running max, and its sum of exp rescaled to that max
+    if r.fn == "moment2":  # a lane's running mean, centred sum of squares and count (masked lanes: none)
+        p.use_helper("_welford_step")
+        mask = p.mask([], names=("xindex", "rindex")) or "tl.full([XBLOCK, RBLOCK], 1, tl.int1)"
+        raw = f"tl.broadcast_to({r.value}.to({p.tl_type(input_dtype(r))}), [XBLOCK, RBLOCK])"
+        p.lines.append(f"{indent}{acc}, {acc}_m2, {acc}_n = _welford_step({acc}, {acc}_m2, {acc}_n, {raw}, {mask})")
+    elif r.fn == "softmax_sum":  # a lane's running max, and its sum of exp rescaled to that max
         p.use_helper("_softmax_step")
         p.lines.append(f"{indent}{acc}, {acc}_s = _softmax_step({acc}, {acc}_s, {value})")
     elif r.fn in ("argmax", "argmin"):
@@ -387,6 +413,8 @@ class ReductionTemplate(Template):
                     body.append(f"{ind}acc_{r.var}_i = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
                 if r.fn == "softmax_sum":
                     body.append(f"{ind}acc_{r.var}_s = {p.full('[XBLOCK, RBLOCK]', 0, dt)}")
+                if r.fn == "moment2":
+                    body += [f"{ind}acc_{r.var}_{part} = {p.full('[XBLOCK, RBLOCK]', 0, dt)}" for part in ("m2", "n")]
             inner = ind * 2
             # range over a literal count: triton 3.6's interpreter cannot range over constexprs (numpy >= 2.3)
             body += [f"{ind}for rstep in range({steps}):", f"{inner}roffset = rstep * RBLOCK",
