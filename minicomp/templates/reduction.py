@@ -344,8 +344,7 @@ def accumulate(p, r: Reduce, value: str, indent: str) -> None:
     if r.fn == "moment2":  # a lane's running mean, centred sum of squares and count (masked lanes: none)
         p.use_helper("_welford_step")
         mask = p.mask([], names=("xindex", "rindex")) or "tl.full([XBLOCK, RBLOCK], 1, tl.int1)"
-        raw = f"tl.broadcast_to({r.value}.to({p.tl_type(input_dtype(r))}), [XBLOCK, RBLOCK])"
-        p.lines.append(f"{indent}{acc}, {acc}_m2, {acc}_n = _welford_step({acc}, {acc}_m2, {acc}_n, {raw}, {mask})")
+        p.lines.append(f"{indent}{acc}, {acc}_m2, {acc}_n = _welford_step({acc}, {acc}_m2, {acc}_n, {value}, {mask})")
     elif r.fn == "softmax_sum":  # a lane's running max, and its sum of exp rescaled to that max
         p.use_helper("_softmax_step")
         p.lines.append(f"{indent}{acc}, {acc}_s = _softmax_step({acc}, {acc}_s, {value})")
