@@ -531,3 +531,64 @@ def test_a_training_forward_over_channels_last_results_matches_eager():
     x = torch.randn(2, 3, 9, 7).contiguous(memory_format=CL)
     r = torch.randn(2, 6, 9, 7).contiguous(memory_format=CL)
     compare_gradients(fn, x, torch.randn(6, 3, 3, 3), torch.rand(6) + 0.5, torch.randn(6), r)
+
+
+class TokenConv(torch.nn.Module):
+    """CoaT's position encoding (SegFormer's and EdgeNeXt's are alike): tokens [B, 1 + H*W, C] after a
+    class token, viewed as an NCHW image whose C is the unit stride, a depthwise 3x3 plus the image,
+    back to tokens, then a layer norm over C."""
+
+    def __init__(self, c, h, w):
+        super().__init__()
+        self.h, self.w = h, w
+        self.conv = torch.nn.Conv2d(c, c, 3, padding=1, groups=c)
+        self.norm = torch.nn.LayerNorm(c)
+
+    def forward(self, x):
+        x = x * 1.5
+        cls, tokens = x[:, :1], x[:, 1:]
+        img = tokens.transpose(1, 2).view(x.shape[0], x.shape[2], self.h, self.w)
+        y = (self.conv(img) + img).flatten(2).transpose(1, 2)
+        return self.norm(torch.cat((cls, y), dim=1))
+
+
+def test_a_window_sum_over_token_views_walks_and_stores_channels_fastest(monkeypatch):
+    """Scheduled for the H200 (nothing runs): the depthwise window sum over a token view walks N, H, W,
+    C, so each tap's load is a run of channels (walked N, C, H, W, lanes were C floats apart: CoaT-Lite
+    fp32 at batch 32 1.18x Inductor's time), and stores its result in that order, which the layer
+    norm's kernel reads back as tokens with unit stride; on the CPU the kernels give eager's values,
+    in fp32 and bf16, and its gradients."""
+    from tests.test_target import _scheduled
+    from tests.utils import H200, compare_gradients
+    monkeypatch.setenv("MINICOMP_CONV", "ir")
+    model = TokenConv(8, 4, 6).eval()
+    x = torch.randn(2, 25, 8)
+    with torch.no_grad():
+        graph, kernels = _scheduled(model, [x], H200)
+    (window,) = [g for g in graph.groups if g.axes and g.kind == "reduction" and len(g.shape) == 6]
+    assert window.order == (0, 2, 3, 1), window
+    (stored,) = window.stores
+    assert graph.layouts[stored] == (192, 1, 48, 8), graph.layouts.get(stored)  # NHWC
+    (norm,) = [k for k in kernels if "layer_norm" in k.name]
+    reads = [s for p in norm.phases for s in p.inner if type(s).__name__ == "Load"]
+    assert any(re.search(r"8\*\(xindex % 25\)", str(r.index)) for r in reads), [str(r.index) for r in reads]
+    with torch.no_grad():
+        m = TokenConv(5, 6, 7).eval()
+        compile_and_compare(m, torch.randn(3, 43, 5))
+        compile_and_compare(m.to(torch.bfloat16), torch.randn(3, 43, 5, dtype=torch.bfloat16))
+    compare_gradients(TokenConv(5, 6, 7), torch.randn(3, 43, 5))
+
+
+def test_a_window_sum_over_nchw_input_walks_row_major_despite_per_channel_parameters(monkeypatch):
+    """Scheduled for the H200: an NCHW depthwise window sum with a bias and batch norm (vectors over C,
+    unit stride) keeps the row-major walk, W fastest as its taps read; walked C fastest for the
+    parameters' sake, its taps' loads were a channel plane apart (1.23 against 0.14 ms at 32x64x112x112)."""
+    from tests.test_target import _scheduled
+    from tests.utils import H200
+    monkeypatch.setenv("MINICOMP_CONV", "ir")
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), torch.nn.BatchNorm2d(8)).eval()
+    with torch.no_grad():
+        graph, _ = _scheduled(model, [torch.randn(2, 8, 12, 12)], H200)
+    (window,) = [g for g in graph.groups if g.axes]
+    assert window.order == (), window
+

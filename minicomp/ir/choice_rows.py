@@ -59,7 +59,7 @@ class Row:
 # Where the numbers come from (H200, torch 2.11, triton 3.6). Times are ms per call unless a note says
 # otherwise; "library" in a row is what the rule's library side ran in that measurement.
 CHOICES_MD = ("benchmarks/results/choices.md (python benchmarks/choices.py, 2026-11-28; the groups=64 convolution "
-              "rows again with --only conv --rows groups=64 --merge, 2026-11-29): ms per call, median of 3 "
+              "rows again with --only conv --rows groups=64 --merge, 2026-11-29, twice): ms per call, median of 3 "
               "interleaved do_bench rounds; batch-32 convolutions from an NCHW input unless channels_last")
 SMALL = "commit e532caa's comment: ConvNeXt-T b1 bf16 products, profiler GPU time (raw output not kept)"
 ATTN_MD = "benchmarks/results/attention.md (python3 benchmarks/attention.py; 2026-11-24)"
@@ -195,10 +195,10 @@ SDPA_ROWS = (  # template: the SDPA op under MINICOMP_ATTENTION=1; library: PyTo
     Row("fp16", att(4, 16, 1024, 64, True), 0.0452, 0.0386, L, CHOICES_MD),
     Row("fp16", att(4, 16, 1024, 64, False), None, None, L, ""),
 )
-DEPTHWISE_NHWC_OPEN = (
-    "measured once, alone: the window sum's NCHW-ordered walk over NHWC input; the same rule runs the fp32 "
-    "depthwise convolutions of MobileNetV2, EfficientNet-B0, RexNet and GhostNet (planned NHWC), whole models "
-    "at 0.37-0.76x Inductor's time: switch only after measuring those rows with the library side")
+DEPTHWISE_NHWC = (
+    "depthwise over NHWC data; GPU {} vs {}: cuDNN's kernel is the faster alone, yet MobileNetV2, EfficientNet-B0, "
+    "GhostNet and RexNet fp32 B32 ran 1.1-1.9x slower with it (experiments.md, 'Depthwise window sums over token "
+    "views')")
 CONV_ROWS = (  # batch 32; template: MINICOMP_CONV=ir, library: =cudnn; channels_last: an NHWC input
     Row("bf16", conv(32, 3, 224, 64, 7, stride=2), 0.3382, 0.2653, L, CHOICES_MD, "ResNet-50 stem"),
     Row("bf16", conv(32, 64, 56, 256, 1), 0.0421, 0.0827, T, CHOICES_MD, "cuDNN's side copies the NCHW input to NHWC"),
@@ -208,7 +208,7 @@ CONV_ROWS = (  # batch 32; template: MINICOMP_CONV=ir, library: =cudnn; channels
         f"the IR's product in cuBLAS (128 tiles: the gemm rule); {SUSPECT} (GPU time, 2026-11-23: 0.019 vs 0.032)"),
     Row("bf16", conv(32, 512, 7, 2048, 1), 0.0540, 0.1115, T, CHOICES_MD),
     Row("bf16", conv(32, 40, 28, 120, 1, epilogue="bn+hardswish"), 0.0190, 0.0503, T, CHOICES_MD),
-    Row("bf16", conv(32, 64, 112, 64, 3, groups=64), 0.1200, 0.1068, L, CHOICES_MD, "depthwise"),
+    Row("bf16", conv(32, 64, 112, 64, 3, groups=64), 0.1588, 0.1088, L, CHOICES_MD, "depthwise"),
     Row("bf16", conv(32, 20, 1, 480, 1, epilogue="bias+sigmoid"), 0.0050, 0.0458, T, CHOICES_MD,
         "squeeze-excite expansion (cuDNN pads 20 channels); whole EfficientNet-B0 b32, GPU ms: 1.361 vs 1.410"),
     Row("bf16", conv(32, 120, 28, 120, 3, groups=5), 0.2286, 0.0820, L, CHOICES_MD, "24 channels per group"),
@@ -228,7 +228,7 @@ CONV_ROWS = (  # batch 32; template: MINICOMP_CONV=ir, library: =cudnn; channels
     Row("bf16", conv(32, 2048, 7, 512, 1), None, None, T, ""),
     Row("bf16", conv(32, 64, 56, 256, 1, channels_last=True), None, None, T, "", "no input copy for cuDNN"),
     Row("bf16", conv(32, 256, 56, 64, 1, channels_last=True), None, None, L, ""),
-    Row("bf16", conv(32, 64, 112, 64, 3, groups=64, channels_last=True), None, None, L, "", "depthwise"),
+    Row("bf16", conv(32, 64, 112, 64, 3, groups=64, channels_last=True), 0.1637, 0.1452, L, CHOICES_MD, "depthwise"),
     Row("tf32", conv(32, 3, 224, 64, 7, stride=2), 0.9620, 0.2707, L, CHOICES_MD, "ResNet-50 stem"),
     Row("tf32", conv(32, 64, 56, 256, 1), 0.0921, 0.1153, T, CHOICES_MD),
     Row("tf32", conv(32, 256, 56, 64, 1), 0.1272, 0.1125, L, CHOICES_MD),
@@ -237,9 +237,9 @@ CONV_ROWS = (  # batch 32; template: MINICOMP_CONV=ir, library: =cudnn; channels
         "the IR's product ran in cuBLAS with TF32 off (the benchmark's flags, fixed since)"),
     Row("tf32", conv(32, 512, 7, 2048, 1), 0.2051, 0.0935, L, CHOICES_MD),
     Row("tf32", conv(32, 40, 28, 120, 1, epilogue="bn+hardswish"), 0.0652, 0.1175, T, CHOICES_MD),
-    Row("tf32", conv(32, 64, 112, 64, 3, groups=64), 0.1401, 0.1779, T, CHOICES_MD, "depthwise"),
-    Row("tf32", conv(32, 64, 56, 64, 3, groups=64, channels_last=True), 0.0470, 0.0382, T, CHOICES_MD,
-        "depthwise over NHWC data; GPU 0.0438 vs 0.0295", open=DEPTHWISE_NHWC_OPEN),
+    Row("tf32", conv(32, 64, 112, 64, 3, groups=64), 0.1305, 0.1823, T, CHOICES_MD, "depthwise"),
+    Row("tf32", conv(32, 64, 56, 64, 3, groups=64, channels_last=True), 0.0783, 0.1336, T, CHOICES_MD,
+        DEPTHWISE_NHWC.format("0.0438", "0.0292")),
     Row("tf32", conv(32, 64, 56, 64, 1), None, None, T, "", "ONE_K_STEP_CIN"),
     Row("tf32", conv(32, 128, 56, 128, 3, groups=2, channels_last=True), None, None, L, "",
         "RegNet's stage 2 (corpus-models-infer.md: the model 1.5x Inductor with its grouped convolutions in the IR)"),
@@ -251,10 +251,9 @@ CONV_ROWS = (  # batch 32; template: MINICOMP_CONV=ir, library: =cudnn; channels
     Row("fp32-ieee", conv(32, 64, 56, 256, 1), 0.1638, 0.2691, T, CHOICES_MD,
         "the IR's product in cuBLAS (IEEE: the gemm rule); cuDNN over NHWC without TF32"),
     Row("fp32-ieee", conv(32, 64, 56, 64, 3), 0.2988, 0.3471, T, CHOICES_MD),
-    Row("fp32-ieee", conv(32, 64, 112, 64, 3, groups=64), 0.1409, 0.1782, T, CHOICES_MD, "depthwise"),
-    Row("fp32-ieee", conv(32, 64, 56, 64, 3, groups=64, channels_last=True), 0.0471, 0.0352, T, CHOICES_MD,
-        "depthwise over NHWC data (CoaT's position encodings: token views); GPU 0.0439 vs 0.0295",
-        open=DEPTHWISE_NHWC_OPEN),
+    Row("fp32-ieee", conv(32, 64, 112, 64, 3, groups=64), 0.1304, 0.1792, T, CHOICES_MD, "depthwise"),
+    Row("fp32-ieee", conv(32, 64, 56, 64, 3, groups=64, channels_last=True), 0.0628, 0.1074, T, CHOICES_MD,
+        DEPTHWISE_NHWC.format("0.0441", "0.0295")),
     Row("fp32-ieee", conv(32, 96, 56, 96, 7, groups=96), None, None, L, "",
         "ConvNeXt-T's 7x7 depthwise (DEPTHWISE_TEMPLATE_MAX_TAPS)"),
     Row("fp32-ieee", conv(32, 144, 28, 144, 5, groups=144), None, None, L, "", "an EfficientNet 5x5 depthwise"),

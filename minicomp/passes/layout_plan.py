@@ -24,7 +24,7 @@ import torch
 
 from ..ir.expr import Affine, index_vars
 from ..ir.graph import Graph, Group, Node, terminal, through_views
-from ..ir.layout import (channels_last_ratio, channels_last_strides, conv_class, memory_order, same_strides,
+from ..ir.layout import (buffer_strides, channels_last_ratio, channels_last_strides, conv_class, memory_order, same_strides,
                          view_as_strided)
 from ..ir.types import contiguous_strides, is_float
 from ..ir.placement import NotFusable, check_group
@@ -107,7 +107,50 @@ def layout_plan(graph: Graph) -> Graph:
         ordered += bool(group.order)
     if ordered:
         graph.decisions.append(f"layout: {ordered} kernel(s) walk their buffers in memory order (not row-major)")
+    _store_in_walk_order(graph, final)
     return graph
+
+
+def _store_in_walk_order(graph: Graph, final: dict) -> None:
+    """A window kernel walking a buffer nobody planned in its memory order (``_window_channels``: tokens
+    [B, T, C] viewed as an image for CoaT's, SegFormer's and EdgeNeXt's depthwise convolutions, whose C
+    is the unit stride) stores its results in that order too, where only pointwise and reduction
+    kernels read them: contiguous stores, and the tokens the next kernel takes back (a flatten and
+    transpose) contiguous again. Stored NCHW, each lane's store landed a channel plane apart."""
+    graph.recompute_users()
+    kernel_nodes = {n for g in graph.groups if g.kind in ("pointwise", "reduction") for n in g.nodes}
+    stored = []
+    for group in graph.groups:
+        if not group.order or any(m in final for m in group.stores):
+            continue
+        outer = [d for d in range(len(group.shape)) if d not in group.axes]
+        for m in group.stores:
+            if tuple(m.shape) == tuple(group.shape[d] for d in outer) and _read_by_kernels_only(m, kernel_nodes):
+                strides, step = [0] * len(outer), 1
+                for d in reversed(group.order):
+                    strides[outer.index(d)] = step
+                    step *= group.shape[d]
+                graph.layouts[m] = tuple(strides)
+                stored.append(m.name)
+    if stored:
+        graph.decisions.append(f"layout: {', '.join(stored)} stored in the order their window kernels walk "
+                               f"(channels fastest; only kernels read them)")
+
+
+def _read_by_kernels_only(node: Node, kernel_nodes: set) -> bool:
+    """Whether every reader of ``node``, through views, is a node of a pointwise or reduction kernel
+    (not a graph result, a fallback op, a product or attention, which read buffers as strided tensors)."""
+    todo, seen = list(node.users), set()
+    while todo:
+        u = todo.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        if u.op == "view":
+            todo += u.users
+        elif u not in kernel_nodes:
+            return False
+    return True
 
 
 def _plan(graph: Graph) -> None:
@@ -399,8 +442,8 @@ def _group_order(group: Group, layouts: dict) -> tuple[int, ...]:
 
 
 def _window_channels(group: Group, layouts: dict) -> int | None:
-    """The dim of a window kernel (pooling, window sums) that reads the unit-stride dim of a planned
-    buffer as is (a channels-last buffer: its C), where the kernel reads one through its window:
+    """The dim of a window kernel (pooling, window sums) that reads the unit-stride dim of a buffer as
+    is through its window (a planned channels-last buffer's C, or a token tensor's viewed as an image):
     walked fastest, every tap's load is a contiguous run. The taps are most of such a kernel's
     traffic: where its result is stored otherwise (an NCHW graph result; ResNet's stem pool at batch
     32 on the H200 ran 0.35 ms walking N, C, H, W), the stores are C apart, but a program's outputs
@@ -414,12 +457,14 @@ def _window_channels(group: Group, layouts: dict) -> int | None:
     except NotFusable:
         return None
     dims = index_vars(group.shape)
+    taps = {dims[a] for a in group.axes}
     for m, indices in placements.items():
         for idx in indices:
             for base, at in (through_views(i, idx) for i in m.inputs if terminal(i) not in members):
-                if base not in layouts or base.type.ndim != len(at):
-                    continue
-                unit = [d for d, (st, n) in enumerate(zip(layouts[base], base.shape)) if st == 1 and n > 1]
+                if base.type.ndim != len(at) or not any(e.vars() & taps for e in at):
+                    continue  # (not a tap's load: a per-channel parameter's, say)
+                unit = [d for d, (st, n) in enumerate(zip(buffer_strides(base, layouts), base.shape))
+                        if st == 1 and n > 1]
                 e = at[unit[0]] if len(unit) == 1 else None
                 if e is not None and not e.const and len(e.terms) == 1 and e.terms[0][1] == 1 \
                         and e.terms[0][0] in dims and dims.index(e.terms[0][0]) not in group.axes:
