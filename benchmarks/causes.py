@@ -30,10 +30,6 @@ CAUSES: dict[str, str] = {
         f"around the convolutions cuDNN runs, which Inductor's graph does not have ({PROFILED})"),
     "timm:resnest14d bf16 B32": (
         f"GPU 1.93 against 1.66 ms: the split-attention radix sums, 3 kernels of 0.27 ms ({PROFILED})"),
-    "timm:coat_lite_tiny fp32 B32": (
-        "GPU 5.95 against 4.98 ms: the position encodings' fp32 3x3 depthwise convolutions in the IR's window "
-        "sum (~1.1 ms) read channels-last token views in NCHW order; with every convolution in cuDNN the GPU time "
-        f"is 5.07 ms ({PROFILED})"),
     "timm:deit_tiny_distilled_patch16_224 fp32 B32": (
         f"none: profiled alone, the same GPU time (3.07 vs 3.08 ms) and wall (3.22 vs 3.19) ({PROFILED})"),
     "timm:vit_tiny_patch16_224 fp32 B1": HOST_B1.format("0.80", "0.75") + (
