@@ -298,8 +298,9 @@ def merged(earlier: dict, meta: dict, rows: list[dict], rules: dict) -> tuple[di
     fresh = {key(r) for r in rows}
     table = [r for r in earlier["rows"] if key(r) not in fresh] + rows
     table.sort(key=lambda r: place.get(key(r), len(place)))
+    dates = earlier.get("date") or meta["date"]
     return dict(meta, command=f"{earlier['command']}, then {meta['command']} --merge",
-                date=meta["date"] if meta["date"] == earlier.get("date") else f"{earlier.get('date')} and {meta['date']}"), table
+                date=dates if dates.endswith(meta["date"]) else f"{dates} and {meta['date']}"), table
 
 
 def main(argv: list[str] | None = None) -> int:
