@@ -125,5 +125,6 @@ def test_a_merged_measurement_replaces_its_rows_and_keeps_the_others_in_table_or
     assert [r["template_ms"] for r in rows] == [1.0, 5.0, 4.0]
     assert meta["command"].endswith("then python benchmarks/choices.py --only conv,gemm --rows x --merge")
     assert meta["date"] == "2026-11-27 and 2026-11-28"
-    again, _ = merged(meta, dict(command="python benchmarks/choices.py --only conv", date="2026-11-28"), [], RULES)
+    again, _ = merged(dict(meta, rows=rows), dict(command="python benchmarks/choices.py --only conv", date="2026-11-28"),
+                      [], RULES)
     assert again["date"] == "2026-11-27 and 2026-11-28"  # a date already last is not repeated
