@@ -27,7 +27,10 @@ CAUSES: dict[str, str] = {
         f"PyTorch's cuDNN attention kernel on both sides, no kernel of minicomp's: the call's host time ({WORST})"),
     "timm:dpn68 fp32 B32": (
         "GPU 3.63 against 2.78 ms: 30 PyTorch copy kernels (0.69 ms) and 45 cuDNN layout transposes (0.25 ms) "
-        f"around the convolutions cuDNN runs, which Inductor's graph does not have ({PROFILED})"),
+        f"around the convolutions cuDNN runs, which Inductor's graph does not have ({PROFILED}): the 15 "
+        "grouped convolutions of 16 and 32 channels a group that `layout_plan.keeps_nchw` runs NCHW among the "
+        "NHWC buffers, an input and a result copy each (scheduled on the CPU for the H200; the rule was "
+        "measured on RegNet, bf16 B32 and fp32 B1)"),
     "timm:resnest14d bf16 B32": (
         f"GPU 1.93 against 1.66 ms: the split-attention radix sums, 3 kernels of 0.27 ms ({PROFILED})"),
     "timm:deit_tiny_distilled_patch16_224 fp32 B32": (
