@@ -592,3 +592,24 @@ def test_a_window_sum_over_nchw_input_walks_row_major_despite_per_channel_parame
     (window,) = [g for g in graph.groups if g.axes]
     assert window.order == (), window
 
+
+
+def test_a_second_window_sum_walks_the_channels_last_result_of_the_first(monkeypatch):
+    """Scheduled for the H200: two depthwise window sums in a row over a token view; the first stores
+    its result channels fastest, and the second, planned after it, reads that layout and walks C
+    fastest too (ordered before the first's result took its layout, it walked W fastest over it). On
+    the CPU, eager's values."""
+    from tests.test_target import _scheduled
+    from tests.utils import H200
+    monkeypatch.setenv("MINICOMP_CONV", "ir")
+    w1, w2 = torch.randn(8, 1, 3, 3), torch.randn(8, 1, 3, 3)
+
+    def f(x):
+        img = x.transpose(1, 2).view(2, 8, 5, 6)
+        y = F.conv2d(F.conv2d(img, w1, padding=1, groups=8).relu(), w2, padding=1, groups=8)
+        return F.layer_norm(y.flatten(2).transpose(1, 2) * 1.0, (8,))
+    x = torch.randn(2, 30, 8)
+    graph, _ = _scheduled(f, [x], H200)
+    windows = [g for g in graph.groups if g.axes and g.kind == "reduction" and len(g.shape) == 6]
+    assert [g.order for g in windows] == [(0, 2, 3, 1)] * 2, windows
+    compile_and_compare(f, x)

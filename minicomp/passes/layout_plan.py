@@ -101,40 +101,39 @@ def layout_plan(graph: Graph) -> Graph:
     make every kernel walk its stores in memory order."""
     _plan(graph)
     final = {**graph.layouts, **plan_layouts(graph)}  # as schedule will have them: results in eager's strides
-    ordered = 0
-    for group in graph.groups:
+    graph.recompute_users()
+    kernel_nodes = {n for g in graph.groups if g.kind in ("pointwise", "reduction") for n in g.nodes}
+    ordered, stored = 0, []
+    for group in graph.groups:  # in program order: a kernel sees the layouts its producers' stores took
         group.order = _group_order(group, final)
         ordered += bool(group.order)
+        for m, strides in _walk_order_stores(group, final, kernel_nodes).items():
+            final[m] = graph.layouts[m] = strides
+            stored.append(m.name)
     if ordered:
         graph.decisions.append(f"layout: {ordered} kernel(s) walk their buffers in memory order (not row-major)")
-    _store_in_walk_order(graph, final)
+    if stored:
+        graph.decisions.append(f"layout: {', '.join(stored)} stored in the order their window kernels walk "
+                               f"(channels fastest; only kernels read them)")
     return graph
 
 
-def _store_in_walk_order(graph: Graph, final: dict) -> None:
+def _walk_order_stores(group: Group, layouts: dict, kernel_nodes: set) -> dict[Node, tuple[int, ...]]:
     """A window kernel walking a buffer nobody planned in its memory order (``_window_channels``: tokens
     [B, T, C] viewed as an image for CoaT's, SegFormer's and EdgeNeXt's depthwise convolutions, whose C
     is the unit stride) stores its results in that order too, where only pointwise and reduction
     kernels read them: contiguous stores, and the tokens the next kernel takes back (a flatten and
-    transpose) contiguous again. Stored NCHW, each lane's store landed a channel plane apart."""
-    graph.recompute_users()
-    kernel_nodes = {n for g in graph.groups if g.kind in ("pointwise", "reduction") for n in g.nodes}
-    stored = []
-    for group in graph.groups:
-        if not group.order or any(m in final for m in group.stores):
-            continue
-        outer = [d for d in range(len(group.shape)) if d not in group.axes]
-        for m in group.stores:
-            if tuple(m.shape) == tuple(group.shape[d] for d in outer) and _read_by_kernels_only(m, kernel_nodes):
-                strides, step = [0] * len(outer), 1
-                for d in reversed(group.order):
-                    strides[outer.index(d)] = step
-                    step *= group.shape[d]
-                graph.layouts[m] = tuple(strides)
-                stored.append(m.name)
-    if stored:
-        graph.decisions.append(f"layout: {', '.join(stored)} stored in the order their window kernels walk "
-                               f"(channels fastest; only kernels read them)")
+    transpose) contiguous again. Stored NCHW, each lane's store landed a channel plane apart. Returns
+    the strides of the results so stored."""
+    if not group.order or not _is_window(group) or any(m in layouts for m in group.stores):
+        return {}
+    outer = [d for d in range(len(group.shape)) if d not in group.axes]
+    strides, step = [0] * len(outer), 1
+    for d in reversed(group.order):
+        strides[outer.index(d)] = step
+        step *= group.shape[d]
+    return {m: tuple(strides) for m in group.stores
+            if tuple(m.shape) == tuple(group.shape[d] for d in outer) and _read_by_kernels_only(m, kernel_nodes)}
 
 
 def _read_by_kernels_only(node: Node, kernel_nodes: set) -> bool:
@@ -448,10 +447,9 @@ def _window_channels(group: Group, layouts: dict) -> int | None:
     traffic: where its result is stored otherwise (an NCHW graph result; ResNet's stem pool at batch
     32 on the H200 ran 0.35 ms walking N, C, H, W), the stores are C apart, but a program's outputs
     fill their sectors. None if no such."""
-    members = set(group.nodes)
-    if group.kind != "reduction" or not any(i.op == "view" and i.attrs.get("kind") == "window" and i not in members
-                                            for n in group.nodes for i in n.inputs):
+    if not _is_window(group):
         return None
+    members = set(group.nodes)
     try:
         placements = check_group(group.nodes, group.shape, group.axes, group.stores)
     except NotFusable:
@@ -470,3 +468,11 @@ def _window_channels(group: Group, layouts: dict) -> int | None:
                         and e.terms[0][0] in dims and dims.index(e.terms[0][0]) not in group.axes:
                     return dims.index(e.terms[0][0])
     return None
+
+
+def _is_window(group: Group) -> bool:
+    """A reduction over a sliding window's taps (pooling, a window sum)."""
+    members = set(group.nodes)
+    return group.kind == "reduction" and any(i.op == "view" and i.attrs.get("kind") == "window" and i not in members
+                                             for n in group.nodes for i in n.inputs)
+
