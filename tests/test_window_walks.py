@@ -90,3 +90,19 @@ def test_a_second_window_sum_walks_the_channels_last_result_of_the_first():
     windows = [g for g in graph.groups if g.axes and g.kind == "reduction" and len(g.shape) == 6]
     assert [g.order for g in windows] == [(0, 2, 3, 1)] * 2, windows
     compile_and_compare(f, x)
+
+
+def test_a_window_sum_over_a_channel_slice_of_tokens_walks_its_channels_fastest():
+    """CoaT's convolutional position encoding of the values: a depthwise window sum over the heads of v,
+    a slice of the qkv product's tokens [B, T, 3C] viewed as an image, reads channels at an offset
+    (2C + c): still the unit stride, walked fastest."""
+    w = torch.randn(4, 1, 3, 3)
+
+    def f(qkv):
+        v = qkv[:, :, 16:20].transpose(1, 2).reshape(2, 4, 5, 6)
+        return F.conv2d(v, w, padding=1, groups=4).flatten(2).transpose(1, 2).relu()
+    x = torch.randn(2, 30, 24)
+    graph, _ = _scheduled(f, [x], H200)
+    (window,) = [g for g in graph.groups if g.axes]
+    assert window.order == (0, 2, 3, 1), window
+    compile_and_compare(f, x)

@@ -464,8 +464,8 @@ def _window_channels(group: Group, layouts: dict) -> int | None:
                 unit = [d for d, (st, n) in enumerate(zip(buffer_strides(base, layouts), base.shape))
                         if st == 1 and n > 1]
                 e = at[unit[0]] if len(unit) == 1 else None
-                if e is not None and not e.const and len(e.terms) == 1 and e.terms[0][1] == 1 \
-                        and e.terms[0][0] in dims and dims.index(e.terms[0][0]) not in group.axes:
+                if e is not None and len(e.terms) == 1 and e.terms[0][1] == 1 and e.terms[0][0] in dims \
+                        and dims.index(e.terms[0][0]) not in group.axes:  # (an offset: a slice of the channels)
                     return dims.index(e.terms[0][0])
     return None
 
