@@ -106,3 +106,19 @@ def test_a_window_sum_over_a_channel_slice_of_tokens_walks_its_channels_fastest(
     (window,) = [g for g in graph.groups if g.axes]
     assert window.order == (0, 2, 3, 1), window
     compile_and_compare(f, x)
+
+
+def test_a_depthwise_window_sum_with_a_channel_multiplier_over_tokens_walks_its_channels_fastest():
+    """PiT's pooling: a depthwise convolution of stride 2 whose outputs are twice its input channels (64
+    groups, 128 outputs) over tokens viewed as an image reads input channel c // 2 at unit stride: walked
+    C fastest, neighbouring lanes read the same or the next channel (walked W fastest, 2C floats apart)."""
+    w = torch.randn(8, 1, 3, 3)
+
+    def f(tokens):
+        img = tokens.transpose(1, 2).reshape(2, 4, 6, 6)
+        return F.conv2d(img, w, stride=2, padding=1, groups=4).flatten(2).transpose(1, 2).relu()
+    x = torch.randn(2, 36, 4)
+    graph, _ = _scheduled(f, [x], H200)
+    (window,) = [g for g in graph.groups if g.axes]
+    assert window.order == (0, 2, 3, 1), window
+    compile_and_compare(f, x)

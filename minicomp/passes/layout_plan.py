@@ -464,9 +464,11 @@ def _window_channels(group: Group, layouts: dict) -> int | None:
                 unit = [d for d, (st, n) in enumerate(zip(buffer_strides(base, layouts), base.shape))
                         if st == 1 and n > 1]
                 e = at[unit[0]] if len(unit) == 1 else None
-                if e is not None and len(e.terms) == 1 and e.terms[0][1] == 1 and e.terms[0][0] in dims \
-                        and dims.index(e.terms[0][0]) not in group.axes:  # (an offset: a slice of the channels)
-                    return dims.index(e.terms[0][0])
+                # the unit-stride index follows one walked variable alone: c, c + an offset (a slice of the
+                # channels), c // 2 (a depthwise channel multiplier), c % 8 (a head's channels)
+                if e is not None and len(e.terms) == 1 and e.terms[0][1] == 1 and len(e.vars()) == 1 \
+                        and not e.vars() & taps:
+                    return dims.index(next(iter(e.vars())))
     return None
 
 
