@@ -24,8 +24,8 @@ import torch
 
 from ..ir.expr import Affine, index_vars
 from ..ir.graph import Graph, Group, Node, terminal, through_views
-from ..ir.layout import (buffer_strides, channels_last_ratio, channels_last_strides, conv_class, memory_order, same_strides,
-                         view_as_strided)
+from ..ir.layout import (buffer_strides, channels_last_ratio, channels_last_strides, conv_class, memory_order,
+                         same_strides, view_as_strided)
 from ..ir.types import contiguous_strides, is_float
 from ..ir.placement import NotFusable, check_group
 from .schedule import plan_layouts
