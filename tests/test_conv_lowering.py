@@ -449,6 +449,17 @@ def test_a_depthwise_convolution_after_a_kept_one_with_bias_reads_its_result():
     assert "bias added after the cuDNN call" in notes and "window sum" in notes, graph.decisions
 
 
+def test_a_depthwise_convolution_right_after_a_rewritten_one_reads_its_product(ir):
+    """EdgeNeXt's stem (4x4, stride 4, with bias) feeds a depthwise 3x3 directly; with every convolution
+    in the IR both are rewritten, and the window sum must read the stem's product, not the extern it
+    replaced (the whole graph fell back to PyTorch: "IR verification failed after pass 'conv_lowering'")."""
+    def fn(x, w1, b1, w2, b2):
+        return F.conv2d(F.conv2d(x, w1, b1, stride=4), w2, b2, padding=1, groups=6)
+    args = [rand(2, 3, 16, 12), rand(6, 3, 4, 4), rand(6), rand(6, 1, 3, 3), rand(6)]
+    report = compile_and_compare(fn, *args, fallbacks=0, **tol(F32))
+    assert sum(": IR " in d for d in conv_decisions(report)) == 2, conv_decisions(report)
+
+
 def test_a_1x1_convolution_of_a_permuted_input_for_cublas_reads_the_input_strided(ir, monkeypatch):
     """XCiT's positional encoding: a 1x1 convolution of an NHWC tensor permuted to NCHW, a product the
     H200 sends to cuBLAS. Its reshape to the product's rows is a view of the permute view; composed into

@@ -200,10 +200,10 @@ def conv_lowering(graph: Graph) -> Graph:
     _decide(graph, convs, grouped=False)
     _decide(graph, convs, grouped=True)
     channels_last = _forecast_nhwc(graph, convs)  # every choice made: the layout the IR's loads follow
-    moved: dict[Node, Node] = {}  # a kept convolution whose bias went after it -> the node now its result
+    moved: dict[Node, Node] = {}  # a convolution rewritten (or kept, its bias moved after it) -> its result now
     for node, (conv, fixed) in convs.items():
         use_ir, reason = fixed
-        conv = replace(conv, x=moved.get(conv.x, conv.x))  # (ConvNeXt: a dwconv after a kept conv)
+        conv = replace(conv, x=moved.get(conv.x, conv.x))  # (ConvNeXt, EdgeNeXt: a dwconv right after a conv)
         if not use_ir:
             graph.decisions.append(f"{conv.describe()}: cuDNN/oneDNN extern ({reason})")
             _note_reason(graph, node, f"convolution kept as extern: {reason}")
@@ -220,6 +220,7 @@ def conv_lowering(graph: Graph) -> Graph:
         graph.decisions.append(f"{conv.describe()}: IR {how} ({reason})")
         graph.replace_all_uses(node, result)
         graph.nodes.remove(node)
+        moved[node] = result
         _drop_fallback(graph, node)
     graph.recompute_users()
     # the views made over a view (the rows of a permuted input) as one view of a buffer: cuBLAS and the
