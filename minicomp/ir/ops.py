@@ -179,8 +179,9 @@ REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "so
 
 def reduce_identity(fn: str, dtype: torch.dtype):
     """The value that leaves reduction ``fn`` unchanged (fills masked lanes and padded chunks)."""
-    if fn in ("sum", "prod", "any", "all", "moment2"):
-        return {"sum": 0, "prod": 1, "any": 0, "all": 1, "moment2": 0}[fn]
+    fixed = {"sum": 0, "prod": 1, "any": 0, "all": 1, "moment2": 0}
+    if fn in fixed:
+        return fixed[fn]
     largest = fn in ("min", "argmin")
     if dtype == torch.bool:
         return int(largest)
