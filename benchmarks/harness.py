@@ -10,7 +10,9 @@ first compiled call is checked against eager's result, then the three are timed 
   ``torch.backends.cudnn.allow_tf32`` is on, PyTorch's default, 1e-3: cuDNN may run them in TF32, as it
   did for a channels-last call and not for eager's NCHW one in cliffs row 7). Where it is above, the row's model
   and inputs run in float64 (TF32 off) referee: correct if no further from float64 than twice eager's own
-  error (skipped for outputs over 2^28 elements). Integer outputs: ``max_rel_err`` is the fraction of
+  error (skipped for outputs over 2^28 elements); where cuDNN may use TF32 and the result is still off,
+  eager and the backend run again with TF32 off: correct if they then agree within 1e-4 (the difference
+  was TF32's rounding, not the backend's code: ``<backend>_err_no_tf32``). Integer outputs: ``max_rel_err`` is the fraction of
   values that differ; correct if none does.
 * training: the largest over the loss (‖a − b‖/‖b‖) and every parameter's gradient of ‖a − b‖ /
   (‖b‖ + 0.01·rms·√n) (``model_zoo.gradient_mismatches``'s measure); correct when at most 1e-3 (fp32) or
@@ -168,6 +170,15 @@ def float64_referee(work: Work, actual: object, expected: object) -> tuple[float
     return output_error(actual, exact)[0], output_error(expected, exact)[0]
 
 
+def no_tf32_error(work: Work, model: nn.Module, compiled: Callable) -> float:
+    """The compiled model's error against eager's with cuDNN's TF32 off on both sides: whether a
+    difference beyond the float64 referee is TF32's rounding (cuDNN picks its algorithms, and with them
+    where it rounds, by layout: a channels-last call and eager's NCHW one differ) or the compiled code's."""
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        expected = work.select(work(model))
+        return output_error(work.select(work(compiled)), expected)[0]
+
+
 class _ParametersOnly:
     """A module seen through its parameters alone: ``model_zoo.gradient_mismatches`` then leaves the
     buffers to ``buffer_mismatches`` (bf16 autocast rounds BatchNorm's running statistics too)."""
@@ -273,6 +284,9 @@ def run_inference(work: Work, row: dict, args: argparse.Namespace, device: str, 
                     err64, eager64 = float64_referee(work, out, expected)
                     row[f"{backend}_err_fp64"], row["eager_err_fp64"] = float(f"{err64:.3g}"), float(f"{eager64:.3g}")
                     ok = err64 <= max(tol, 2 * eager64)
+                if not ok and floating and tol == TF32_TOL:
+                    row[f"{backend}_err_no_tf32"] = err_ieee = float(f"{no_tf32_error(work, model, compiled):.3g}")
+                    ok = err_ieee <= REL_TOL[torch.float32]
                 del out
                 verdict(row, backend, ok, err, None if ok else f"mismatch: error {err:.3g} > {tol:g}")
                 variants[backend] = lambda c=compiled: work(c)
@@ -507,6 +521,9 @@ def notes(rows: list[dict]) -> list[str]:
             if f"{backend}_err_fp64" in r:
                 lines.append(f"  - {backend}: error against float64 {r[f'{backend}_err_fp64']:.3g}, eager's "
                              f"{r['eager_err_fp64']:.3g}")
+            if f"{backend}_err_no_tf32" in r:
+                lines.append(f"  - {backend}: error against eager's with cuDNN's TF32 off on both sides "
+                             f"{r[f'{backend}_err_no_tf32']:.3g}")
         if items or lines:
             out += [f"- {r['n']}. {r['name']}: fallback ops: " + ("; ".join(items) or "none"), *lines]
     return out
