@@ -227,14 +227,45 @@ def test_lean_launcher_calls_triton_36s_c_launch_directly():
     triton_shims.lean_launcher(fn, kernel, (3,), {"XBLOCK": 16})(99, "x", "y", "s")
     assert kernel.run.calls == [(3, 1, 1, 99, "function-handle", False, True, None, None, ("metadata",), None, None,
                                  None, "x", "y", "s", 16, 7)]
-    kernel.run.global_scratch_size = 128  # scratch to allocate: Triton's own entry point
-    assert triton_shims._c_launch(kernel.run) is None
+    kernel.run.profile_scratch_size = 64  # a profiler's scratch: Triton's own entry point
+    assert triton_shims._c_launch(kernel.run, 3) is None
     from triton.backends.nvidia.driver import CudaLauncher as Real
     real = list(inspect.signature(Real.__call__).parameters)
     if triton_shims.triton_version() == (3, 6):
         assert real == triton_shims._CUDA_LAUNCHER_36, real
     elif real != triton_shims._CUDA_LAUNCHER_36:  # another launcher signature: its Python entry point
-        assert triton_shims._c_launch(object.__new__(Real)) is None
+        assert triton_shims._c_launch(object.__new__(Real), 1) is None
+
+
+def test_a_small_global_scratch_is_allocated_once_per_stream():
+    # Triton 3.6 allocates programs * num_ctas * global_scratch_size bytes at every launch of a kernel
+    # making TMA descriptors; the lean path keeps a small one per stream, unless launches may overlap
+    with triton_shims.interpreting(False):
+        fn = triton.jit(_kernel_with_defaults)
+    from triton.runtime import _allocation
+    before, asked = _allocation._allocator.get(), []
+    triton.set_allocator(lambda size, align, stream: asked.append((size, align, stream)) or f"buffer{len(asked)}")
+    try:
+        kernel = _FakeCompiled()
+        kernel.run = CudaLauncher()
+        kernel.run.global_scratch_size, kernel.run.global_scratch_align, kernel.run.launch_pdl = 128, 64, False
+        launch = triton_shims.lean_launcher(fn, kernel, (3, 2), {"XBLOCK": 16})
+        for stream in (7, 7, 8, 7):
+            launch(stream, "x", "y", "s")
+        assert asked == [(768, 64, 7), (768, 64, 8)]
+        assert [call[7] for call in kernel.run.calls] == ["buffer1", "buffer1", "buffer2", "buffer1"]
+        kernel.run.launch_pdl = True  # the next launch may start before this one ends: a scratch each
+        launch = triton_shims.lean_launcher(fn, kernel, (3, 2), {"XBLOCK": 16})
+        launch(7, "x", "y", "s")
+        launch(7, "x", "y", "s")
+        assert len(asked) == 4
+        kernel.run.launch_pdl = False  # too large to keep: a scratch each launch, as Triton does
+        launch = triton_shims.lean_launcher(fn, kernel, (triton_shims.SCRATCH_KEPT // 128 + 1,), {"XBLOCK": 16})
+        launch(7, "x", "y", "s")
+        launch(7, "x", "y", "s")
+        assert len(asked) == 6
+    finally:
+        triton.set_allocator(before)
 
 
 def _odd_order(x_ptr, XBLOCK: tl.constexpr, y_ptr):

@@ -26,7 +26,10 @@ use); the runtime also relies on a few things Triton does not document:
   a block of one element in 3.6's, which ``int()`` refuses under numpy 2: ``interpreted_int``;
 * ``JITFunction.run`` returns the ``CompiledKernel`` it launched, and launches it as
   ``kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, launch_metadata,
-  enter_hook, exit_hook, *every_argument)`` (constexprs included, in parameter order): ``lean_launcher``.
+  enter_hook, exit_hook, *every_argument)`` (constexprs included, in parameter order): ``lean_launcher``;
+* Triton 3.6's ``CudaLauncher`` asks the allocator ``triton.set_allocator`` installed
+  (``triton.runtime._allocation._allocator``) for ``programs * num_ctas * global_scratch_size`` bytes of
+  scratch at every launch of a kernel that makes TMA descriptors: ``_scratch``.
 
 Tested with Triton 3.6 to 3.9 (``SUPPORTED``). With another version minicomp warns once and takes the
 safe path: no launcher is built ahead (the first launch builds it, as Triton always does). Kernels
@@ -193,13 +196,13 @@ def lean_launcher(fn, kernel, grid: tuple[int, ...], options: dict) -> Callable 
     except Exception:  # noqa: BLE001 - internals differ: Triton's own launch path
         return None
     g0, g1, g2 = (*grid, 1, 1)[:3]
-    direct = _c_launch(run)
-    if direct is not None:  # Triton 3.6's CUDA launcher, nothing to allocate per launch: its C entry point
-        c_launch, cooperative, pdl = direct
+    direct = _c_launch(run, g0 * g1 * g2)
+    if direct is not None:  # Triton 3.6's CUDA launcher: its C entry point, with the scratch it needs
+        c_launch, cooperative, pdl, scratch = direct
 
         def launch(stream: int, *tensors) -> None:
-            c_launch(g0, g1, g2, stream, function, cooperative, pdl, None, None, metadata, None, None, None,
-                     *tensors, *tail)
+            c_launch(g0, g1, g2, stream, function, cooperative, pdl, scratch(stream), None, metadata, None, None,
+                     None, *tensors, *tail)
         return launch
 
     def launch(stream: int, *tensors) -> None:
@@ -216,17 +219,46 @@ def _call_parameters(cls: type) -> list[str]:
     return list(inspect.signature(cls.__call__).parameters)
 
 
-def _c_launch(launcher) -> tuple | None:
-    """(C launch, cooperative grid, PDL) of a Triton 3.6 ``CudaLauncher`` whose kernel needs no global
-    or profiling scratch: its ``__call__`` only allocates those and then calls
+def _c_launch(launcher, programs: int) -> tuple | None:
+    """(C launch, cooperative grid, PDL, ``scratch(stream)``) of a Triton 3.6 ``CudaLauncher`` whose kernel
+    needs no profiling scratch: its ``__call__`` only allocates scratch memory and then calls
     ``self.launch(gridX, gridY, gridZ, stream, function, cooperative, pdl, global_scratch,
-    profile_scratch, *args)``; skipping that Python frame saves about 1 µs per launch. None for any other
-    launcher (Triton 3.9's passes its arguments differently: it keeps its Python entry point)."""
+    profile_scratch, *args)``; skipping that Python frame saves about 1 µs per launch, and keeping a
+    small global scratch (``_scratch``) a few more. None for any other launcher (Triton 3.9's passes its
+    arguments differently: it keeps its Python entry point)."""
     try:
         cls = type(launcher)
         if cls.__name__ != "CudaLauncher" or _call_parameters(cls) != _CUDA_LAUNCHER_36 or \
-                launcher.global_scratch_size or launcher.profile_scratch_size:
+                launcher.profile_scratch_size:
             return None
-        return launcher.launch, launcher.launch_cooperative_grid, launcher.launch_pdl
+        return launcher.launch, launcher.launch_cooperative_grid, launcher.launch_pdl, _scratch(launcher, programs)
     except Exception:  # noqa: BLE001 - another shape: its Python entry point
         return None
+
+
+SCRATCH_KEPT = 1 << 20  # bytes: a launch's global scratch up to this size is allocated once per stream
+
+
+def _scratch(launcher, programs: int) -> Callable[[int], object]:
+    """``scratch(stream)``: the global scratch memory of one launch of ``programs`` programs, where TMA
+    descriptors made on the device live (None if the kernel needs none). Triton allocates it at every
+    launch through its allocator (a tensor: several µs of host time per GEMM launch on Hopper); launches
+    on one stream run one after another, so a small one is allocated once per stream and reused. Not
+    with programmatic dependent launch (the next launch may start before this one ends)."""
+    size = programs * getattr(launcher, "num_ctas", 1) * launcher.global_scratch_size
+    if not size:
+        return lambda stream: None
+    from triton.runtime import _allocation
+
+    def allocate(stream: int):
+        return _allocation._allocator.get()(size, launcher.global_scratch_align, stream)
+    if size > SCRATCH_KEPT or launcher.launch_pdl:
+        return allocate
+    kept: dict[int, object] = {}
+
+    def reused(stream: int):
+        buffer = kept.get(stream)
+        if buffer is None:
+            buffer = kept[stream] = allocate(stream)
+        return buffer
+    return reused
