@@ -10,6 +10,7 @@ WINDOWS = "experiments.md, 'Column reductions and windows on few programs'"
 HOST = "experiments.md, 'Training steps' host time'"
 ROWS = "experiments.md, 'Inference rows above 1.10x: BEiT's bias per image, MPNet's wide masks, DPN's groups'"
 PROFILED = "experiments.md, 'Re-measured after the GEMM tiles and narrow copies; profiles of the rows above 1.10x'"
+DECODE = "experiments.md, 'A decoding step's host time; a TMA launch's scratch kept'"
 HOST_B1 = ("host-bound: GPU time {} against Inductor's {} ms under walls of several ms, which moved by up to 2.7x "
            f"between runs ({PROFILED})")
 
@@ -38,16 +39,19 @@ CAUSES: dict[str, str] = {
     "timm:vit_tiny_patch16_224 fp32 B1": HOST_B1.format("0.80", "0.75") + (
         "; 11 more launches (the qkv bias adds as kernels)"),
     "timm:rexnet_100 bf16 B1": HOST_B1.format("0.41", "0.46"),
-    "levit fp32 B1": HOST_B1.format("0.84", "0.70"),
+    "levit fp32 B1": HOST_B1.format("0.84", "0.70") + (
+        f"; its last run had every backend's wall higher (eager 7.44 -> 12.51 ms, Inductor 3.19 -> 5.24, minicomp "
+        f"3.67 -> 8.42), not profiled again ({DECODE})"),
     "timm:visformer_tiny fp32 B1": HOST_B1.format("0.73", "0.70"),
     "timm:maxvit_nano_rw_256 fp32 B1": HOST_B1.format("1.16", "1.12"),
     "gpt_neox bf16 B8": (
         f"none found: profiled alone, minicomp's GPU time and wall were the lower (1.00 vs 1.03, 1.29 vs 1.48 ms) ({ROWS})"),
     "llama gqa generate (ms/token)": (
         "host time of a decoding step: the graph has symbolic sizes (the growing cache), so only its static parts "
-        "are compiled and the parts touching the cache (concatenation, mask, attention: ~60 aten ops a step) run "
-        "op by op in PyTorch, where Inductor runs symbolic kernels; profiled on the suite's smaller Llama (2.93 ms "
-        "a step, 1.35 of it in those parts: experiments.md, 'transformers generate(): one compile per token, before')"),
+        "are compiled and the parts touching the cache (each layer's concatenations, repeated key/value heads, "
+        "mask slices and attention: 17 aten ops a layer, ~230 µs of host time) run op by op in PyTorch, where "
+        "Inductor runs two symbolic kernels and the attention; profiled on this row: 2.58 of minicomp's 6.06 "
+        f"ms a token in those parts, Inductor 4.79 ({DECODE})"),
     "swinv2 train fp32 B32": (
         "GPU 35.7 of 38.7 ms wall, nearly all in cuBLAS's fp32 IEEE products, as Inductor's: nothing of "
         f"minicomp's stands out in the profile ({HOST})"),
