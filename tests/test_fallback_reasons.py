@@ -44,3 +44,31 @@ def test_reasons_in_the_report():
     assert not any("attention" in op for op in reasons), reasons
     assert "convolution" in reasons["convolution.default"], reasons
     assert "no lowering rule" not in reasons.values(), reasons
+
+
+def _checked_double(x):
+    # what Dynamo makes of `assert x.isnan().sum() == 0, "NaN detected"` (pytest rewrites asserts in tests)
+    torch._assert_async(x.isnan().sum() == 0, "NaN detected")  # aten._assert_async.msg: no results
+    return x * 2
+
+
+def test_an_assertion_on_tensor_values_runs_in_the_compiled_graph_and_is_never_dropped():
+    # transformers' I-BERT asserts so in training: the op's missing result failed IR verification and the
+    # whole graph ran in PyTorch
+    torch._dynamo.reset()
+    compiled = minicomp.compile(_checked_double)
+    x = torch.tensor([1.0, -3.0, 0.5], requires_grad=True)
+    out = compiled(x)
+    assert torch.equal(out, x.detach() * 2)
+    rep = minicomp.report()
+    assert rep.whole_graph_fallback is None and rep.kernels
+    assert [f.op for f in rep.fallbacks] == ["_assert_async.msg"]
+    assert "assertion on tensor values" in rep.fallbacks[0].reason
+    out.sum().backward()
+    assert torch.equal(x.grad, torch.full_like(x, 2.0))
+    try:
+        compiled(torch.tensor([1.0, float("nan"), 0.5]))
+    except RuntimeError as e:
+        assert "NaN detected" in str(e)
+    else:
+        raise AssertionError("the assertion was dropped")

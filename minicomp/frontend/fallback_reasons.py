@@ -41,6 +41,8 @@ DELIBERATE_FALLBACKS: dict[str, str] = {
                                  "them one after another; minicomp has no scatter-add kernel)"),
     "convolution": _CONVOLUTION,
     "convolution_backward": _CONVOLUTION,
+    "_assert_async": ("an assertion on tensor values (`assert cond, msg` as Dynamo traces it): PyTorch checks "
+                      "it where the program has it, and raises its message when it fails; never dropped"),
 }
 
 

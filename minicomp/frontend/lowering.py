@@ -242,6 +242,7 @@ class Lowering:
         inputs = [v for v in _flatten((args, kwargs)) if isinstance(v, Node)]
         own_node = out is None  # the op of the FX node being lowered (not a copy minicomp adds)
         out = self._extern_result(target, args, kwargs) if own_node else out
+        out = () if out is None else out  # an op run for its effect alone (an assertion): no results
         # a result learnt on meta tensors lives where the op's inputs do
         home = next((i.type.device for i in inputs if isinstance(i.type, TensorType)), self.device)
         out = tuple(out) if isinstance(out, list) else out  # a list of results is typed as a tuple

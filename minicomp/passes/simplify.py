@@ -10,15 +10,19 @@ from ..ir.patterns import Match, Pat, Rule, rewrite, summary
 
 
 def dce(graph: Graph) -> Graph:
-    """Drop nodes nothing uses, but never a collective or its wait: other ranks wait for them
-    (``ir/collectives.py``)."""
+    """Drop nodes nothing uses, but never a collective or its wait (other ranks wait for them:
+    ``ir/collectives.py``) nor a fallback op without results (run for its effect: an assertion)."""
     live: set[int] = set()
     for node in reversed(graph.nodes):
-        if node.op == "output" or id(node) in live or collectives.is_ordered_node(node):
+        if node.op == "output" or id(node) in live or collectives.is_ordered_node(node) or _effect_only(node):
             live.add(id(node))
             live.update(id(i) for i in node.inputs)
     graph.nodes = [n for n in graph.nodes if id(n) in live or n.op == "input"]
     return graph
+
+
+def _effect_only(node) -> bool:
+    return node.op == "extern" and node.type == ()
 
 
 def _freeze(v):
