@@ -12,8 +12,8 @@ first compiled call is checked against eager's result, then the three are timed 
   and inputs run in float64 (TF32 off) referee: correct if no further from float64 than twice eager's own
   error (skipped for outputs over 2^28 elements); where cuDNN may use TF32 and the result is still off,
   eager and the backend run again with TF32 off: correct if they then agree within 1e-4 (the difference
-  was TF32's rounding, not the backend's code: ``<backend>_err_no_tf32``). Integer outputs: ``max_rel_err`` is the fraction of
-  values that differ; correct if none does.
+  was TF32's rounding, not the backend's code: ``<backend>_err_no_tf32``). Integer outputs:
+  ``max_rel_err`` is the fraction of values that differ; correct if none does.
 * training: the largest over the loss (‖a − b‖/‖b‖) and every parameter's gradient of ‖a − b‖ /
   (‖b‖ + 0.01·rms·√n) (``model_zoo.gradient_mismatches``'s measure); correct when at most 1e-3 (fp32) or
   5e-2 (bf16 autocast) and the floating buffers (BatchNorm running statistics) within the same relative
