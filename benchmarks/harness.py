@@ -20,8 +20,10 @@ first compiled call is checked against eager's result, then the three are timed 
   error. Where a gradient or buffer is over, the same step in float64 referees (a value as close to
   float64's as eager's passes); where one is still over, so does the step compiled with ``aot_eager``
   (AOTAutograd's trace run by PyTorch's own kernels, the graphs every backend is handed): a value as
-  close to float64's as that trace's passes, and the row says so (``<backend>_trace_referee``). A bf16
-  autocast step's near-cancelling gradients differ from eager's by how the trace orders its roundings.
+  close to float64's as that trace's passes, and the row says so (``<backend>_trace_referee``); for image
+  models, one still over is judged against eager's own step on channels-last images as well
+  (``<backend>_layout_referee``). A bf16 autocast step's near-cancelling gradients differ from eager's by
+  how the trace orders its roundings, and by the layout cuDNN's algorithms round in.
 
 The run: each row in its own try/except (a crash is the row's result); the results rewritten after every
 row, the row about to run first marked "interrupted" (a process killed mid-row leaves that mark);
@@ -196,6 +198,10 @@ class _ParametersOnly:
         return iter(())
 
 
+def _is_image(v) -> bool:
+    return isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() == 4
+
+
 def gradient_error(reference: nn.Module, model: nn.Module) -> float:
     """The largest ‖a − b‖ / (‖b‖ + 0.01·rms·√n) over the parameters' gradients (``gradient_mismatches``)."""
     grads = [p.grad for p in reference.parameters() if p.grad is not None]
@@ -317,6 +323,7 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
     tol = TRAIN_TOL[row["dtype"]]
     exact: list[nn.Module] = []          # the float64 referee's model after its step, made once if needed
     traced: list[nn.Module] = []         # the aot_eager model after its step, made once if needed
+    laid_out: list[nn.Module] = []       # eager's model stepped on channels-last images, made once if needed
 
     def step(m: Callable, amp: bool = work.amp, cast: Callable = lambda v: v) -> torch.Tensor:
         return training_step(work, m, device, amp, cast)
@@ -333,6 +340,16 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
             traced.append(copy.deepcopy(pristine))
             step(torch.compile(traced[0], backend="aot_eager"))
         return traced[0]
+
+    def layout_referees() -> tuple[nn.Module, ...]:
+        """Eager's step on channels-last images (cuDNN's other algorithms, rounding elsewhere): how far
+        eager's own valid ways spread on the gradients that nearly cancel. None without image inputs."""
+        if not any(_is_image(v) for v in (*work.args, *work.kwargs.values())):
+            return ()
+        if not laid_out:
+            laid_out.append(copy.deepcopy(pristine).to(memory_format=torch.channels_last))
+            step(laid_out[0], cast=lambda v: v.contiguous(memory_format=torch.channels_last) if _is_image(v) else v)
+        return tuple(laid_out)
 
     def mismatches(model: nn.Module, exact: nn.Module | None = None, alternatives: tuple = ()) -> list[str]:
         """``model``'s gradients and buffers beyond ``tol`` of eager's, unless as close to ``exact``'s
@@ -364,6 +381,9 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
                 if wrong:  # is it the trace's rounding, as aot_eager's kernels do it?
                     row[f"{backend}_trace_referee"] = True
                     wrong = mismatches(model, referee(), (trace_referee(),))
+                if wrong and layout_referees():  # is it a rounding eager's other layout makes too?
+                    row[f"{backend}_layout_referee"] = True
+                    wrong = mismatches(model, referee(), (trace_referee(), *layout_referees()))
                 wrong = ([f"loss: relative error {loss_err:.3g}"] if loss_err > tol else []) + wrong
                 verdict(row, backend, not wrong, err, None if not wrong else f"{len(wrong)} wrong: "
                         + "; ".join(wrong[:5]) + (" ..." if len(wrong) > 5 else ""))
@@ -375,6 +395,7 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
                 row.update(graph_facts(minicomp.reports_since(before)))
         exact.clear()
         traced.clear()
+        laid_out.clear()
         row["phase"] = "timing"
         with gpu_turn(device):
             row.update(times(variants, bench, args.rounds))
@@ -518,6 +539,9 @@ def notes(rows: list[dict]) -> list[str]:
             if r.get(f"{backend}_trace_referee"):
                 lines.append(f"  - {backend}: gradients still beyond it were judged against the step compiled with "
                              "aot_eager too (correct: as close to float64's as the trace run by PyTorch's kernels)")
+            if r.get(f"{backend}_layout_referee"):
+                lines.append(f"  - {backend}: gradients still beyond it were judged against eager's step on "
+                             "channels-last images too (correct: as close to float64's as that layout's)")
             if f"{backend}_err_fp64" in r:
                 lines.append(f"  - {backend}: error against float64 {r[f'{backend}_err_fp64']:.3g}, eager's "
                              f"{r['eager_err_fp64']:.3g}")

@@ -115,6 +115,42 @@ def test_a_gradient_off_as_aot_eagers_trace_is_judged_against_that_trace(monkeyp
     assert not row["correct"] and "wrong" in row["error"], row
 
 
+def test_an_image_models_gradients_are_judged_against_eagers_channels_last_step(monkeypatch):
+    """A training row of an image model still off after the float64 and trace referees is judged against
+    eager's step on channels-last images too (``<backend>_layout_referee``), and one further from
+    float64's than that layout's (here: taken at a perturbed input) stays wrong."""
+    import argparse
+    import torch
+    from torch import nn
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import harness
+    delta = torch.randn(2, 3, 6, 6) * 0.1
+
+    class Perturbed(nn.Module):  # eager's loss, gradients taken at a nearby input
+        def __init__(self, model, scale):
+            super().__init__()
+            self.model, self.scale = model, scale
+
+        def forward(self, x):
+            near = self.model(x + self.scale * delta)
+            return self.model(x).detach() + near - near.detach()
+    monkeypatch.setattr(harness, "compile_with", lambda backend, model: Perturbed(model, 1.0))
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, backend=None, **kw:
+                        Perturbed(model, 0.01) if backend == "aot_eager" else real_compile(model, backend=backend, **kw))
+    monkeypatch.setitem(harness.TRAIN_TOL, "fp32", 1e-6)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Tanh(), nn.Flatten(), nn.Linear(64, 1))
+    work = harness.Work(model, (torch.randn(2, 3, 6, 6),), "2x3x6x6", loss=lambda out: out.square().sum())
+    row = dict(n=1, name="tiny conv", kind="train", dtype="fp32")
+    harness.run_training(work, row, argparse.Namespace(backends=("minicomp",), rounds=1), "cpu",
+                         lambda fn: (fn(), 1.0)[1])
+    assert row["minicomp_trace_referee"] and row["minicomp_layout_referee"], row
+    assert not row["correct"] and "wrong" in row["error"], row
+    assert any("channels-last images" in line for line in harness.notes([row])), harness.notes([row])
+
+
 def _without_alternatives(mismatches):
     return lambda *args, alternatives=(), **kwargs: mismatches(*args, **kwargs)
 
