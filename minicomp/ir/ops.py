@@ -177,11 +177,13 @@ def reduce_ref(fn: str, x: torch.Tensor, axes: tuple[int, ...]) -> torch.Tensor:
 REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "softmax_sum", "moment2")
 
 
+FIXED_IDENTITIES = {"sum": 0, "prod": 1, "any": 0, "all": 1, "moment2": 0}  # whatever the dtype
+
+
 def reduce_identity(fn: str, dtype: torch.dtype):
     """The value that leaves reduction ``fn`` unchanged (fills masked lanes and padded chunks)."""
-    fixed = {"sum": 0, "prod": 1, "any": 0, "all": 1, "moment2": 0}
-    if fn in fixed:
-        return fixed[fn]
+    if fn in FIXED_IDENTITIES:
+        return FIXED_IDENTITIES[fn]
     largest = fn in ("min", "argmin")
     if dtype == torch.bool:
         return int(largest)

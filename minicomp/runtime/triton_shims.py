@@ -199,11 +199,17 @@ def lean_launcher(fn, kernel, grid: tuple[int, ...], options: dict) -> Callable 
     direct = _c_launch(run, g0 * g1 * g2)
     if direct is not None:  # Triton 3.6's CUDA launcher: its C entry point, with the scratch it needs
         c_launch, cooperative, pdl, scratch = direct
+        if scratch is None:  # most kernels: nothing to allocate
 
-        def launch(stream: int, *tensors) -> None:
+            def launch(stream: int, *tensors) -> None:
+                c_launch(g0, g1, g2, stream, function, cooperative, pdl, None, None, metadata, None, None, None,
+                         *tensors, *tail)
+            return launch
+
+        def launch_with_scratch(stream: int, *tensors) -> None:
             c_launch(g0, g1, g2, stream, function, cooperative, pdl, scratch(stream), None, metadata, None, None,
                      None, *tensors, *tail)
-        return launch
+        return launch_with_scratch
 
     def launch(stream: int, *tensors) -> None:
         run(g0, g1, g2, stream, function, metadata, None, None, None, *tensors, *tail)
@@ -220,7 +226,7 @@ def _call_parameters(cls: type) -> list[str]:
 
 
 def _c_launch(launcher, programs: int) -> tuple | None:
-    """(C launch, cooperative grid, PDL, ``scratch(stream)``) of a Triton 3.6 ``CudaLauncher`` whose kernel
+    """(C launch, cooperative grid, PDL, ``scratch(stream)`` or None) of a Triton 3.6 ``CudaLauncher`` whose kernel
     needs no profiling scratch: its ``__call__`` only allocates scratch memory and then calls
     ``self.launch(gridX, gridY, gridZ, stream, function, cooperative, pdl, global_scratch,
     profile_scratch, *args)``; skipping that Python frame saves about 1 µs per launch, and keeping a
@@ -239,7 +245,7 @@ def _c_launch(launcher, programs: int) -> tuple | None:
 SCRATCH_KEPT = 1 << 20  # bytes: a launch's global scratch up to this size is allocated once per stream
 
 
-def _scratch(launcher, programs: int) -> Callable[[int], object]:
+def _scratch(launcher, programs: int) -> Callable[[int], object] | None:
     """``scratch(stream)``: the global scratch memory of one launch of ``programs`` programs, where TMA
     descriptors made on the device live (None if the kernel needs none). Triton allocates it at every
     launch through its allocator (a tensor: several µs of host time per GEMM launch on Hopper); launches
@@ -247,7 +253,7 @@ def _scratch(launcher, programs: int) -> Callable[[int], object]:
     with programmatic dependent launch (the next launch may start before this one ends)."""
     size = programs * getattr(launcher, "num_ctas", 1) * launcher.global_scratch_size
     if not size:
-        return lambda stream: None
+        return None
     from triton.runtime import _allocation
 
     def allocate(stream: int):
