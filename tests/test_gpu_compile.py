@@ -127,6 +127,7 @@ CASES = {  # name: (function, inputs, templates that must be among its kernels)
                                + [_r(16).abs() + 0.5 for _ in range(4)], {"window"}),
     "max pool 3-D, 27 taps": (lambda x: F.max_pool3d(x, 3, 2, 1, return_indices=True),
                               lambda: [torch.randn(2, 4, 5, 9, 7)], {"window"}),
+    "avg pool 3-D, 27 taps": (lambda x: F.avg_pool3d(x, 3, 1, 1), lambda: [torch.randn(2, 4, 5, 9, 7)], {"window"}),
     "group norm, one-pass moments": (lambda x, w, b: F.group_norm(x, 8, w, b),
                                      lambda: [_r(2, 64, 64, 64), _r(64), _r(64)], {"reduction", "pointwise"}),
     "squeeze-excite channels-last": (_squeeze_excite, lambda: [_r(4, 96, 14, 14), _r(96, 96, 1, 1), _r(24, 96, 1, 1),

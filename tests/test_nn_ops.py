@@ -417,6 +417,24 @@ def test_avg_pool2d(name, dtype):
     compare_with_grads(lambda x: F.avg_pool2d(x, **AVG_POOLS[name]), channels_last((2, 3, 7, 6), dtype))
 
 
+AVG_POOLS_3D = {
+    "k2": dict(kernel_size=2),
+    "k3s1p1": dict(kernel_size=3, stride=1, padding=1),
+    "no_pad_count_ceil": dict(kernel_size=(2, 3, 3), stride=2, padding=(1, 1, 0), ceil_mode=True,
+                              count_include_pad=False),
+    "divisor": dict(kernel_size=(3, 2, 2), stride=(1, 2, 1), divisor_override=5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AVG_POOLS_3D))
+def test_avg_pool3d(name):
+    """Lowered forward and backward (no fallback): divisors that vary by position on every axis, and a
+    channels-last input. (Eager's CPU kernel takes no bf16 here; test_gpu_compile compiles a bf16 one.)"""
+    pool = lambda x: F.avg_pool3d(x, **AVG_POOLS_3D[name])  # noqa: E731
+    compare_with_grads(pool, torch.randn(2, 3, 5, 7, 6))
+    compare_with_grads(pool, torch.randn(2, 3, 5, 7, 6).to(memory_format=torch.channels_last_3d))
+
+
 @pytest.mark.parametrize("size", [1, (3, 2), (7, 3), (2, 4), (14, 12)])
 def test_adaptive_avg_pool2d(size):
     """Divisible (windows of one size), not divisible (windows overlap and vary), larger than the input."""

@@ -1,5 +1,5 @@
-"""Lowering rules for pooling (max 2-D and 3-D; average and adaptive average 2-D, which the 1-D ops
-decompose to) and their backward ops: a window op is a view whose index map carries the window
+"""Lowering rules for pooling (max and average 2-D and 3-D, adaptive average 2-D; the 1-D ops
+decompose to the 2-D ones) and their backward ops: a window op is a view whose index map carries the window
 arithmetic, reduced over its last axis (``templates/window.py`` unrolls a short one); a backward
 gathers each window offset's gradient back onto the input and sums the offsets.
 """
@@ -167,36 +167,59 @@ def _INT(fn, *args):
     return _PY_OPS[fn](*args)
 
 
-def _per_position(L, count, shape, acc, device) -> Node | float:
-    """``count(i, o, axis)`` for axis 0 (rows) times the same for axis 1 (columns), at every
-    (…, OH, OW) position; a number when it is the same everywhere."""
-    oh, ow = shape[-2:]
-    rows, cols = {count(_INT, o, 0) for o in range(oh)}, {count(_INT, o, 1) for o in range(ow)}
-    if len(rows) <= 1 and len(cols) <= 1:
-        return float(next(iter(rows), 1) * next(iter(cols), 1))
+def _per_position(L, count, shape, n: int, acc, device) -> Node | float:
+    """The product over the last ``n`` axes of ``count(i, o, axis)`` (axis 0 the first of them) at every
+    position of ``shape``; a number when it is the same everywhere."""
+    varying, constant = [], 1
+    for a in range(n):
+        values = {count(_INT, o, a) for o in range(shape[a - n])}
+        if len(values) > 1:
+            varying.append(a)
+        else:
+            constant *= next(iter(values), 1)
+    if not varying:
+        return float(constant)
     i = _Math(L, torch.int64)
-    product = i("mul", count(i, L.iota(shape, -2, torch.int64, device), 0), count(i, L.iota(shape, -1, torch.int64, device), 1))
-    return L.cast(product, acc)
+    product = None
+    for a in varying:
+        c = count(i, L.iota(shape, a - n, torch.int64, device), a)
+        product = c if product is None else i("mul", product, c)
+    return L.cast(_times(i, product, constant), acc)
+
+
+def _avg_divisors(L, x: Node, shape, kernel, stride, padding, count_include_pad, divisor_override, acc):
+    """The divisor of each average-pool window (positions ``shape``, pooling the last ``len(kernel)`` dims
+    of ``x``): ``divisor_override``, or the product of the per-axis counts."""
+    if divisor_override:
+        return float(divisor_override)
+    n = len(kernel)
+    return _per_position(L, lambda i, o, a: _avg_divisor(i, o, x.shape[a - n], kernel[a], stride[a], padding[a],
+                                                         count_include_pad), shape, n, acc, x.type.device)
+
+
+def _avg_pool(L, n: int, x, kernel_size, stride, padding, count_include_pad, divisor_override):
+    if not is_float(x.dtype):
+        raise Unsupported("average pool of an integer tensor")
+    kernel = _tuple(kernel_size, n)
+    stride, padding = _tuple(stride, n, kernel), _tuple(padding, n)
+    out_shape = tuple(L.node.meta["val"].shape)
+    acc = _opmath(x.dtype)
+    win = _windows(L, L.cast(x, acc), out_shape[-n:], kernel, stride, padding, (1,) * n, 0)
+    total = _drop_last(L, L.graph.reduce("sum", win, [win.type.ndim - 1], acc))
+    div = _avg_divisors(L, x, out_shape, kernel, stride, padding, count_include_pad, divisor_override, acc)
+    return L.cast(_Math(L, acc)("truediv", total, div), x.dtype)
 
 
 @rule(aten.avg_pool2d.default)
 def _avg_pool2d(L, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                 divisor_override=None):
-    if not is_float(x.dtype):
-        raise Unsupported("average pool of an integer tensor")
-    kernel = _pair(kernel_size)
-    stride, padding = _pair(stride, kernel), _pair(padding)
-    out_shape = tuple(L.node.meta["val"].shape)
-    acc = _opmath(x.dtype)
-    win = _windows(L, L.cast(x, acc), out_shape[-2:], kernel, stride, padding, (1, 1), 0)
-    total = _drop_last(L, L.graph.reduce("sum", win, [win.type.ndim - 1], acc))
-    if divisor_override:
-        div = float(divisor_override)
-    else:
-        div = _per_position(L, lambda i, o, a: _avg_divisor(i, o, x.shape[a - 2], kernel[a], stride[a], padding[a],
-                                                            count_include_pad), out_shape, acc, x.type.device)
-    f = _Math(L, acc)
-    return L.cast(f("truediv", total, div), x.dtype)
+    return _avg_pool(L, 2, x, kernel_size, stride, padding, count_include_pad, divisor_override)
+
+
+@rule(aten.avg_pool3d.default)
+def _avg_pool3d(L, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                divisor_override=None):
+    return _avg_pool(L, 3, x, kernel_size, stride, padding, count_include_pad, divisor_override)
 
 
 def _gather_windows(L, grad: Node, in_shape, kernel, stride, padding, dilation, fill):
@@ -263,23 +286,29 @@ def _max_pool3d_backward(L, grad, x, kernel_size, stride, padding, dilation, cei
     return _max_pool_backward(L, 3, grad, x, kernel_size, stride, padding, dilation, indices)
 
 
+def _avg_pool_backward(L, n: int, grad, x, kernel_size, stride, padding, count_include_pad, divisor_override):
+    """Each input position sums the gradients of the windows covering it, each over its divisor."""
+    kernel = _tuple(kernel_size, n)
+    stride, padding = _tuple(stride, n, kernel), _tuple(padding, n)
+    if math.prod(kernel) > MAX_BACKWARD_TAPS:
+        raise Unsupported(f"avg pool backward with a window over {MAX_BACKWARD_TAPS} elements")
+    acc = _opmath(grad.dtype)
+    div = _avg_divisors(L, x, grad.shape, kernel, stride, padding, count_include_pad, divisor_override, acc)
+    scaled = _Math(L, acc)("truediv", grad, div)
+    terms = list(_gather_windows(L, scaled, x.shape, kernel, stride, padding, (1,) * n, 0))
+    return L.cast(_sum_nodes(L, terms, acc, x.shape, x.type.device), x.dtype)
+
+
 @rule(aten.avg_pool2d_backward.default)
 def _avg_pool2d_backward(L, grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                          divisor_override):
-    kernel = _pair(kernel_size)
-    stride, padding = _pair(stride, kernel), _pair(padding)
-    if kernel[0] * kernel[1] > MAX_BACKWARD_TAPS:
-        raise Unsupported(f"avg pool backward with a window over {MAX_BACKWARD_TAPS} elements")
-    acc = _opmath(grad.dtype)
-    f = _Math(L, acc)
-    if divisor_override:
-        div = float(divisor_override)
-    else:
-        div = _per_position(L, lambda i, o, a: _avg_divisor(i, o, x.shape[a - 2], kernel[a], stride[a], padding[a],
-                                                            count_include_pad), grad.shape, acc, x.type.device)
-    scaled = f("truediv", grad, div)
-    terms = list(_gather_windows(L, scaled, x.shape, kernel, stride, padding, (1, 1), 0))
-    return L.cast(_sum_nodes(L, terms, acc, x.shape, x.type.device), x.dtype)
+    return _avg_pool_backward(L, 2, grad, x, kernel_size, stride, padding, count_include_pad, divisor_override)
+
+
+@rule(aten.avg_pool3d_backward.default)
+def _avg_pool3d_backward(L, grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                         divisor_override):
+    return _avg_pool_backward(L, 3, grad, x, kernel_size, stride, padding, count_include_pad, divisor_override)
 
 
 def _adaptive_bounds(size: int, out: int):
@@ -310,7 +339,7 @@ def _adaptive_avg_pool2d(L, x, output_size):
     index = (*(Affine.of(u) for u in v[:len(lead)]), h, w)
     win = L.graph.view(L.cast(x, acc), shape, index, mask, fill=0.0, kind="window")
     total = _drop_last(L, L.graph.reduce("sum", win, [len(shape) - 1], acc))
-    div = _per_position(L, lambda i, o, a: _adaptive_size(i, o, (H, W)[a], (OH, OW)[a]), out_shape, acc, x.type.device)
+    div = _per_position(L, lambda i, o, a: _adaptive_size(i, o, (H, W)[a], (OH, OW)[a]), out_shape, 2, acc, x.type.device)
     return L.cast(_Math(L, acc)("truediv", total, div), x.dtype)
 
 
@@ -325,7 +354,7 @@ def _adaptive_avg_pool2d_backward(L, grad, x):
     jh, jw = max(e - s for s, e in ch), max(e - s for s, e in cw)
     acc = _opmath(grad.dtype)
     f = _Math(L, acc)
-    div = _per_position(L, lambda i, o, a: _adaptive_size(i, o, (H, W)[a], (OH, OW)[a]), grad.shape, acc, x.type.device)
+    div = _per_position(L, lambda i, o, a: _adaptive_size(i, o, (H, W)[a], (OH, OW)[a]), grad.shape, 2, acc, x.type.device)
     scaled = f("truediv", grad, div)
     lead = grad.shape[:-2]
     v = index_vars(x.shape)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from ..ir.kernel import Kernel, Load, Schedule
+from ..ir.kernel import Kernel, Schedule
 from ..ir.ops import reduce_identity
 from ..ir.graph import Group
 from .base import Context, Template, fill_sms
@@ -29,9 +29,11 @@ COMBINED = ("sum", "max", "argmax")  # the reductions combined tap by tap (those
 OUTPUTS_PER_THREAD = 2
 WARPS = 4
 OUTPUTS_PER_PROGRAM = OUTPUTS_PER_THREAD * 32 * WARPS
-# Inductor's pooling kernels load taps with this L2 policy (neighbouring windows overlap); not
-# measured apart from the rest of this template
-TAP_EVICTION = "evict_last"
+# Taps load with no L2 eviction policy. Inductor's pools load theirs ``evict_last`` (neighbouring windows
+# overlap); on the H200 that was slower here (probe, do_bench us, evict_last -> none): avg_pool1d k8 s1 of
+# 64x128x65536 fp32 1782 -> 1574 (Inductor 1634), of 16x64x65536 bf16 252 -> 218 (226); avg_pool2d 3x3/1 of
+# 32x256x56x56 fp32 90 -> 77 (89); max_pool2d 3x3/2 of 64x64x112x112 bf16 59 -> 56 (58), channels-last
+# 48 -> 45 (41), fp32 77 -> 78 (81).
 
 
 def reads_window(group: Group) -> bool:
@@ -84,13 +86,11 @@ class WindowTemplate(Template):
             own = [r for r in phase.reductions if r.var not in shared]
             for r in own:
                 start(p, r, ind)
-            p.evict = {s.buffer: TAP_EVICTION for s in phase.inner if isinstance(s, Load)}
             out(f"{ind}for rindex in tl.static_range({p.k.numels['r']}):")
             for s in phase.inner:
                 p.emit(s, ind * 2)
             for r in own:
                 step(p, r, ind * 2)
-            p.evict = {}
             for r in phase.reductions:
                 out(f"{ind}{r.var} = {result(r, shared)}.to({p.tl_type(r.dtype)})")
                 p.dtypes[r.var] = r.dtype
