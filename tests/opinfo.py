@@ -31,6 +31,9 @@ from pathlib import Path
 
 # Every buffer minicomp allocates starts as garbage, so an unwritten element cannot pass as correct.
 os.environ.setdefault("MINICOMP_POISON", "1")
+# minicomp's own kernels, in Triton's interpreter (on the CPU minicomp otherwise hands graphs to PyTorch:
+# every op would read "fallback")
+os.environ.setdefault("MINICOMP_CPU", "interpret")
 
 import torch  # noqa: E402
 import torch.utils._pytree as pytree  # noqa: E402
