@@ -109,3 +109,50 @@ def test_what_it_does_not_cover_still_runs():
     with torch.no_grad():
         compile_and_compare(lambda x: F.interpolate(x, scale_factor=2, mode="bicubic"), x, fallbacks=None, atol=1e-4, rtol=1e-4)
         compile_and_compare(lambda x: F.interpolate(x[0], scale_factor=2, mode="linear"), x, fallbacks=None)
+
+
+
+AUTOCAST_CHECK = """
+import torch, torch.nn.functional as F
+import minicomp
+from minicomp.frontend.interpolate_op import resize_in_fp32_under_autocast
+torch.manual_seed(0)
+x, upstream = torch.randn(2, 3, 5, 5), torch.randn(2, 3, 20, 20)
+up = lambda x: F.interpolate(x @ x.transpose(-1, -2), scale_factor=4, mode="bilinear")
+def run(fn):
+    xc = x.clone().requires_grad_()
+    with torch.autocast("cpu", torch.bfloat16):
+        y = fn(xc)
+    y.backward(upstream.to(y.dtype))
+    return y, xc.grad
+y, _ = run(minicomp.compile(up))
+assert y.dtype == torch.bfloat16, y.dtype  # as eager's CPU autocast
+resize_in_fp32_under_autocast("cpu")
+torch._dynamo.reset()
+y, g = run(minicomp.compile(up))
+# as eager's CUDA autocast does: the bf16 product upcast and resized in float32, its gradient in float32
+ref = x.clone().requires_grad_()
+with torch.autocast("cpu", torch.bfloat16):
+    p = ref @ ref.transpose(-1, -2)
+expected = F.interpolate(p.float(), scale_factor=4, mode="bilinear")
+expected.backward(upstream)
+assert y.dtype == torch.float32, y.dtype
+torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+torch.testing.assert_close(g, ref.grad, rtol=2e-2, atol=2e-2)
+print("ok")
+"""
+
+
+def test_autocast_follows_eager_upsample_policy():
+    """Under autocast the op runs in float32 where aten's upsample ops do (CUDA's fp32 list), so a bf16
+    model's resize and its gradient are eager's. The CPU's autocast leaves upsampling in bf16; the cast
+    path is run here by registering it for the CPU too, in a process of its own (a registration
+    cannot be undone)."""
+    import os
+    import subprocess
+    import sys
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("minicomp::interpolate", "AutocastCUDA")
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("minicomp::interpolate", "AutocastCPU")
+    env = {**os.environ, "MINICOMP_CPU": "interpret"}
+    done = subprocess.run([sys.executable, "-c", AUTOCAST_CHECK], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
