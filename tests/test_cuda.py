@@ -417,3 +417,29 @@ def test_later_calls_take_the_lean_launch_path_and_match_eager(monkeypatch):
         for got, want in zip(f(x, w), fn(x, w), strict=True):
             torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-3)
     assert bound and all(e.lean is not None for e in bound), [e.lean_failed for e in bound]
+
+
+def test_resize_under_autocast_as_eager():
+    """CUDA autocast runs aten's upsample ops in float32: minicomp's resize op too (the dtype of the
+    result, and a backward that adds in float32: bf16 atomics made SegFormer's gradients 6x worse)."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 64).cuda()
+    x = torch.randn(8, 49, 64, device="cuda")
+    upstream = torch.randn(8, 64, 56, 56, device="cuda")
+
+    def f(x):
+        y = lin(x).transpose(1, 2).reshape(8, 64, 7, 7)
+        return F.interpolate(y, size=(56, 56), mode="bilinear")
+
+    def run(fn):
+        lin.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", torch.bfloat16):
+            y = fn(x)
+        y.backward(upstream.to(y.dtype))
+        return y, lin.bias.grad.clone()
+
+    y_eager, g_eager = run(f)
+    y, g = run(minicomp.compile(f))
+    assert y.dtype == y_eager.dtype == torch.float32
+    torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(g, g_eager, rtol=1e-3, atol=1e-3)
