@@ -154,5 +154,6 @@ def test_autocast_follows_eager_upsample_policy():
     assert torch._C._dispatch_has_kernel_for_dispatch_key("minicomp::interpolate", "AutocastCUDA")
     assert not torch._C._dispatch_has_kernel_for_dispatch_key("minicomp::interpolate", "AutocastCPU")
     env = {**os.environ, "MINICOMP_CPU": "interpret"}
-    done = subprocess.run([sys.executable, "-c", AUTOCAST_CHECK], capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run([sys.executable, "-c", AUTOCAST_CHECK], capture_output=True, text=True, env=env,
+                          timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]

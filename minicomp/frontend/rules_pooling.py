@@ -29,10 +29,6 @@ def _tuple(v, n: int, default=None) -> tuple[int, ...]:
     return tuple(v) if len(v) == n else (v[0],) * n
 
 
-def _pair(v, default=None):
-    return _tuple(v, 2, default)
-
-
 def _windows(L, x: Node, out_sizes, kernel, stride, padding, dilation, fill) -> Node:
     """``x`` (..., *S) seen as (..., *O, K) over its last ``len(kernel)`` dims, K the window's taps:
     tap ``k`` of window ``o`` is ``x[..., o*s - p + t*d]`` per dim, ``t`` the tap's coordinates (``k``
@@ -339,7 +335,8 @@ def _adaptive_avg_pool2d(L, x, output_size):
     index = (*(Affine.of(u) for u in v[:len(lead)]), h, w)
     win = L.graph.view(L.cast(x, acc), shape, index, mask, fill=0.0, kind="window")
     total = _drop_last(L, L.graph.reduce("sum", win, [len(shape) - 1], acc))
-    div = _per_position(L, lambda i, o, a: _adaptive_size(i, o, (H, W)[a], (OH, OW)[a]), out_shape, 2, acc, x.type.device)
+    div = _per_position(L, lambda i, o, a: _adaptive_size(i, o, (H, W)[a], (OH, OW)[a]), out_shape, 2, acc,
+                        x.type.device)
     return L.cast(_Math(L, acc)("truediv", total, div), x.dtype)
 
 
@@ -354,7 +351,8 @@ def _adaptive_avg_pool2d_backward(L, grad, x):
     jh, jw = max(e - s for s, e in ch), max(e - s for s, e in cw)
     acc = _opmath(grad.dtype)
     f = _Math(L, acc)
-    div = _per_position(L, lambda i, o, a: _adaptive_size(i, o, (H, W)[a], (OH, OW)[a]), grad.shape, 2, acc, x.type.device)
+    div = _per_position(L, lambda i, o, a: _adaptive_size(i, o, (H, W)[a], (OH, OW)[a]), grad.shape, 2, acc,
+                        x.type.device)
     scaled = f("truediv", grad, div)
     lead = grad.shape[:-2]
     v = index_vars(x.shape)
