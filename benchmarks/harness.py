@@ -141,8 +141,9 @@ def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return math.sqrt(diff) / max(math.sqrt(norm), 1e-30)
 
 
-def output_error(actual: object, expected: object) -> tuple[float, bool]:
-    """(the largest error over the output tensors, whether any is a float tensor)."""
+def output_error(actual: object, expected: object, same_dtype: bool = True) -> tuple[float, bool]:
+    """(the largest error over the output tensors, whether any is a float tensor). Shapes must be
+    eager's, and dtypes too unless ``same_dtype`` is off (a float64 referee's)."""
     got, want = tree_leaves(actual), tree_leaves(expected)
     if len(got) != len(want):
         raise ValueError(f"{len(got)} output tensors, eager has {len(want)}")
@@ -152,6 +153,8 @@ def output_error(actual: object, expected: object) -> tuple[float, bool]:
             continue
         if a.shape != b.shape:
             raise ValueError(f"output shape {tuple(a.shape)}, eager's {tuple(b.shape)}")
+        if same_dtype and a.dtype != b.dtype:
+            raise ValueError(f"output dtype {a.dtype}, eager's {b.dtype}")
         if b.is_floating_point():
             floating = True
             worst = max(worst, rel_err(a, b))
@@ -169,7 +172,7 @@ def float64_referee(work: Work, actual: object, expected: object) -> tuple[float
     exact_model = copy.deepcopy(work.model).double()
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         exact = work.select(exact_model(*map(_double, work.args), **{k: _double(v) for k, v in work.kwargs.items()}))
-    return output_error(actual, exact)[0], output_error(expected, exact)[0]
+    return output_error(actual, exact, same_dtype=False)[0], output_error(expected, exact, same_dtype=False)[0]
 
 
 def no_tf32_error(work: Work, model: nn.Module, compiled: Callable) -> float:

@@ -233,3 +233,29 @@ def test_the_committed_pages_name_a_cause_for_each_row_above_1_10():
         for r in rows:
             if (r.get("minicomp_vs_inductor") or 0) > 1.10:
                 assert f"  - {r['name']} ({r['minicomp_vs_inductor']:.2f}): " in page, (stem, r["name"])
+
+
+def test_an_output_of_another_dtype_than_eagers_is_wrong(monkeypatch):
+    """Equal values in another dtype (a bf16 result where eager's is float32, as a resize under CUDA
+    autocast was) are not eager's result: the row is wrong and says why."""
+    import argparse
+    import torch
+    from torch import nn
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import harness
+
+    class Rounded(nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            return self.model(x).bfloat16()
+    monkeypatch.setattr(harness, "compile_with", lambda backend, model: Rounded(model))
+    work = harness.Work(nn.Linear(8, 8), (torch.randint(-3, 3, (4, 8)).float(),), "4x8")
+    row = dict(n=1, name="tiny", kind="inference", dtype="fp32")
+    harness.run_inference(work, row, argparse.Namespace(backends=("minicomp",), rounds=1), "cpu",
+                          lambda fn: (fn(), 1.0)[1])
+    assert not row["correct"] and "dtype torch.bfloat16, eager's torch.float32" in row["error"], row
+    assert harness.output_error(torch.ones(2), torch.ones(2, dtype=torch.float64), same_dtype=False) == (0.0, True)
