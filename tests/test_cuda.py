@@ -1,4 +1,6 @@
 """The same checks on a CUDA device (compiled Triton, not the interpreter); skipped without CUDA."""
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -419,27 +421,32 @@ def test_later_calls_take_the_lean_launch_path_and_match_eager(monkeypatch):
     assert bound and all(e.lean is not None for e in bound), [e.lean_failed for e in bound]
 
 
+
 def test_resize_under_autocast_as_eager():
-    """CUDA autocast runs aten's upsample ops in float32: minicomp's resize op too (the dtype of the
-    result, and a backward that adds in float32: bf16 atomics made SegFormer's gradients 6x worse)."""
+    """CUDA autocast runs aten's upsample ops in float32: minicomp's resize op too (the result's dtype,
+    and a backward that adds in float32: with bf16 atomics SegFormer's bias gradients were 6x further
+    from float64's than eager's). Judged against the float64 step: bf16 rounding makes any two correct
+    runs differ by an ulp here and there."""
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 64).cuda()
     x = torch.randn(8, 49, 64, device="cuda")
     upstream = torch.randn(8, 64, 56, 56, device="cuda")
 
-    def f(x):
-        y = lin(x).transpose(1, 2).reshape(8, 64, 7, 7)
+    def f(x, layer=lin):
+        y = layer(x).transpose(1, 2).reshape(8, 64, 7, 7)
         return F.interpolate(y, size=(56, 56), mode="bilinear")
 
-    def run(fn):
-        lin.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", torch.bfloat16):
-            y = fn(x)
+    def run(fn, amp=True, dtype=torch.float32, layer=lin):
+        layer.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", torch.bfloat16, enabled=amp):
+            y = fn(x.to(dtype), layer)
         y.backward(upstream.to(y.dtype))
-        return y, lin.bias.grad.clone()
+        return y, layer.bias.grad.double()
 
+    _, exact = run(f, amp=False, dtype=torch.float64, layer=copy.deepcopy(lin).double())
     y_eager, g_eager = run(f)
     y, g = run(minicomp.compile(f))
     assert y.dtype == y_eager.dtype == torch.float32
-    torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(g, g_eager, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(y, y_eager, rtol=1e-2, atol=1e-2)
+    err = lambda grad: ((grad - exact).norm() / exact.norm()).item()  # noqa: E731
+    assert err(g) <= 2 * err(g_eager) + 1e-6, (err(g), err(g_eager))
