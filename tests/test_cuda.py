@@ -450,3 +450,28 @@ def test_resize_under_autocast_as_eager():
     torch.testing.assert_close(y, y_eager, rtol=1e-2, atol=1e-2)
     err = lambda grad: ((grad - exact).norm() / exact.norm()).item()  # noqa: E731
     assert err(g) <= 2 * err(g_eager) + 1e-6, (err(g), err(g_eager))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_avg_pool3d_and_its_gradient_on_cuda(dtype):
+    """avg_pool3d (lowered since the 2-D rule serves n dims) on a channels-last-3d input with padding
+    and ceil_mode: the result and the input's gradient as eager's."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 9, 10, 11, device="cuda", dtype=dtype).to(memory_format=torch.channels_last_3d)
+    upstream = torch.randn(2, 8, 5, 6, 6, device="cuda", dtype=dtype)
+
+    def pool(t):
+        return F.avg_pool3d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False)
+
+    def run(fn):
+        xc = x.detach().clone().requires_grad_()
+        y = fn(xc)
+        y.backward(upstream)
+        return y, xc.grad
+    y_eager, g_eager = run(pool)
+    before = minicomp.report()
+    y, g = run(minicomp.compile(pool))
+    assert not any(r.fallbacks or r.whole_graph_fallback for r in minicomp.reports_since(before))
+    tol = dict(rtol=1e-2, atol=1e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(y, y_eager, **tol)
+    torch.testing.assert_close(g, g_eager, **tol)
