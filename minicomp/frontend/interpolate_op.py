@@ -71,12 +71,6 @@ def _backward(ctx, grad):
 
 interpolate.register_autograd(_backward, setup_context=_setup_context)
 
-# CUDA autocast runs aten's upsample ops in float32 (its fp32 list), so eager's resize of a bf16 tensor
-# returns float32 and its backward adds in float32; a custom op has no autocast rule of its own and
-# would resize in bf16 and add the gradients up with bf16 atomics (SegFormer's decode head: bias
-# gradients 6x further from float64's than eager's). CPU autocast leaves upsampling alone: so does this.
-AUTOCAST_FP32_DEVICES = ("cuda",)
-
 
 def resize_in_fp32_under_autocast(device_type: str) -> None:
     """Under ``device_type``'s autocast, ``interpolate`` casts its input to float32 (for good: a
@@ -84,8 +78,11 @@ def resize_in_fp32_under_autocast(device_type: str) -> None:
     torch.library.register_autocast("minicomp::interpolate", device_type, torch.float32)
 
 
-for _device in AUTOCAST_FP32_DEVICES:
-    resize_in_fp32_under_autocast(_device)
+# CUDA autocast runs aten's upsample ops in float32 (its fp32 list), so eager's resize of a bf16 tensor
+# returns float32 and its backward adds in float32; a custom op has no autocast rule of its own and
+# would resize in bf16 and add the gradients up with bf16 atomics (SegFormer's decode head: bias
+# gradients 6x further from float64's than eager's). CPU autocast leaves upsampling alone: so does this.
+resize_in_fp32_under_autocast("cuda")
 
 _SIGNATURE = inspect.signature(F.interpolate)
 
