@@ -3,8 +3,9 @@ and the product plus a bias kernel, per precision setting and linear-layer shape
 
     python benchmarks/addmm_bias.py
 
-What ``passes/gemm_choice._bias_add`` follows: ``addmm`` replaces ``mm`` and the bias add only where
-it is not slower than ``mm`` itself, since the bias may otherwise fuse into a kernel that runs anyway.
+What the rule ``ir/choices.BIAS`` follows (its rows: ``choice_rows.BIAS_ROWS``): ``addmm`` replaces ``mm``
+and the bias add where it is not slower than ``mm`` itself, since the bias may otherwise fuse into a
+kernel that runs anyway.
 Each time is ``do_bench``'s median (L2 flushed), in µs; eager's ``F.linear`` takes the ``addmm`` side.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ from common import RESULTS, write_record  # noqa: E402
 
 SETTINGS = {"fp32-ieee": (torch.float32, False), "tf32": (torch.float32, True),
             "bf16": (torch.bfloat16, False), "fp16": (torch.float16, False)}
-ROWS = (512, 4096)  # BERT/GPT-2 at batch 1 and 8, T=512
+ROWS = (512, 1024, 2048, 4096, 12608)  # BERT/GPT-2 at batch 1-8, T=512; ViT-B/16 at batch 64 (197 tokens)
 LAYERS = ((768, 768), (768, 2304), (768, 3072), (3072, 768), (768, 30522), (1024, 4096))  # (K, N)
 
 

@@ -10,7 +10,7 @@ same q, k, v as a reference).
 
 Each row compiles once per side: as the rule decides (``auto``; its decision, read from the report, is
 the side the rule picks on this GPU) and with each other side forced through the rule's switch
-(``MINICOMP_GEMM``, ``MINICOMP_ATTENTION``, ``MINICOMP_CONV``). All run under the row's setting (fp32
+(``MINICOMP_GEMM``, ``MINICOMP_BIAS``, ``MINICOMP_ATTENTION``, ``MINICOMP_CONV``). All run under the row's setting (fp32
 IEEE, TF32, fp16, bf16: torch's TF32 flags set for compiling and timing). Times: median over rounds of
 ``triton.testing.do_bench`` medians, the variants interleaved (``common.bench_interleaved``); each
 variant's result is checked against eager. Writes ``benchmarks/results/choices.{json,md}``; the .md
@@ -54,6 +54,9 @@ def workload(rule: str, case: dict, dtype: torch.dtype, device: str = "cuda"):
                "float": (lambda x, w: (x @ w).float(), (x, w)),  # autocast's weight gradient of an fp32 parameter
                "silu-mul": (lambda x, w, r: F.silu(r) * (x @ w), (x, w, r))}  # SwiGLU: r is the gate's product
         return fns[case.get("epilogue")]
+    if rule == "bias":  # a linear layer whose product cuBLAS runs (the gemm rule's choice in every row)
+        m, n, k = case["m"], case["n"], case["k"]
+        return (lambda x, w, b: F.linear(x, w, b)), (rand(m, k), rand(n, k, scale=k ** -0.5), rand(n))
     if rule in ("attention", "sdpa"):
         b, h, t, d = case["b"], case["h"], case["t"], case["d"]
         q, k, v = rand(b, h, case.get("tq", t), d), rand(b, h, t, d), rand(b, h, t, d)

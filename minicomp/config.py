@@ -94,6 +94,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
     Setting("gemm", "MINICOMP_GEMM", "auto", "choice", True,
             "which matrix products run in the GEMM template: auto (measured rule; ir/choices.py), "
             "template (every one), cublas (none: aten.mm/bmm)", ("auto", "template", "cublas")),
+    Setting("bias", "MINICOMP_BIAS", "auto", "choice", True,
+            "where a linear layer's bias after a cuBLAS product is added: auto (measured rule; ir/choices.py), "
+            "addmm (cuBLAS's epilogue), kernel (minicomp's kernels: fused into the next one, or its own)",
+            ("auto", "addmm", "kernel")),
     Setting("conv", "MINICOMP_CONV", "auto", "choice", True,
             "which convolutions run as IR kernels: cudnn (none), ir (every one it can), auto (measured "
             "rule; ir/choices.py)", ("auto", "cudnn", "ir")),

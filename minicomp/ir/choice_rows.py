@@ -137,6 +137,30 @@ GEMM_ROWS = (
     Row("fp16", mm(4096, 4096, 4096, "bias+residual"), 0.2124, 0.2244, T, CHOICES_MD),
     Row("fp16", mm(8192, 4096, 4096, "bias+gelu"), 0.4985, 0.4473, L, CHOICES_MD),
 )
+ADDMM_MD = ("benchmarks/results/addmm_bias.md (python benchmarks/addmm_bias.py, 2026-11-29): do_bench medians of "
+            "aten.mm alone (template: the bias fused into a kernel that runs anyway; a bias kernel of its own "
+            "adds 3-10 %, its column there) and aten.addmm (library)")
+BIAS_ROWS = (  # mm(m, n, k): x [m, k] times a linear layer's weight [n, k] transposed, plus its bias [n]
+    Row("fp32-ieee", mm(512, 768, 768), 0.0272, 0.0355, T, ADDMM_MD, "BERT/GPT-2 at 512 tokens"),
+    Row("fp32-ieee", mm(512, 2304, 768), 0.0583, 0.0694, T, ADDMM_MD),
+    Row("fp32-ieee", mm(512, 3072, 768), 0.0684, 0.0695, L, ADDMM_MD),
+    Row("fp32-ieee", mm(512, 768, 3072), 0.0688, 0.1294, T, ADDMM_MD, "an MLP's down-projection: K > N"),
+    Row("fp32-ieee", mm(512, 30522, 768), 0.5345, 0.5215, L, ADDMM_MD, "BERT's vocabulary head"),
+    Row("fp32-ieee", mm(1024, 768, 768), 0.0408, 0.0500, T, ADDMM_MD),
+    Row("fp32-ieee", mm(1024, 2304, 768), 0.1055, 0.1140, T, ADDMM_MD),
+    Row("fp32-ieee", mm(1024, 4096, 1024), 0.1785, 0.1787, L, ADDMM_MD),
+    Row("fp32-ieee", mm(2048, 768, 768), 0.0734, 0.0689, L, ADDMM_MD),
+    Row("fp32-ieee", mm(4096, 768, 3072), 0.4167, 0.4999, T, ADDMM_MD, "GPT-2/BERT B8 T512's down-projection"),
+    Row("fp32-ieee", mm(4096, 2304, 768), 0.3830, 0.3829, L, ADDMM_MD, "GPT-2 B8 T512's qkv projection"),
+    Row("fp32-ieee", mm(12608, 768, 768), 0.3833, 0.3831, L, ADDMM_MD,
+        "ViT-B/16 B64's attention output projection (197 tokens)"),
+    Row("fp32-ieee", mm(12608, 768, 3072), 1.4876, 1.4517, T, ADDMM_MD, "K > N, where addmm ties mm only at many rows"),
+    Row("tf32", mm(512, 768, 768), 0.0104, 0.0100, L, ADDMM_MD),
+    Row("tf32", mm(4096, 768, 3072), 0.0694, 0.0679, L, ADDMM_MD),
+    Row("bf16", mm(512, 768, 768), 0.0085, 0.0082, L, ADDMM_MD, "(few tiles: the gemm rule sends it to cuBLAS)"),
+    Row("bf16", mm(512, 768, 3072), 0.0117, 0.0127, L, ADDMM_MD),
+    Row("fp16", mm(512, 768, 768), 0.0079, 0.0082, L, ADDMM_MD),
+)
 PLAIN_GEMM_ROWS = (  # (fp32 IEEE products went to cuBLAS before fusion: the gemm rule)
     Row("bf16", mm(4096, 4096, 4096), 0.1936, 0.1884, L, CHOICES_MD, "gemm.md (2026-11-23): 0.219 vs 0.195"),
     Row("bf16", mm(8192, 1024, 1024), 0.0529, 0.0638, T, CHOICES_MD, "a bias-free projection of 8192 tokens"),

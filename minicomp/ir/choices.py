@@ -11,7 +11,7 @@ the faster side (or within ``NOISE``); a row where the rule knowingly picks the 
 ``open``. ``benchmarks/choices.py`` measures every row afresh on a GPU; its output
 (``benchmarks/results/choices.md``) prints the rows to paste into ``choice_rows.py``.
 
-A switch (``MINICOMP_GEMM``, ``MINICOMP_CONV``, ``MINICOMP_ATTENTION``: ``Rule.switch``) forces one
+A switch (``MINICOMP_GEMM``, ``MINICOMP_BIAS``, ``MINICOMP_CONV``, ``MINICOMP_ATTENTION``: ``Rule.switch``) forces one
 side, and max-autotune's measurement (``graph.gemm_choices``) overrides the rule for the node it
 measured; the passes ask ``Rule.forced()`` before the rule. Every decision the passes record ends
 with ``[rule <name>: template|library|sdpa]`` (``Choice.__str__``), which ``picked`` reads back.
@@ -28,8 +28,8 @@ from typing import Callable, NamedTuple
 import torch
 
 from .. import config
-from .choice_rows import (ATTENTION_ROWS, CONV_ROWS, GEMM_ROWS, LIBRARY, PLAIN_GEMM_ROWS, SDPA_CALL, SDPA_ROWS,
-                          TEMPLATE, Row)
+from .choice_rows import (ATTENTION_ROWS, BIAS_ROWS, CONV_ROWS, GEMM_ROWS, LIBRARY, PLAIN_GEMM_ROWS, SDPA_CALL,
+                          SDPA_ROWS, TEMPLATE, Row)
 from .target import Target
 from .types import short_dtype
 
@@ -211,6 +211,27 @@ def _plain_gemm(p: Product, target: Target) -> tuple[str, str]:
                      f"{PLAIN_TEMPLATE_MAX_FLOPS / 1e9:.0f} GFLOP and needs no compile")
 
 
+# --- a linear layer's bias after a cuBLAS product: cuBLAS's epilogue (addmm) or minicomp's kernels ---
+
+ADDMM_IEEE_MIN_ROWS = 2048
+ADDMM_IEEE_MIN_COLS = 3072
+"""In fp32 IEEE ``addmm`` took mm's time (within 2 %) from 2048 rows, or from 3072 columns, when K <= N
+(BIAS_ROWS); below both, cuBLASLt's bias-epilogue kernel ran 1.08-1.31x mm's time (512x768x768: 35.5 vs
+27.2 us), and with K > N 1.2-1.9x up to 4096 rows."""
+
+
+def _bias(p: Product, target: Target) -> tuple[str, str]:
+    if p.dtype == torch.float32 and p.precision == "ieee":
+        if p.k > p.n:
+            return TEMPLATE, (f"fp32 IEEE with K = {p.k} > N = {p.n}: cuBLASLt's bias epilogue runs a slower kernel "
+                              f"than mm (1.2-1.9x); the bias joins a kernel")
+        if p.m < ADDMM_IEEE_MIN_ROWS and p.n < ADDMM_IEEE_MIN_COLS:
+            return TEMPLATE, (f"fp32 IEEE {p.m}x{p.n}: cuBLASLt's bias epilogue runs a slower kernel than mm "
+                              f"(1.1-1.3x) under {ADDMM_IEEE_MIN_ROWS} rows and {ADDMM_IEEE_MIN_COLS} columns")
+        return LIBRARY, "cuBLAS's epilogue adds it in mm's time: no pass over the result"
+    return LIBRARY, "16-bit or TF32: addmm takes mm's time (within 8 %): no pass over the result"
+
+
 # --- attention: the flash template, cuBLAS products around a fused softmax, or PyTorch's SDPA -------
 
 SDPA_HEAD_DIM_MULTIPLE = 8
@@ -347,6 +368,11 @@ PLAIN_GEMM = Rule(
     "plain_gemm", "A product nothing fused into (after fusion: the product and its rounding): the GEMM "
     "template or cuBLAS?", "GEMM template", "cuBLAS", _plain_gemm,
     ("gemm", {"template": TEMPLATE, "cublas": LIBRARY}), ("m", "n", "k"), PLAIN_GEMM_ROWS)
+BIAS = Rule(
+    "bias", "A linear layer's bias after a product cuBLAS runs: added by minicomp's kernels (fused into the "
+    "next kernel, or one of its own) or in cuBLAS's epilogue (aten.addmm, as eager's F.linear)?",
+    "the bias in a minicomp kernel", "aten.addmm", _bias, ("bias", {"kernel": TEMPLATE, "addmm": LIBRARY}),
+    ("m", "n", "k"), BIAS_ROWS)
 ATTENTION = Rule(
     "attention", "Written-out attention (softmax(q @ kᵀ) @ v): minicomp's flash-attention template, "
     "cuBLAS products around a fused softmax, or one call of PyTorch's SDPA?", "flash-attention template",
@@ -365,4 +391,4 @@ CONV = Rule(
     ("conv", {"ir": TEMPLATE, "cudnn": LIBRARY}),
     ("n", "cin", "hw", "cout", "kernel", "stride", "groups", "epilogue", "channels_last"), CONV_ROWS)
 
-RULES = {r.name: r for r in (GEMM, PLAIN_GEMM, ATTENTION, SDPA, CONV)}
+RULES = {r.name: r for r in (GEMM, PLAIN_GEMM, BIAS, ATTENTION, SDPA, CONV)}

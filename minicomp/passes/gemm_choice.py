@@ -70,10 +70,13 @@ def gemm_backend(graph: Graph) -> Graph:
             config = "" if choice == "triton" else f" config {choice}"
             decisions.append(f"gemm {node.name} {list(node.shape)}: Triton template{config} ({reason})")
             continue
+        decisions.append(f"gemm {node.name} {list(node.shape)}: cuBLAS via aten ({reason})")
         bias = _bias_add(node)
         if bias is not None:
-            reason += "; the bias in cuBLAS's epilogue (aten.addmm)"
-        decisions.append(f"gemm {node.name} {list(node.shape)}: cuBLAS via aten ({reason})")
+            rule = choices.BIAS.forced() or choices.BIAS(product(node, graph.target), graph.target)
+            side = "in a minicomp kernel" if rule.template else "in cuBLAS's epilogue (aten.addmm)"
+            decisions.append(f"bias of {node.name} {list(node.shape)}: {side} ({rule})")
+            bias = None if rule.template else bias
         if bias is not None:
             _to_addmm(graph, node, *bias)
         else:
@@ -151,16 +154,13 @@ def _extern(graph: Graph, node: Node, out_type, bias: Node | None = None) -> Nod
 def _bias_add(node: Node) -> tuple[Node, Node, set[Node]] | None:
     """A linear layer's bias after a 2-D product bound for cuBLAS: ``(bias, result, replaced)`` when the
     product's one user adds a graph input of the operand dtype, a vector broadcast along the rows (16-bit:
-    through a cast to the fp32 accumulator, the sum only rounded back), in 16-bit or TF32: there
-    ``addmm`` takes mm's time (within 8 %), in fp32 IEEE up to 1.9x it, where the bias fuses into a
-    kernel of the graph instead. ``result``: the layer's result (the sum, or its rounding); ``replaced``:
-    the nodes an ``addmm`` takes the place of. Eager's ``F.linear`` adds the bias in cuBLAS's epilogue
-    too; a kernel of its own costs a pass over the result."""
+    through a cast to the fp32 accumulator, the sum only rounded back); the rule ``choices.BIAS`` then
+    says whether ``addmm`` adds it. ``result``: the layer's result (the sum, or its rounding);
+    ``replaced``: the nodes an ``addmm`` takes the place of. Eager's ``F.linear`` adds the bias in
+    cuBLAS's epilogue too; a kernel of its own costs a pass over the result."""
     a, b = node.inputs
     if len(node.shape) != 2 or len(node.users) != 1 or a.dtype != b.dtype:
         return None
-    if a.dtype == torch.float32 and node.attrs["precision"] == "ieee":
-        return None  # cuBLASLt's fp32 IEEE epilogue kernels: up to 1.9x mm's time (results/addmm_bias.md)
     (add,) = node.users
     others = [i for i in add.inputs if i is not node]
     if not (add.op == "pointwise" and add.attrs["fn"] == "add" and len(others) == 1):
