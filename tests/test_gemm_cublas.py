@@ -13,7 +13,7 @@ from minicomp.frontend import rules
 from minicomp.ir.choice_rows import NOISE
 from minicomp.ir.choices import BIAS, PRECISIONS, Product
 from tests.test_gemm import DTYPE_IDS, LOW, rand, tol
-from tests.utils import H200, compile_and_compare
+from tests.utils import H200, compare_gradients, compile_and_compare
 
 
 @pytest.fixture(autouse=True)
@@ -117,3 +117,45 @@ def test_the_bias_rule_follows_every_row_of_its_measurement(setting):
         assert picked <= max((1 + NOISE) * other, other + LAUNCH_US), (r, choice)
         declined += choice.template
     assert bool(declined) == (setting == "fp32-ieee"), declined
+
+
+ROWS_AS_STORED = "reads its left operand's rows in the order they are stored"
+
+
+def _batch_first_projected(x, w):
+    """nn.MultiheadAttention's projection of a batch-first input: [B, T, E] -> [T*B, E] rows, then a
+    kernel (relu) reads the product."""
+    return F.linear(x.transpose(0, 1).reshape(-1, x.shape[-1]), w).relu()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=DTYPE_IDS.get)
+def test_a_row_permuted_operand_is_read_as_stored_and_the_result_put_back_by_a_view(dtype):
+    """Rows permute through a product: cuBLAS reads x's rows as stored (no copy of the transposed
+    input), and the relu kernel reads the product's rows back in (t, b) order."""
+    x, w = rand(3, 5, 8, dtype=dtype), rand(12, 8, dtype=dtype)
+    report = compile_and_compare(_batch_first_projected, x, w, kernels=1, **tol(dtype, 8))
+    assert any(ROWS_AS_STORED in d for d in report.decisions), report.decisions
+
+
+@pytest.mark.parametrize("case", ["returned", "a slice of the rows", "not a permutation of whole rows"])
+def test_operands_that_are_not_a_row_permutation_read_by_kernels_keep_their_copy(case):
+    """The product's result returned as it is (the view would need a copy of the result instead), a
+    strict subset of the rows, or columns mixed across rows: the operand is copied as before."""
+    x, w = rand(3, 5, 8), rand(12, 8)
+    fn = {"returned": lambda x, w: F.linear(x.transpose(0, 1).reshape(-1, 8), w),
+          "a slice of the rows": lambda x, w: F.linear(x[:2].transpose(0, 1).reshape(-1, 8), w).relu(),
+          "not a permutation of whole rows": lambda x, w: F.linear(x.transpose(1, 2).reshape(-1, 5)[:, :4].repeat(1, 2),
+                                                                    w).relu()}[case]
+    report = compile_and_compare(fn, x, w, **tol(torch.float32, 8))
+    assert not any(ROWS_AS_STORED in d for d in report.decisions), report.decisions
+
+
+def test_a_batch_first_multihead_attention_matches_eager_with_its_gradients():
+    """The whole nn.MultiheadAttention (batch-first, averaged weights returned): the projection reads x
+    as stored, the heads' q, k, v are one copy kernel (k in its rows' order, cuBLAS reading it
+    transposed); outputs and every gradient as eager's."""
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(16, 4, batch_first=True)
+    x = rand(3, 5, 16)
+    report = compare_gradients(lambda x: mha(x, x, x), x)[0]
+    assert any(ROWS_AS_STORED in d for d in report.decisions), report.decisions

@@ -1,5 +1,6 @@
 """passes/view_copies.py: an unstrided view read by cuBLAS as g and as gᵀ is copied once, in the order
-of its base's rows, and gᵀ is a strided transpose of that copy."""
+of its base's rows, and gᵀ is a strided transpose of that copy; a transposed operand alone is copied in
+its rows' order too, and cuBLAS reads the copy transposed."""
 from __future__ import annotations
 
 import pytest
@@ -47,10 +48,35 @@ def test_g_and_its_transpose_for_cublas_match_eager(fn, dtype, monkeypatch):
     compile_and_compare(fn, *_args(dtype), kernels=1, fallbacks=None, atol=2e-2, rtol=2e-2)
 
 
-def test_a_transpose_alone_keeps_its_own_copy(monkeypatch):
-    monkeypatch.setenv("MINICOMP_GEMM", "cublas")
+def test_a_transpose_alone_is_copied_in_row_order_too(monkeypatch):
+    """gᵀ alone: the copy is g (x read along its rows), which cuBLAS reads transposed."""
+    fn = lambda x, w: _heads_merged(x).t() @ w  # noqa: E731
     x, _, w2 = _args()
-    compile_and_compare(lambda x, w: _heads_merged(x).t() @ w, x, w2, kernels=1, fallbacks=None)
+    graph, (k,) = _scheduled(fn, [x, w2], H200)
+    (stored,) = [a.node for a in k.args if a.is_output]
+    assert stored.shape == (16, 64), stored
+    monkeypatch.setenv("MINICOMP_GEMM", "cublas")
+    compile_and_compare(fn, x, w2, kernels=1, fallbacks=None)
+
+
+def _keys_of_fused_qkv(qkv):
+    """[B, T, 3*H*D] (a fused projection's output, times 2) -> k as [B*H, D, T] for q @ kᵀ: heads split
+    from the columns, then transposed (an unstrided view: b and h have different strides)."""
+    b, t, _ = qkv.shape
+    return (qkv * 2).view(b, t, 3, 2, 8)[:, :, 1].permute(0, 2, 3, 1).reshape(b * 2, 8, t)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_batched_transposed_operand_is_copied_in_its_rows_order(dtype, monkeypatch):
+    """kᵀ for cuBLAS's bmm: copied as k ([B*H, T, D], along the buffer's rows: a plain pointwise copy,
+    not a transposing one), which bmm reads transposed."""
+    fn = lambda q, qkv: q @ _keys_of_fused_qkv(qkv)  # noqa: E731
+    q, qkv = torch.randn(6, 5, 8, dtype=dtype), torch.randn(3, 5, 48, dtype=dtype)
+    monkeypatch.setenv("MINICOMP_GEMM", "cublas")  # (16-bit: the rule would take the template here)
+    graph, (k,) = _scheduled(fn, [q, qkv], H200)
+    (stored,) = [a.node for a in k.args if a.is_output]
+    assert stored.shape == (6, 5, 8) and k.schedule.template == "pointwise", (stored, k.schedule.template)
+    compile_and_compare(fn, q, qkv, kernels=1, fallbacks=None, atol=2e-2, rtol=2e-2)
 
 
 def test_a_returned_view_of_a_view_gets_a_buffer():

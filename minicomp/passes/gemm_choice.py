@@ -12,14 +12,15 @@ import math
 
 import torch
 
-from ..ir import choices
-from ..ir.expr import Affine, index_vars
+from ..ir import choices, views
+from ..ir.expr import Affine, evaluate, index_vars, linear_index
 from ..ir.graph import Graph, Group, Node
-from ..ir.layout import view_as_strided
+from ..ir.layout import buffer_strides, view_as_strided
 from ..ir.ops import OPS
 from ..ir.target import Target
 from ..ir.types import contiguous_strides
 from ..templates.gemm import gemm_schedule, tile_count
+from .simplify import view_folding
 
 ATEN = "aten"
 
@@ -58,6 +59,7 @@ def gemm_backend(graph: Graph) -> Graph:
     graph.recompute_users()
     fixed = graph.gemm_choices
     decisions = graph.decisions
+    permuted = False
     for node in [n for n in graph.nodes if n.op == "matmul"]:
         if node.id in fixed:
             choice, reason = fixed[node.id], "measured (max-autotune)"
@@ -77,11 +79,12 @@ def gemm_backend(graph: Graph) -> Graph:
             side = "in a minicomp kernel" if rule.template else "in cuBLAS's epilogue (aten.addmm)"
             decisions.append(f"bias of {node.name} {list(node.shape)}: {side} ({rule})")
             bias = None if rule.template else bias
-        if bias is not None:
-            _to_addmm(graph, node, *bias)
-        else:
-            _to_extern(graph, node)
-    return graph
+        ext = _to_addmm(graph, node, *bias) if bias is not None else _to_extern(graph, node)
+        if _rows_as_stored(graph, ext):
+            decisions.append(f"gemm {node.name}: reads its left operand's rows in the order they are stored "
+                             f"(no copy); a view puts its result's rows in place")
+            permuted = True
+    return view_folding(graph) if permuted else graph
 
 
 def plain_gemms(graph: Graph) -> Graph:
@@ -187,18 +190,20 @@ def _bias_add(node: Node) -> tuple[Node, Node, set[Node]] | None:
     return vector, result, replaced
 
 
-def _to_addmm(graph: Graph, node: Node, bias: Node, result: Node, replaced: set[Node]) -> None:
+def _to_addmm(graph: Graph, node: Node, bias: Node, result: Node, replaced: set[Node]) -> Node:
     """``aten.addmm(bias, a, b)`` in place of the product, the bias add and its rounding (``_bias_add``).
     Users are left as they were, as ``_to_extern`` leaves them (fusion recomputes them): the stale entries
     are the replaced nodes', which later products' checks never read."""
-    graph.replace_all_uses(result, _extern(graph, node, result.type, bias))
+    ext = _extern(graph, node, result.type, bias)
+    graph.replace_all_uses(result, ext)
     graph.nodes = [n for n in graph.nodes if n not in replaced]
+    return ext
 
 
-def _to_extern(graph: Graph, node: Node) -> None:
+def _to_extern(graph: Graph, node: Node) -> Node:
     """``matmul(a, b)`` (fp32 accumulate) becomes ``cast(aten.mm(a, b), fp32)``: cuBLAS accumulates
     in fp32 too and rounds once to the operand dtype."""
-    ext = _extern(graph, node, node.type.with_(dtype=node.inputs[0].dtype))
+    ext = product = _extern(graph, node, node.type.with_(dtype=node.inputs[0].dtype))
     rounded = [u for u in node.users  # the product rounded to the operand dtype: cuBLAS's result itself
                if u.op == "pointwise" and u.attrs["fn"] == "cast" and u.type == ext.type and u.inputs == [node]]
     for user in rounded:
@@ -209,5 +214,42 @@ def _to_extern(graph: Graph, node: Node) -> None:
                         params={"to": node.dtype})
     graph.replace_all_uses(node, ext)
     graph.nodes.remove(node)
+    return product
+
+
+def _rows_as_stored(graph: Graph, ext: Node) -> bool:
+    """Rows permute through a product: when cuBLAS's left operand is a row permutation of a row-major
+    buffer (a batch-first input transposed and flattened, as ``nn.MultiheadAttention`` feeds its
+    projection), the product reads the buffer's rows as they are stored and a view of its result puts
+    the rows back in place, instead of a copy of the operand. Only where every reader of the result is a
+    kernel that reads it through an index map anyway: a view bound for a library call or a graph result
+    that was strided would become a copy of the result. Returns whether it rewrote ``ext``."""
+    a = ext.inputs[-2]
+    if len(ext.shape) != 2 or a.op != "view" or a.attrs["mask"] or view_as_strided(a, {}) is not None:
+        return False
+    base, (m, k) = a.inputs[0], a.shape
+    if base.op == "view" or base.type.numel != m * k or (len(base.shape) == 4 and base.op != "input") \
+            or tuple(buffer_strides(base, {})) != contiguous_strides(base.shape):
+        return False  # (a 4-D buffer may be stored channels-last: layout_plan)
+    i0, i1 = index_vars(a.shape)
+    rows, rest = linear_index(a.attrs["index"], contiguous_strides(base.shape))._split(k)
+    if rest != Affine.of(i1) or i1 in rows.vars():
+        return False
+    # the row map evaluated over the rows: is it a permutation of them?
+    if not torch.bincount(torch.as_tensor(evaluate(rows, {i0: torch.arange(m)})).flatten(), minlength=m).eq(1).all():
+        return False
+    readers = [n for n in graph.nodes if ext in n.inputs]
+    for r in readers:
+        if r.op in ("output", "extern") or r.op == "view" and view_as_strided(r, {}) is not None and any(
+                u.op in ("output", "extern") for u in graph.nodes if r in u.inputs):
+            return False
+    stored = graph.add("view", [base], a.type, a.origin, before=ext, index=views.reshape(base.shape, a.shape)[0],
+                       mask=(), fill=None, kind="view")
+    Graph.replace_all_uses_in(ext, a, stored)
+    placed = graph.add("view", [ext], ext.type, ext.origin, before=graph.nodes[graph.nodes.index(ext) + 1],
+                       index=(rows, Affine.of(index_vars(ext.shape)[1])), mask=(), fill=None, kind="view")
+    for r in readers:
+        Graph.replace_all_uses_in(r, ext, placed)
+    return True
 
 

@@ -40,10 +40,14 @@ def copy_unstrided_views(graph: Graph) -> None:
                 graph.replace_all_uses_in(user, node, _transposed(graph, copy, user))
                 continue
         partner = user.op == "extern" and next((v for u, v in uses if u.op == "extern" and transposes(v, node)), None)
+        swapped = None if partner or not _product(user) or in_row_order(node) else _swapped(graph, node, user)
         if partner and in_row_order(partner) and not in_row_order(node):  # copy the partner's order
             source = graph.add("view", list(partner.inputs), partner.type, partner.origin, before=user,
                                **dict(partner.attrs))
             copy = _copy(graph, source, user)
+            graph.replace_all_uses_in(user, node, _transposed(graph, copy, user))
+        elif swapped is not None and in_row_order(swapped):  # cuBLAS reads the copy transposed
+            source, copy = swapped, _copy(graph, swapped, user)
             graph.replace_all_uses_in(user, node, _transposed(graph, copy, user))
         else:
             source, copy = node, _copy(graph, node, user)
@@ -85,6 +89,29 @@ def _copy(graph: Graph, node: Node, before: Node) -> Node:
 
 
 def _transposed(graph: Graph, copy: Node, before: Node) -> Node:
-    index, mask = views.permute(copy.shape, (1, 0))
-    return graph.add("view", [copy], copy.type.with_(shape=copy.shape[::-1]), copy.origin, before=before,
-                     index=index, mask=mask, fill=None, kind="view")
+    """``copy`` with its last two dims swapped: a strided view cuBLAS reads as a transposed operand."""
+    dims = (*range(len(copy.shape) - 2), len(copy.shape) - 1, len(copy.shape) - 2)
+    index, mask = views.permute(copy.shape, dims)
+    return graph.add("view", [copy], copy.type.with_(shape=tuple(copy.shape[d] for d in dims)), copy.origin,
+                     before=before, index=index, mask=mask, fill=None, kind="view")
+
+
+PRODUCTS = ("aten.mm.default", "aten.bmm.default", "aten.addmm.default")
+
+
+def _product(user: Node) -> bool:
+    """Whether extern ``user`` is a cuBLAS product, which reads an operand transposed at no cost and
+    whose result is contiguous whatever its operands' strides."""
+    return user.op == "extern" and str(user.attrs.get("target")) in PRODUCTS
+
+
+def _swapped(graph: Graph, view: Node, before: Node) -> Node | None:
+    """A view of ``view``'s base that is ``view`` with its last two dims swapped (None: padded)."""
+    if view.attrs["mask"] or len(view.shape) < 2:
+        return None
+    *_, row, col = index_vars(view.shape)
+    shape = (*view.shape[:-2], view.shape[-1], view.shape[-2])
+    *_, row2, col2 = index_vars(shape)
+    index = tuple(Affine.of(e).subs({row: Affine.of(col2), col: Affine.of(row2)}) for e in view.attrs["index"])
+    return graph.add("view", list(view.inputs), view.type.with_(shape=shape), view.origin, before=before,
+                     **(dict(view.attrs) | {"index": index}))
