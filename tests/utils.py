@@ -116,7 +116,7 @@ def compare_gradients(fn, *args, requires_grad: list[bool] | None = None, seed: 
         outs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
         assert outs, "no output requires grad"
         gen = torch.Generator().manual_seed(seed)
-        sum((o.float() * torch.randn(o.shape, generator=gen)).sum() for o in outs).backward()
+        sum((o.float() * torch.randn(o.shape, generator=gen).to(o.device)).sum() for o in outs).backward()
         return out, [x.grad for x, g in zip(inputs, flags) if g]
 
     expected, expected_grads = run(fn)
