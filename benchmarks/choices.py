@@ -66,6 +66,8 @@ def workload(rule: str, case: dict, dtype: torch.dtype, device: str = "cuda"):
             return masked_by_buffer, (q, k, v, torch.ones(t, t, device=device, dtype=dtype).tril().view(1, 1, t, t))
         if case.get("mask") == "padding":
             return padded, (q, k, v, padding_mask(b, t, dtype, device))
+        if case.get("mask") == "head-bias":  # LeViT's: a learned bias per head and (query, key) pair
+            return padded, (q, k, v, rand(1, h, t, t))
         if case.get("prologue") == "rotary":
             angles = torch.rand(t, d, device=device, dtype=dtype) * 6
             return rotary, (q, k, v, angles.cos(), angles.sin())
@@ -110,7 +112,8 @@ def masked_by_buffer(q, k, v, bias):
 
 
 def padded(q, k, v, mask):
-    """BERT's attention with its additive padding mask ([B, 1, 1, T], finfo.min where padded)."""
+    """BERT's attention with its additive padding mask ([B, 1, 1, T], finfo.min where padded), or LeViT's
+    with its bias per head ([1, H, T, T])."""
     return F.softmax((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1))) + mask, dim=-1) @ v
 
 
@@ -139,7 +142,7 @@ def eager_sdpa(case: dict, args):
         cos, sin = more
         return lambda: F.scaled_dot_product_attention(rope(q, cos, sin), rope(k, cos, sin), v, is_causal=True)
     mask = more
-    if case.get("mask") == "padding":
+    if case.get("mask") in ("padding", "head-bias"):
         return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask[0])
     if case["causal"] and q.shape[-2] != k.shape[-2]:  # aligned bottom-right: SDPA's is_causal is top-left
         t, s = q.shape[-2], k.shape[-2]

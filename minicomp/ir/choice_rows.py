@@ -86,8 +86,8 @@ def mm(m, n, k, epilogue=None) -> dict:
 
 def att(b, h, t, d, causal, tq=None, mask=None, prologue=None) -> dict:
     """An attention row's case; for the attention rule's workloads (benchmarks/choices.py), ``mask``: a
-    mask read from memory, "tril-buffer" (minGPT's) or "padding" (BERT's); ``prologue``: "rotary" on q
-    and k (Llama's)."""
+    mask read from memory, "tril-buffer" (minGPT's), "padding" (BERT's) or "head-bias" (LeViT's);
+    ``prologue``: "rotary" on q and k (Llama's)."""
     extra = dict(tq=tq, mask=mask, prologue=prologue)
     return dict(b=b, h=h, t=t, d=d, causal=causal) | {k: v for k, v in extra.items() if v is not None}
 
@@ -183,6 +183,11 @@ ATTENTION_ROWS = (  # b8 h12 t512 d64: GPT-2's and BERT's heads at T=512
     Row("fp32-ieee", att(8, 12, 512, 64, True, prologue="rotary"), None, None, S, "",
         "rotary embedding on q and k: a kernel of its own before SDPA (the template's IEEE products are the "
         "slower side whatever it fuses)"),
+    Row("fp32-ieee", att(1, 12, 197, 64, False), None, None, S, "", "ViT-B/16 at batch 1: host-bound"),
+    Row("fp32-ieee", att(1, 4, 196, 16, False, mask="head-bias"), None, None, S, "",
+        "LeViT-128S at batch 1, first stage: an additive bias per head, its rows not 16-aligned (SDPA pads it)"),
+    Row("fp32-ieee", att(1, 8, 49, 16, False, mask="head-bias"), None, None, S, "", "LeViT's second stage"),
+    Row("fp32-ieee", att(32, 4, 196, 16, False, mask="head-bias"), None, None, S, "", "LeViT at batch 32"),
     Row("tf32", att(8, 12, 512, 64, True), None, None, S, "",
         "choices.md's tf32 run (6.84 / 0.260 / 0.162 ms) had TF32 off (torch ties its two matmul flags): its "
         "cuBLAS products were IEEE; with TF32 they may beat SDPA (whose fp32 kernel does not change): re-measure"),
