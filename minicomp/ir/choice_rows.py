@@ -59,8 +59,10 @@ class Row:
 # Where the numbers come from (H200, torch 2.11, triton 3.6). Times are ms per call unless a note says
 # otherwise; "library" in a row is what the rule's library side ran in that measurement.
 CHOICES_MD = ("benchmarks/results/choices.md (python benchmarks/choices.py, 2026-11-28; the groups=64 convolution "
-              "rows again with --only conv --rows groups=64 --merge, 2026-11-29, twice): ms per call, median of 3 "
-              "interleaved do_bench rounds; batch-32 convolutions from an NCHW input unless channels_last")
+              "rows again with --only conv --rows groups=64 --merge, 2026-11-29, twice; the bias rule's rows and the "
+              "attention rule's host-bound fp32 rows with --only attention,bias --rows head-bias,t=197,m= --merge, "
+              "2026-11-29): ms per call, median of 3 interleaved do_bench rounds; batch-32 convolutions from an NCHW "
+              "input unless channels_last")
 SMALL = "commit e532caa's comment: ConvNeXt-T b1 bf16 products, profiler GPU time (raw output not kept)"
 ATTN_MD = "benchmarks/results/attention.md (python3 benchmarks/attention.py; 2026-11-24)"
 CLIFFS = ("library: benchmarks/results/cliffs.md (python benchmarks/cliffs.py; 2026-11-28); template: issue 41's "
@@ -77,6 +79,9 @@ T, L, S = TEMPLATE, LIBRARY, SDPA_CALL
 GEMM_RUNS = ("experiments.md, 'The GEMM rule: long K on few tiles, TF32' (python benchmarks/choices.py --only "
              "gemm,plain_gemm, H200, 2026-11-28; the first of two runs, each beside another benchmark)")
 SUSPECT = "re-measure: both sides several times their neighbours' at equal work"
+HOST_BOUND_TEMPLATE = ("one call alone, the template's one launch beats two cuBLAS calls and a softmax by wall time; "
+                       "by GPU time cuBLAS wins (the notes), and in the whole model cuBLAS + softmax was measured "
+                       "(faster than SDPA), the template not yet")
 SDPA_EAGER = ("sdpa: eager's F.scaled_dot_product_attention on the same q, k, v (the call the SDPA side makes; "
               "the side itself to be measured: python benchmarks/choices.py --only attention)")
 
@@ -137,29 +142,28 @@ GEMM_ROWS = (
     Row("fp16", mm(4096, 4096, 4096, "bias+residual"), 0.2124, 0.2244, T, CHOICES_MD),
     Row("fp16", mm(8192, 4096, 4096, "bias+gelu"), 0.4985, 0.4473, L, CHOICES_MD),
 )
-ADDMM_MD = ("benchmarks/results/addmm_bias.md (python benchmarks/addmm_bias.py, 2026-11-29): do_bench medians of "
-            "aten.mm alone (template: the bias fused into a kernel that runs anyway; a bias kernel of its own "
-            "adds 3-10 %, its column there) and aten.addmm (library)")
-BIAS_ROWS = (  # mm(m, n, k): x [m, k] times a linear layer's weight [n, k] transposed, plus its bias [n]
-    Row("fp32-ieee", mm(512, 768, 768), 0.0272, 0.0355, T, ADDMM_MD, "BERT/GPT-2 at 512 tokens"),
-    Row("fp32-ieee", mm(512, 2304, 768), 0.0583, 0.0694, T, ADDMM_MD),
-    Row("fp32-ieee", mm(512, 3072, 768), 0.0684, 0.0695, L, ADDMM_MD),
-    Row("fp32-ieee", mm(512, 768, 3072), 0.0688, 0.1294, T, ADDMM_MD, "an MLP's down-projection: K > N"),
-    Row("fp32-ieee", mm(512, 30522, 768), 0.5345, 0.5215, L, ADDMM_MD, "BERT's vocabulary head"),
-    Row("fp32-ieee", mm(1024, 768, 768), 0.0408, 0.0500, T, ADDMM_MD),
-    Row("fp32-ieee", mm(1024, 2304, 768), 0.1055, 0.1140, T, ADDMM_MD),
-    Row("fp32-ieee", mm(1024, 4096, 1024), 0.1785, 0.1787, L, ADDMM_MD),
-    Row("fp32-ieee", mm(2048, 768, 768), 0.0734, 0.0689, L, ADDMM_MD),
-    Row("fp32-ieee", mm(4096, 768, 3072), 0.4167, 0.4999, T, ADDMM_MD, "GPT-2/BERT B8 T512's down-projection"),
-    Row("fp32-ieee", mm(4096, 2304, 768), 0.3830, 0.3829, L, ADDMM_MD, "GPT-2 B8 T512's qkv projection"),
-    Row("fp32-ieee", mm(12608, 768, 768), 0.3833, 0.3831, L, ADDMM_MD,
+BIAS_ROWS = (  # mm(m, n, k): F.linear(x [m, k], w [n, k], b [n]). The template side here is its worst case, the
+    # bias in a kernel of its own; fused into a kernel that runs anyway it costs about nothing (the mm column
+    # of benchmarks/results/addmm_bias.md, whose every shape tests/test_gemm_cublas.py checks the rule against)
+    Row("fp32-ieee", mm(512, 768, 768), 0.0313, 0.0362, T, CHOICES_MD, "BERT/GPT-2 at 512 tokens"),
+    Row("fp32-ieee", mm(512, 2304, 768), 0.0623, 0.0686, T, CHOICES_MD),
+    Row("fp32-ieee", mm(512, 3072, 768), 0.0732, 0.0694, L, CHOICES_MD),
+    Row("fp32-ieee", mm(512, 768, 3072), 0.0732, 0.1313, T, CHOICES_MD, "an MLP's down-projection: K > N"),
+    Row("fp32-ieee", mm(512, 30522, 768), 0.5653, 0.5215, L, CHOICES_MD, "BERT's vocabulary head"),
+    Row("fp32-ieee", mm(1024, 768, 768), 0.0445, 0.0499, T, CHOICES_MD),
+    Row("fp32-ieee", mm(1024, 2304, 768), 0.1159, 0.1140, T, CHOICES_MD),
+    Row("fp32-ieee", mm(1024, 4096, 1024), 0.1862, 0.1779, L, CHOICES_MD),
+    Row("fp32-ieee", mm(2048, 768, 768), 0.0780, 0.0691, L, CHOICES_MD),
+    Row("fp32-ieee", mm(4096, 768, 3072), 0.4238, 0.5009, T, CHOICES_MD, "GPT-2/BERT B8 T512's down-projection"),
+    Row("fp32-ieee", mm(4096, 2304, 768), 0.4004, 0.3832, L, CHOICES_MD, "GPT-2 B8 T512's qkv projection"),
+    Row("fp32-ieee", mm(12608, 768, 768), 0.4014, 0.3830, L, CHOICES_MD,
         "ViT-B/16 B64's attention output projection (197 tokens)"),
-    Row("fp32-ieee", mm(12608, 768, 3072), 1.4876, 1.4517, T, ADDMM_MD, "K > N, where addmm ties mm only at many rows"),
-    Row("tf32", mm(512, 768, 768), 0.0104, 0.0100, L, ADDMM_MD),
-    Row("tf32", mm(4096, 768, 3072), 0.0694, 0.0679, L, ADDMM_MD),
-    Row("bf16", mm(512, 768, 768), 0.0085, 0.0082, L, ADDMM_MD, "(few tiles: the gemm rule sends it to cuBLAS)"),
-    Row("bf16", mm(512, 768, 3072), 0.0117, 0.0127, L, ADDMM_MD),
-    Row("fp16", mm(512, 768, 768), 0.0079, 0.0082, L, ADDMM_MD),
+    Row("fp32-ieee", mm(12608, 768, 3072), 1.4940, 1.4412, T, CHOICES_MD, "K > N, where addmm ties mm only at many rows"),
+    Row("tf32", mm(512, 768, 768), 0.0329, 0.0319, L, CHOICES_MD),
+    Row("tf32", mm(4096, 768, 3072), 0.0764, 0.0678, L, CHOICES_MD),
+    Row("bf16", mm(512, 768, 768), 0.0947, 0.0919, L, CHOICES_MD, "(few tiles: the gemm rule sends it to cuBLAS)"),
+    Row("bf16", mm(512, 768, 3072), 0.0893, 0.0819, L, CHOICES_MD),
+    Row("fp16", mm(512, 768, 768), 0.0919, 0.0771, L, CHOICES_MD),
 )
 PLAIN_GEMM_ROWS = (  # (fp32 IEEE products went to cuBLAS before fusion: the gemm rule)
     Row("bf16", mm(4096, 4096, 4096), 0.1936, 0.1884, L, CHOICES_MD, "gemm.md (2026-11-23): 0.219 vs 0.195"),
@@ -183,11 +187,15 @@ ATTENTION_ROWS = (  # b8 h12 t512 d64: GPT-2's and BERT's heads at T=512
     Row("fp32-ieee", att(8, 12, 512, 64, True, prologue="rotary"), None, None, S, "",
         "rotary embedding on q and k: a kernel of its own before SDPA (the template's IEEE products are the "
         "slower side whatever it fuses)"),
-    Row("fp32-ieee", att(1, 12, 197, 64, False), None, None, S, "", "ViT-B/16 at batch 1: host-bound"),
-    Row("fp32-ieee", att(1, 4, 196, 16, False, mask="head-bias"), None, None, S, "",
-        "LeViT-128S at batch 1, first stage: an additive bias per head, its rows not 16-aligned (SDPA pads it)"),
-    Row("fp32-ieee", att(1, 8, 49, 16, False, mask="head-bias"), None, None, S, "", "LeViT's second stage"),
-    Row("fp32-ieee", att(32, 4, 196, 16, False, mask="head-bias"), None, None, S, "", "LeViT at batch 32"),
+    Row("fp32-ieee", att(1, 12, 197, 64, False), 1.4262, 0.1366, S, CHOICES_MD, "ViT-B/16 at batch 1: host-bound",
+        sdpa_ms=0.1005),
+    Row("fp32-ieee", att(1, 4, 196, 16, False, mask="head-bias"), 0.0472, 0.0656, L, CHOICES_MD,
+        "LeViT-128S at batch 1, first stage: an additive bias per head over 196 keys (SDPA_MASK_ALIGNMENT); GPU ms "
+        "0.0423 / 0.0128 / 0.0324", sdpa_ms=0.0837, open=HOST_BOUND_TEMPLATE),
+    Row("fp32-ieee", att(1, 8, 49, 16, False, mask="head-bias"), 0.0088, 0.0665, L, CHOICES_MD,
+        "LeViT's second stage; GPU ms 0.0040 / 0.0118 / 0.0133", sdpa_ms=0.0946, open=HOST_BOUND_TEMPLATE),
+    Row("fp32-ieee", att(32, 4, 196, 16, False, mask="head-bias"), 0.0920, 0.1587, L, CHOICES_MD,
+        "LeViT at batch 32; GPU ms 0.0869 / 0.0482 / 0.0878", sdpa_ms=0.2236, open=HOST_BOUND_TEMPLATE),
     Row("tf32", att(8, 12, 512, 64, True), None, None, S, "",
         "choices.md's tf32 run (6.84 / 0.260 / 0.162 ms) had TF32 off (torch ties its two matmul flags): its "
         "cuBLAS products were IEEE; with TF32 they may beat SDPA (whose fp32 kernel does not change): re-measure"),

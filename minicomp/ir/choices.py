@@ -133,6 +133,7 @@ class AttentionFacts:
     sdpa_blocker: str | None     # why one SDPA call would not compute it exactly (None: it would)
     producers: tuple[str, ...] = ()  # elementwise ops computing q, k or v (rotary, a bias): the
                                      # template runs them on its loads, one SDPA call reads them stored
+    mask_keys: int | None = None     # the keys of a mask tensor one SDPA call would take (None: no tensor)
 
 
 # --- GEMM: the template with its epilogue, or cuBLAS and the epilogue as a kernel of its own -------
@@ -239,6 +240,14 @@ SDPA_HEAD_DIM_MULTIPLE = 8
 its math path (two products and a softmax of its own), not measured against minicomp's sides."""
 
 
+SDPA_MASK_ALIGNMENT = 16
+"""PyTorch's memory-efficient SDPA kernel (the one fp32 runs) takes a mask whose rows are a multiple of 16
+elements; any other it pads every call (a pad, fill and copy: LeViT's 196- and 49-key head biases in its
+profile). With that copy SDPA was the slowest side in every such row (ATTENTION_ROWS' head-bias rows), and
+the whole of LeViT fp32 ran 1.16x Inductor's time at batch 1 against 0.93x with cuBLAS products around
+the fused softmax (0.85x against 0.77x at batch 32; experiments.md, 'Host-bound attention ...')."""
+
+
 def _not_sdpa(a: AttentionFacts) -> str | None:
     """Why the SDPA side is out for ``a`` (None: it is open)."""
     if a.sdpa_blocker:
@@ -256,6 +265,9 @@ def _attention(a: AttentionFacts, target: Target) -> tuple[str, str]:
     if not_sdpa is None and a.producers and a.dtype != torch.float32:
         not_sdpa = (f"the template computes q, k, v's producers ({', '.join(a.producers)}) on its loads; one "
                     "SDPA call would read them stored (not measured: the rotary rows)")
+    if not_sdpa is None and a.dtype == torch.float32 and a.mask_keys and a.mask_keys % SDPA_MASK_ALIGNMENT:
+        not_sdpa = (f"a mask over {a.mask_keys} keys (not a multiple of {SDPA_MASK_ALIGNMENT}): PyTorch's fp32 SDPA "
+                    f"kernel would pad a copy of it every call")
     if not_sdpa is None:  # every measured row (ATTENTION_ROWS): fp32 IEEE, TF32, fp16, bf16
         return SDPA_CALL, ("one call of PyTorch's SDPA (memory-efficient kernel for fp32, flash or cuDNN for "
                            "fp16/bf16), measured faster than the flash template and than cuBLAS + softmax")

@@ -215,7 +215,8 @@ def _rewrite(graph: Graph, mm: Node, p: Node, p_idx: tuple, b: dict, score_vars,
             raise NotAttention(f"q, k and v are {q.dtype}, {k.dtype}, {v.dtype}")
     plan = scores.mask_plan(graph)
     blocker = sdpa_blocker(q.dtype, plan.kind, made_in(plan.terminal) if plan.terminal is not None else None)
-    facts = choices.AttentionFacts(v.dtype, d, v.shape[-1], blocker, elementwise_producers(q, k, v))
+    facts = choices.AttentionFacts(v.dtype, d, v.shape[-1], blocker, elementwise_producers(q, k, v),
+                                   scores.vars[-1].size if plan.terminal is not None else None)
     choice = _choice(forced, facts, graph.target)
     if choice.side == choices.LIBRARY:
         raise NotAttention(str(choice))
