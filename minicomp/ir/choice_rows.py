@@ -79,9 +79,6 @@ T, L, S = TEMPLATE, LIBRARY, SDPA_CALL
 GEMM_RUNS = ("experiments.md, 'The GEMM rule: long K on few tiles, TF32' (python benchmarks/choices.py --only "
              "gemm,plain_gemm, H200, 2026-11-28; the first of two runs, each beside another benchmark)")
 SUSPECT = "re-measure: both sides several times their neighbours' at equal work"
-HOST_BOUND_TEMPLATE = ("one call alone, the template's one launch beats two cuBLAS calls and a softmax by wall time; "
-                       "by GPU time cuBLAS wins (the notes), and in the whole model cuBLAS + softmax was measured "
-                       "(faster than SDPA), the template not yet")
 SDPA_EAGER = ("sdpa: eager's F.scaled_dot_product_attention on the same q, k, v (the call the SDPA side makes; "
               "the side itself to be measured: python benchmarks/choices.py --only attention)")
 
@@ -189,13 +186,14 @@ ATTENTION_ROWS = (  # b8 h12 t512 d64: GPT-2's and BERT's heads at T=512
         "slower side whatever it fuses)"),
     Row("fp32-ieee", att(1, 12, 197, 64, False), 1.4262, 0.1366, S, CHOICES_MD, "ViT-B/16 at batch 1: host-bound",
         sdpa_ms=0.1005),
-    Row("fp32-ieee", att(1, 4, 196, 16, False, mask="head-bias"), 0.0472, 0.0656, L, CHOICES_MD,
+    Row("fp32-ieee", att(1, 4, 196, 16, False, mask="head-bias"), 0.0472, 0.0656, T, CHOICES_MD,
         "LeViT-128S at batch 1, first stage: an additive bias per head over 196 keys (SDPA_MASK_ALIGNMENT); GPU ms "
-        "0.0423 / 0.0128 / 0.0324", sdpa_ms=0.0837, open=HOST_BOUND_TEMPLATE),
-    Row("fp32-ieee", att(1, 8, 49, 16, False, mask="head-bias"), 0.0088, 0.0665, L, CHOICES_MD,
-        "LeViT's second stage; GPU ms 0.0040 / 0.0118 / 0.0133", sdpa_ms=0.0946, open=HOST_BOUND_TEMPLATE),
-    Row("fp32-ieee", att(32, 4, 196, 16, False, mask="head-bias"), 0.0920, 0.1587, L, CHOICES_MD,
-        "LeViT at batch 32; GPU ms 0.0869 / 0.0482 / 0.0878", sdpa_ms=0.2236, open=HOST_BOUND_TEMPLATE),
+        "(template / cuBLAS / SDPA) 0.0423 / 0.0128 / 0.0324", sdpa_ms=0.0837),
+    Row("fp32-ieee", att(1, 8, 49, 16, False, mask="head-bias"), 0.0088, 0.0665, T, CHOICES_MD,
+        "LeViT's second stage; GPU ms 0.0040 / 0.0118 / 0.0133", sdpa_ms=0.0946),
+    Row("fp32-ieee", att(32, 4, 196, 16, False, mask="head-bias"), 0.0920, 0.1587, T, CHOICES_MD,
+        "LeViT at batch 32; GPU ms 0.0869 / 0.0482 / 0.0878 (by GPU time cuBLAS's; whole LeViT at B32 ran faster "
+        "with the template: FP32_TEMPLATE_MAX_HEAD_DIM)", sdpa_ms=0.2236),
     Row("tf32", att(8, 12, 512, 64, True), None, None, S, "",
         "choices.md's tf32 run (6.84 / 0.260 / 0.162 ms) had TF32 off (torch ties its two matmul flags): its "
         "cuBLAS products were IEEE; with TF32 they may beat SDPA (whose fp32 kernel does not change): re-measure"),

@@ -244,8 +244,17 @@ SDPA_MASK_ALIGNMENT = 16
 """PyTorch's memory-efficient SDPA kernel (the one fp32 runs) takes a mask whose rows are a multiple of 16
 elements; any other it pads every call (a pad, fill and copy: LeViT's 196- and 49-key head biases in its
 profile). With that copy SDPA was the slowest side in every such row (ATTENTION_ROWS' head-bias rows), and
-the whole of LeViT fp32 ran 1.16x Inductor's time at batch 1 against 0.93x with cuBLAS products around
-the fused softmax (0.85x against 0.77x at batch 32; experiments.md, 'Host-bound attention ...')."""
+whole LeViT fp32 ran 1.16x Inductor's time at batch 1 against 0.93x with cuBLAS products around the fused
+softmax (0.85x against 0.77x at batch 32), 0.72x with the flash template (FP32_TEMPLATE_MAX_HEAD_DIM)."""
+
+
+FP32_TEMPLATE_MAX_HEAD_DIM = 16
+"""fp32 attention that one SDPA call does not take runs the flash template up to this head dim: its IEEE
+products over 16 dims are short, and its one launch beat cuBLAS + softmax in LeViT's rows (ATTENTION_ROWS'
+head-bias rows by wall time, though not by GPU time at batch 32; whole models: LeViT fp32 0.72x / 0.63x
+Inductor's time at batch 1 / 32 against 0.92x / 0.90x, timm's LeViT-128S 0.63x / 0.63x against 0.75x /
+0.81x: experiments.md, 'Host-bound attention ...'). Wider heads keep cuBLAS (ViT's 64 dims at batch 1:
+the template 1.43 ms a call against 0.14)."""
 
 
 def _not_sdpa(a: AttentionFacts) -> str | None:
@@ -271,6 +280,9 @@ def _attention(a: AttentionFacts, target: Target) -> tuple[str, str]:
     if not_sdpa is None:  # every measured row (ATTENTION_ROWS): fp32 IEEE, TF32, fp16, bf16
         return SDPA_CALL, ("one call of PyTorch's SDPA (memory-efficient kernel for fp32, flash or cuDNN for "
                            "fp16/bf16), measured faster than the flash template and than cuBLAS + softmax")
+    if a.dtype == torch.float32 and max(a.head_dim, a.value_dim) <= FP32_TEMPLATE_MAX_HEAD_DIM:
+        return TEMPLATE, (f"fp32 heads of {a.head_dim} dims: the flash kernel's short IEEE products in one launch beat "
+                          f"cuBLAS + softmax (not SDPA: {not_sdpa})")
     if a.dtype == torch.float32:
         # the flash kernel's fp32 products run with input_precision="ieee", off the tensor cores
         return LIBRARY, ("fp32 operands on a GPU: cuBLAS products around a fused softmax run on tensor cores "
