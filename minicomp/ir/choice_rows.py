@@ -191,6 +191,8 @@ ATTENTION_ROWS = (  # b8 h12 t512 d64: GPT-2's and BERT's heads at T=512
         "(template / cuBLAS / SDPA) 0.0423 / 0.0128 / 0.0324", sdpa_ms=0.0837),
     Row("fp32-ieee", att(1, 8, 49, 16, False, mask="head-bias"), 0.0088, 0.0665, T, CHOICES_MD,
         "LeViT's second stage; GPU ms 0.0040 / 0.0118 / 0.0133", sdpa_ms=0.0946),
+    Row("fp32-ieee", att(1, 12, 196, 64, False, mask="head-bias"), None, None, L, "",
+        "a biased head of 64 dims: past FP32_TEMPLATE_MAX_HEAD_DIM, SDPA would pad the mask"),
     Row("fp32-ieee", att(32, 4, 196, 16, False, mask="head-bias"), 0.0920, 0.1587, T, CHOICES_MD,
         "LeViT at batch 32; GPU ms 0.0869 / 0.0482 / 0.0878 (by GPU time cuBLAS's; whole LeViT at B32 ran faster "
         "with the template: FP32_TEMPLATE_MAX_HEAD_DIM)", sdpa_ms=0.2236),
