@@ -43,7 +43,10 @@ CAUSES: dict[str, str] = {
     "levit fp32 B1": HOST_B1.format("0.84", "0.70") + (
         f"; timed alone in one process (median of 50 synchronized calls) minicomp's call is the faster: 4.24 ms "
         f"against Inductor's 4.53 and eager's 11.76, with ~59 cuBLAS fp32 GEMMs a call at ~23 us of host time each "
-        f"in both ({POOLS})"),
+        f"in both ({POOLS}); its 14 attentions went to SDPA, 10 padding their mask every call: the attention "
+        f"rule now runs them in the flash template (whole model 0.72x Inductor in a probe; experiments.md, "
+        f"'The bias rule, rows through products (ViT's MHA), and host-bound fp32 attention (LeViT)'), this row "
+        f"not re-run since"),
     "timm:visformer_tiny fp32 B1": HOST_B1.format("0.73", "0.70"),
     "timm:maxvit_nano_rw_256 fp32 B1": HOST_B1.format("1.16", "1.12"),
     "gpt_neox bf16 B8": (
