@@ -117,7 +117,7 @@ class Affine:
         assert d > 0, d
         if d == 1:
             return self
-        quotient, rest = self._split(d)
+        quotient, rest = self.split(d)
         lo, hi = rest.bounds()
         if lo // d == hi // d:
             return quotient + lo // d
@@ -135,7 +135,7 @@ class Affine:
         assert d > 0, d
         if d == 1:
             return Affine.of(0)
-        _, rest = self._split(d)
+        _, rest = self.split(d)
         lo, hi = rest.bounds()
         if 0 <= lo and hi < d:
             return rest
@@ -151,7 +151,7 @@ class Affine:
                 return atom.arg % d
         return Affine.of(Mod(rest, d))
 
-    def _split(self, d: int) -> tuple["Affine", "Affine"]:
+    def split(self, d: int) -> tuple["Affine", "Affine"]:
         """self == quotient * d + rest, where rest keeps the terms not divisible by d."""
         q, r = {}, {}
         for atom, coeff in self.terms:

@@ -232,7 +232,7 @@ def _rows_as_stored(graph: Graph, ext: Node) -> bool:
             or tuple(buffer_strides(base, {})) != contiguous_strides(base.shape):
         return False  # (a 4-D buffer may be stored channels-last: layout_plan)
     i0, i1 = index_vars(a.shape)
-    rows, rest = linear_index(a.attrs["index"], contiguous_strides(base.shape))._split(k)
+    rows, rest = linear_index(a.attrs["index"], contiguous_strides(base.shape)).split(k)
     if rest != Affine.of(i1) or i1 in rows.vars():
         return False
     # the row map evaluated over the rows: is it a permutation of them?

@@ -40,14 +40,17 @@ def copy_unstrided_views(graph: Graph) -> None:
                 graph.replace_all_uses_in(user, node, _transposed(graph, copy, user))
                 continue
         partner = user.op == "extern" and next((v for u, v in uses if u.op == "extern" and transposes(v, node)), None)
-        swapped = None if partner or not _product(user) or in_row_order(node) else _swapped(graph, node, user)
+        swapped = None if partner or not _product(user) or in_row_order(node) else _swapped_index(node)
         if partner and in_row_order(partner) and not in_row_order(node):  # copy the partner's order
             source = graph.add("view", list(partner.inputs), partner.type, partner.origin, before=user,
                                **dict(partner.attrs))
             copy = _copy(graph, source, user)
             graph.replace_all_uses_in(user, node, _transposed(graph, copy, user))
-        elif swapped is not None and in_row_order(swapped):  # cuBLAS reads the copy transposed
-            source, copy = swapped, _copy(graph, swapped, user)
+        elif swapped is not None:  # copied in its rows' order: cuBLAS reads the copy transposed
+            shape, index = swapped
+            source = graph.add("view", list(node.inputs), node.type.with_(shape=shape), node.origin, before=user,
+                               **(dict(node.attrs) | {"index": index}))
+            copy = _copy(graph, source, user)
             graph.replace_all_uses_in(user, node, _transposed(graph, copy, user))
         else:
             source, copy = node, _copy(graph, node, user)
@@ -105,13 +108,13 @@ def _product(user: Node) -> bool:
     return user.op == "extern" and str(user.attrs.get("target")) in PRODUCTS
 
 
-def _swapped(graph: Graph, view: Node, before: Node) -> Node | None:
-    """A view of ``view``'s base that is ``view`` with its last two dims swapped (None: padded)."""
+def _swapped_index(view: Node) -> tuple[tuple[int, ...], tuple] | None:
+    """The shape and index map of ``view`` with its last two dims swapped, where that view walks its base's
+    last dim along its own (a copy in its order reads rows along); None otherwise or when padded."""
     if view.attrs["mask"] or len(view.shape) < 2:
         return None
     *_, row, col = index_vars(view.shape)
     shape = (*view.shape[:-2], view.shape[-1], view.shape[-2])
     *_, row2, col2 = index_vars(shape)
     index = tuple(Affine.of(e).subs({row: Affine.of(col2), col: Affine.of(row2)}) for e in view.attrs["index"])
-    return graph.add("view", list(view.inputs), view.type.with_(shape=shape), view.origin, before=before,
-                     **(dict(view.attrs) | {"index": index}))
+    return (shape, index) if col2 in index[-1].vars() else None
