@@ -137,12 +137,13 @@ def test_a_row_permuted_operand_is_read_as_stored_and_the_result_put_back_by_a_v
     assert any(ROWS_AS_STORED in d for d in report.decisions), report.decisions
 
 
-@pytest.mark.parametrize("case", ["returned", "a slice of the rows", "not a permutation of whole rows"])
+@pytest.mark.parametrize("case", ["returned", "a slice of the rows", "not a permutation of whole rows", "empty"])
 def test_operands_that_are_not_a_row_permutation_read_by_kernels_keep_their_copy(case):
     """The product's result returned as it is (the view would need a copy of the result instead), a
-    strict subset of the rows, or columns mixed across rows: the operand is copied as before."""
-    x, w = rand(3, 5, 8), rand(12, 8)
+    strict subset of the rows, columns mixed across rows, or no rows at all: the operand is copied as before."""
+    x, w = rand(0 if case == "empty" else 3, 5, 8), rand(12, 8)
     fn = {"returned": lambda x, w: F.linear(x.transpose(0, 1).reshape(-1, 8), w),
+          "empty": _batch_first_projected,
           "a slice of the rows": lambda x, w: F.linear(x[:2].transpose(0, 1).reshape(-1, 8), w).relu(),
           "not a permutation of whole rows": lambda x, w: F.linear(x.transpose(1, 2).reshape(-1, 5)[:, :4].repeat(1, 2),
                                                                     w).relu()}[case]

@@ -84,3 +84,12 @@ def test_a_returned_view_of_a_view_gets_a_buffer():
     the slice is a view of a view, strided over no buffer; returned, it is copied (the program's
     result named the pad view as a buffer that nothing makes: the graph fell back whole)."""
     compile_and_compare(lambda x: F.pad(x * 2, (0, 4), value=1.5)[:, 4:], torch.randn(3, 4), fallbacks=0)
+
+
+@pytest.mark.parametrize("b, t", [(0, 5), (3, 0), (1, 1)])
+def test_a_batched_transposed_operand_of_empty_or_size_one_dims_matches_eager(b, t, monkeypatch):
+    """Zero-size and size-1 batches and keys (an empty copy has no strided transpose to hand cuBLAS: the
+    plain copy stays)."""
+    monkeypatch.setenv("MINICOMP_GEMM", "cublas")
+    fn = lambda q, qkv: q @ _keys_of_fused_qkv(qkv)  # noqa: E731
+    compile_and_compare(fn, torch.randn(b * 2, t, 8), torch.randn(b, t, 48), fallbacks=None)

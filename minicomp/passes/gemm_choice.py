@@ -228,7 +228,7 @@ def _rows_as_stored(graph: Graph, ext: Node) -> bool:
     if len(ext.shape) != 2 or a.op != "view" or a.attrs["mask"] or view_as_strided(a, {}) is not None:
         return False
     base, (m, k) = a.inputs[0], a.shape
-    if base.op == "view" or base.type.numel != m * k or (len(base.shape) == 4 and base.op != "input") \
+    if base.op == "view" or base.type.numel != m * k or not m * k or (len(base.shape) == 4 and base.op != "input") \
             or tuple(buffer_strides(base, {})) != contiguous_strides(base.shape):
         return False  # (a 4-D buffer may be stored channels-last: layout_plan)
     i0, i1 = index_vars(a.shape)

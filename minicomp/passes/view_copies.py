@@ -110,8 +110,8 @@ def _product(user: Node) -> bool:
 
 def _swapped_index(view: Node) -> tuple[tuple[int, ...], tuple] | None:
     """The shape and index map of ``view`` with its last two dims swapped, where that view walks its base's
-    last dim along its own (a copy in its order reads rows along); None otherwise or when padded."""
-    if view.attrs["mask"] or len(view.shape) < 2:
+    last dim along its own (a copy in its order reads rows along); None otherwise, when padded or empty."""
+    if view.attrs["mask"] or len(view.shape) < 2 or not view.type.numel:
         return None
     *_, row, col = index_vars(view.shape)
     shape = (*view.shape[:-2], view.shape[-1], view.shape[-2])
