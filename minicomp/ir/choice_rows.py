@@ -156,6 +156,8 @@ BIAS_ROWS = (  # mm(m, n, k): F.linear(x [m, k], w [n, k], b [n]). The template 
     Row("fp32-ieee", mm(12608, 768, 768), 0.4014, 0.3830, L, CHOICES_MD,
         "ViT-B/16 B64's attention output projection (197 tokens)"),
     Row("fp32-ieee", mm(12608, 768, 3072), 1.4940, 1.4412, T, CHOICES_MD, "K > N, where addmm ties mm only at many rows"),
+    Row("fp32-ieee", mm(50176, 64, 64), None, None, T, "", "a 1x1 convolution's product over NHWC pixels: narrower "
+        "than ADDMM_IEEE_MIN_K, not measured"),
     Row("tf32", mm(512, 768, 768), 0.0329, 0.0319, L, CHOICES_MD),
     Row("tf32", mm(4096, 768, 3072), 0.0764, 0.0678, L, CHOICES_MD),
     Row("bf16", mm(512, 768, 768), 0.0947, 0.0919, L, CHOICES_MD, "(few tiles: the gemm rule sends it to cuBLAS)"),

@@ -216,9 +216,11 @@ def _plain_gemm(p: Product, target: Target) -> tuple[str, str]:
 
 ADDMM_IEEE_MIN_ROWS = 2048
 ADDMM_IEEE_MIN_COLS = 3072
+ADDMM_IEEE_MIN_K = 768
 """In fp32 IEEE ``addmm`` took mm's time (within 2 %) from 2048 rows, or from 3072 columns, when K <= N
 (BIAS_ROWS); below both, cuBLASLt's bias-epilogue kernel ran 1.08-1.31x mm's time (512x768x768: 35.5 vs
-27.2 us), and with K > N 1.2-1.9x up to 4096 rows."""
+27.2 us), and with K > N 1.2-1.9x up to 4096 rows. Layers narrower than K = 768 were not measured (a
+convolution's 64 channels as a product): they keep the kernel side, what every fp32 IEEE bias had before."""
 
 
 def _bias(p: Product, target: Target) -> tuple[str, str]:
@@ -226,6 +228,9 @@ def _bias(p: Product, target: Target) -> tuple[str, str]:
         if p.k > p.n:
             return TEMPLATE, (f"fp32 IEEE with K = {p.k} > N = {p.n}: cuBLASLt's bias epilogue runs a slower kernel "
                               f"than mm (1.2-1.9x); the bias joins a kernel")
+        if p.k < ADDMM_IEEE_MIN_K:
+            return TEMPLATE, (f"fp32 IEEE with K = {p.k}: addmm's bias epilogue not measured under K = "
+                              f"{ADDMM_IEEE_MIN_K}; the bias joins a kernel")
         if p.m < ADDMM_IEEE_MIN_ROWS and p.n < ADDMM_IEEE_MIN_COLS:
             return TEMPLATE, (f"fp32 IEEE {p.m}x{p.n}: cuBLASLt's bias epilogue runs a slower kernel than mm "
                               f"(1.1-1.3x) under {ADDMM_IEEE_MIN_ROWS} rows and {ADDMM_IEEE_MIN_COLS} columns")
