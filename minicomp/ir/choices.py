@@ -246,9 +246,8 @@ its math path (two products and a softmax of its own), not measured against mini
 
 
 SDPA_MASK_ALIGNMENT = 16
-"""PyTorch's memory-efficient SDPA kernel (the one fp32 runs) takes a mask whose rows are a multiple of 16
-elements; any other it pads every call (a pad, fill and copy: LeViT's 196- and 49-key head biases in its
-profile). With that copy SDPA was the slowest side in every such row (ATTENTION_ROWS' head-bias rows), and
+"""PyTorch's memory-efficient SDPA kernel (the one fp32 runs) pads a mask whose rows are not a multiple of 16
+elements, every call (a pad, fill and copy in LeViT's host profile, its head biases over 196 and 49 keys). With that copy SDPA was the slowest side in every such row (ATTENTION_ROWS' head-bias rows), and
 whole LeViT fp32 ran 1.16x Inductor's time at batch 1 against 0.93x with cuBLAS products around the fused
 softmax (0.85x against 0.77x at batch 32), 0.72x with the flash template (FP32_TEMPLATE_MAX_HEAD_DIM)."""
 
@@ -258,8 +257,9 @@ FP32_TEMPLATE_MAX_HEAD_DIM = 16
 products over 16 dims are short, and its one launch beat cuBLAS + softmax in LeViT's rows (ATTENTION_ROWS'
 head-bias rows by wall time, though not by GPU time at batch 32; whole models: LeViT fp32 0.72x / 0.63x
 Inductor's time at batch 1 / 32 against 0.92x / 0.90x, timm's LeViT-128S 0.63x / 0.63x against 0.75x /
-0.81x: experiments.md, 'Host-bound attention ...'). Wider heads keep cuBLAS (ViT's 64 dims at batch 1:
-the template 1.43 ms a call against 0.14)."""
+0.81x: experiments.md, 'The bias rule, rows through products (ViT's MHA), and host-bound fp32 attention
+(LeViT)'). Wider heads keep cuBLAS (ViT's 64 dims at batch 1: the template 1.43 ms a call against 0.14).
+Measured in IEEE fp32 only (TF32's tensor cores would speed cuBLAS's side, not these short products much)."""
 
 
 def _not_sdpa(a: AttentionFacts) -> str | None:
