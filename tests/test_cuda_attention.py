@@ -123,3 +123,15 @@ def test_batch_first_multihead_attention_on_cuda(dtype):
         assert any("rows in the order they are stored" in d for d in report.decisions), report.decisions
         assert sum("permute" in k.name for k in report.kernels) == 1, report.summary()
     compare_gradients(lambda x: mha(x, x, x), x, **tol)
+
+
+def test_fp32_attention_with_an_unaligned_head_bias_is_one_flash_kernel():
+    """LeViT's attention in fp32 (heads of 16 dims, a learned bias per head over 196 keys, which PyTorch's
+    fp32 SDPA kernel would pad every call): the rule runs minicomp's flash kernel (choices.ATTENTION's
+    FP32_TEMPLATE_MAX_HEAD_DIM), results as eager's."""
+    def levit_attention(q, k, v, bias):
+        return torch.softmax(q @ k.transpose(-2, -1) * 0.25 + bias, dim=-1) @ v
+    q, k, v, bias = _dev((2, 4, 196, 16), (2, 4, 196, 16), (2, 4, 196, 16), (1, 4, 196, 196))
+    report = compile_and_compare(levit_attention, q, k, v, bias)
+    assert [kn.template for kn in report.kernels].count("attention") == 1, report.summary()
+    assert any("[rule attention: template]" in d for d in report.decisions), report.decisions
