@@ -111,7 +111,6 @@ def test_what_it_does_not_cover_still_runs():
         compile_and_compare(lambda x: F.interpolate(x[0], scale_factor=2, mode="linear"), x, fallbacks=None)
 
 
-
 AUTOCAST_CHECK = """
 import torch, torch.nn.functional as F
 import minicomp

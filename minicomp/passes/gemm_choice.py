@@ -61,10 +61,11 @@ def gemm_backend(graph: Graph) -> Graph:
     decisions = graph.decisions
     permuted = False
     for node in [n for n in graph.nodes if n.op == "matmul"]:
+        facts = None  # what the GEMM and the bias rules read: computed once, if either rule asks
         if node.id in fixed:
             choice, reason = fixed[node.id], "measured (max-autotune)"
         else:
-            rule = choices.GEMM.forced() or choices.GEMM(product(node, graph.target), graph.target)
+            rule = choices.GEMM.forced() or choices.GEMM(facts := product(node, graph.target), graph.target)
             choice, reason = ("triton" if rule.template else ATEN), str(rule)
         if choice == ATEN and len(node.shape) not in (2, 3):
             choice, reason = "triton", "batched over several dims: aten.bmm would need a copy"
@@ -75,10 +76,11 @@ def gemm_backend(graph: Graph) -> Graph:
         decisions.append(f"gemm {node.name} {list(node.shape)}: cuBLAS via aten ({reason})")
         bias = _bias_add(node)
         if bias is not None:
-            rule = choices.BIAS.forced() or choices.BIAS(product(node, graph.target), graph.target)
-            side = "in a minicomp kernel" if rule.template else "in cuBLAS's epilogue (aten.addmm)"
-            decisions.append(f"bias of {node.name} {list(node.shape)}: {side} ({rule})")
-            bias = None if rule.template else bias
+            where = choices.BIAS.forced() or choices.BIAS(facts or product(node, graph.target), graph.target)
+            side = "in a minicomp kernel" if where.template else "in cuBLAS's epilogue (aten.addmm)"
+            decisions.append(f"bias of {node.name} {list(node.shape)}: {side} ({where})")
+            if where.template:
+                bias = None
         ext = _to_addmm(graph, node, *bias) if bias is not None else _to_extern(graph, node)
         if _rows_as_stored(graph, ext):
             decisions.append(f"gemm {node.name}: reads its left operand's rows in the order they are stored "
