@@ -1,0 +1,84 @@
+"""A grouped convolution inside a channels-last region: cuDNN handed NHWC data, against cuDNN run NCHW with
+its input and result copied (what ``layout_plan.keeps_nchw`` does), per precision setting and shape (GPU only).
+
+    python benchmarks/grouped_layout.py
+
+What the rule ``layout_plan.keeps_nchw`` is to follow: a grouped convolution (more than one input channel a
+group) that cuDNN runs, among buffers stored channels-last, keeps NCHW only where the two copies and the
+NCHW call together beat the NHWC call. The shapes are the grouped 3x3 convolutions of the corpus's models
+(RegNetY-016: 24 channels a group; SE-ResNeXt-26d and DPN-68: 32 groups of 4-32; NFNet-L0: groups of 64;
+ResNeSt-14d: 2 groups), at batch 1 and 32, stride 1. Each time is ``do_bench``'s median (L2 flushed), in µs;
+NCHW alone is eager's side for an NCHW model.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+
+import torch
+import triton
+from triton.testing import do_bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import RESULTS, write_record  # noqa: E402
+
+SETTINGS = {"fp32-ieee": (torch.float32, False), "tf32": (torch.float32, True),
+            "bf16": (torch.bfloat16, False), "fp16": (torch.float16, False)}
+SHAPES = (  # (channels, height = width, groups), 3x3
+    (48, 56, 2), (120, 28, 5), (336, 14, 14), (888, 7, 37),        # RegNetY-016, 24 a group
+    (128, 56, 32), (256, 28, 32), (512, 14, 32), (1024, 7, 32),    # SE-ResNeXt-26d 32x4d, DPN-68
+    (128, 28, 2), (384, 14, 6), (384, 7, 6), (768, 14, 12),        # NFNet-L0, 64 a group
+    (128, 56, 2), (512, 14, 4))                                     # ResNeSt-14d's radix; 128 a group
+BATCHES = (1, 32)
+
+
+def measure(setting: str, n: int, c: int, hw: int, groups: int) -> dict:
+    dtype, tf32 = SETTINGS[setting]
+    torch.backends.cudnn.allow_tf32 = tf32
+    x = torch.randn(n, c, hw, hw, device="cuda", dtype=dtype)
+    w = torch.randn(c, c // groups, 3, 3, device="cuda", dtype=dtype)
+    cl = torch.channels_last
+    x_cl, w_cl = x.contiguous(memory_format=cl), w.contiguous(memory_format=cl)
+
+    def conv(a, b):
+        return torch.nn.functional.conv2d(a, b, padding=1, groups=groups)
+    sides = (("nhwc_us", lambda: conv(x_cl, w_cl)), ("nchw_us", lambda: conv(x, w)),
+             ("nchw_copied_us", lambda: conv(x_cl.contiguous(), w).contiguous(memory_format=cl)))
+    us = {name: 1e3 * do_bench(fn, warmup=20, rep=100, return_mode="median") for name, fn in sides}
+    return dict(setting=setting, n=n, c=c, hw=hw, groups=groups, width=c // groups, **us)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=str(RESULTS), help="folder for grouped_layout.{json,md}")
+    args = p.parse_args(argv)
+    tf32 = torch.backends.cudnn.allow_tf32
+    try:
+        rows = [measure(s, n, c, hw, g) for s in SETTINGS for n in BATCHES for c, hw, g in SHAPES]
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
+    doc = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+               cudnn=torch.backends.cudnn.version(), date=datetime.date.today().isoformat(),
+               command="python benchmarks/grouped_layout.py", rows=rows)
+    lines = [f"# Grouped convolutions in a channels-last region: NHWC vs NCHW with copies, {doc['gpu']}, "
+             f"torch {doc['torch']}, cuDNN {doc['cudnn']}, {doc['date']}", "",
+             "`" + doc["command"] + "`; µs, do_bench median. 3x3, stride 1, padding 1; NCHW + copies: the input "
+             "copied to NCHW, the result back to channels-last.", "",
+             "| setting | N | C | H=W | groups | channels a group | NHWC | NCHW | NCHW + copies | (NCHW + copies) ÷ NHWC |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['setting']} | {r['n']} | {r['c']} | {r['hw']} | {r['groups']} | {r['width']} | "
+                     f"{r['nhwc_us']:.1f} | {r['nchw_us']:.1f} | {r['nchw_copied_us']:.1f} | "
+                     f"{r['nchw_copied_us'] / r['nhwc_us']:.2f} |")
+    for setting in SETTINGS:
+        faster = [r for r in rows if r["setting"] == setting and r["nchw_copied_us"] < r["nhwc_us"]]
+        lines.append(f"\n- {setting}: NCHW with copies faster in {len(faster)} of "
+                     f"{sum(r['setting'] == setting for r in rows)} rows"
+                     + (": " + ", ".join(f"N{r['n']} C{r['c']} g{r['groups']}" for r in faster) if faster else ""))
+    write_record(Path(args.out), "grouped_layout", doc, "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
