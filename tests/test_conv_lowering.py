@@ -115,6 +115,32 @@ def test_depthwise_bn_relu_is_one_window_kernel(ir):
     assert report.kernels[0].template == "window", report.summary()
 
 
+def test_a_one_tap_depthwise_convolution_is_a_pointwise_kernel(ir):
+    """FastViT's 1x1 depthwise branch (a per-channel scale) with its batch norm, added to a 3x3 branch: a
+    sum over one tap is no reduction (scheduled as one, 96 one-warp programs at batch 1 on the H200); the
+    1x1 branch joins the 3x3 window kernel."""
+    class Branches(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.one = nn.Sequential(nn.Conv2d(8, 8, 1, groups=8, bias=False), nn.BatchNorm2d(8))
+            self.three = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False), nn.BatchNorm2d(8))
+
+        def forward(self, x):
+            return x + self.one(x) + self.three(x)
+    model = Branches().eval()
+    with torch.no_grad():
+        for bn in (model.one[1], model.three[1]):
+            bn.running_mean.uniform_(-1, 1)
+            bn.running_var.uniform_(0.5, 2)
+        report = compile_and_compare(model, rand(2, 8, 5, 6), kernels=1, fallbacks=0, atol=1e-4, rtol=1e-4)
+        assert report.kernels[0].template == "window", report.summary()
+        alone = compile_and_compare(model.one, rand(1, 8, 64, 64), kernels=1, fallbacks=0, atol=1e-4, rtol=1e-4)
+    assert alone.kernels[0].template == "pointwise", alone.summary()
+    assert "depthwise" in conv_decisions(alone)[0], conv_decisions(alone)
+    compare_gradients(lambda x, w: F.conv2d(x, w, groups=8).tanh(), rand(2, 8, 5, 6), rand(8, 1, 1, 1),
+                      atol=1e-4, rtol=1e-4)
+
+
 def test_a_grouped_convolution_too_narrow_for_tensor_cores_stays_extern_and_says_why(ir):
     def fn(x, w):
         return F.conv2d(x, w, groups=2).relu()

@@ -136,6 +136,44 @@ def test_algebraic_simplification():
     torch.testing.assert_close(run(g, [xs])[0], xs + xs.half().float())
 
 
+def test_a_copy_viewed_as_a_graph_result_stays_a_copy():
+    """``x.clone().view(-1)``: dropping the copy made the result a view of the input (mutating the
+    result changed ``x``); a copy read by a view that is a result is a result too."""
+    x = torch.randn(4, 1)
+    out = minicomp.compile(lambda x: x.clone().view(-1))(x)
+    out.add_(100)
+    assert (x < 50).all()
+    assert "drop-identity" not in " ".join(minicomp.report().decisions)
+
+
+@pytest.mark.parametrize("fn, x", [
+    (lambda x: x.mean((2, 3)) * 2, torch.randn(4, 8, 1, 1)),  # a global pool of a 1x1 map
+    (lambda x: x.sum(1, keepdim=True) + 1, torch.randn(3, 1, 5)),
+    (lambda x: x.amax(-1) - x.amin(-1), torch.randn(6, 1)),
+    (lambda x: x.prod(1), torch.randn(4, 1)),
+    (lambda x: x.sum(1), torch.randn(4, 1, 3).bfloat16()),  # summed in fp32, cast back
+    (lambda x: x.sum(1), torch.randint(-5, 5, (4, 1, 3), dtype=torch.int32)),  # int64, as eager
+    (lambda x: x.sum(1), torch.rand(4, 1, 3) > 0.5),
+    (lambda x: torch.softmax(x, -1), torch.randn(4, 1)),
+    (lambda x: x.sum(1), torch.tensor([[float("nan")], [float("inf")], [-0.0]])),  # eager's sum of -0.0 is 0.0
+    (lambda x: x.amax(1), torch.tensor([[float("nan")], [-0.0]])),
+], ids=["mean-1x1", "sum-keepdim", "amax-amin", "prod", "sum-bf16", "sum-int32", "sum-bool", "softmax-of-1",
+        "sum-nan-inf-negzero", "amax-nan-negzero"])
+def test_a_reduction_of_one_element_is_that_element(fn, x):
+    """``single-element-reduce``: no reduction kernel (one warp per 2048 such "rows" on the GPU); the
+    values, dtype and signed zeros are eager's, and the result never aliases the input."""
+    expected = fn(x)
+    out = minicomp.compile(fn)(x)
+    report = minicomp.report()
+    assert "single-element-reduce" in " ".join(report.decisions), report.decisions
+    assert not any(k.template == "reduction" for k in report.kernels), report.summary()
+    assert out.dtype == expected.dtype and out.shape == expected.shape
+    assert torch.equal(out.isnan(), expected.isnan())
+    kept = ~expected.isnan()
+    assert torch.equal(out[kept], expected[kept]) and torch.equal(out[kept].float().signbit(), expected[kept].float().signbit())
+    assert out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
 def test_view_folding_composes_two_views_into_one():
     g, x = graph_with_input((4, 8))
     i0, i1 = index_vars((2, 4))

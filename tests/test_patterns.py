@@ -199,6 +199,7 @@ RULE_CASES = {
     "fold-view": (lambda x: x * torch.full((6,), 3.0).expand(4, 6), (4, 6), "fold-view x1"),
     "drop-identity": (lambda x: x.clone() * 2, (4, 6), "drop-identity x1"),
     "cast-round-trip": (lambda x: x.double().float() * 2 + x.half().float(), (4, 6), "cast-round-trip x1"),
+    "single-element-reduce": (lambda x: x.sum(1, keepdim=True) * x, (4, 1, 6), "single-element-reduce x1"),
     "online-softmax": (lambda x: torch.softmax(x, -1), (3, 300), "online softmax in 5 chunks"),
 }
 

@@ -26,7 +26,7 @@ PIPELINE: list[Pass] = [
     Pass("dce", dce, "drop nodes nothing uses"),
     Pass("cse", cse, "merge nodes that compute the same thing"),
     Pass("constant_folding", constant_folding, "evaluate ops on constant fills"),
-    Pass("algebraic_simplification", algebraic_simplification, "drop copies and round-trip casts"),
+    Pass("algebraic_simplification", algebraic_simplification, "drop copies, round-trip casts and one-element reductions"),
     Pass("concat_chains", concat_chains, "a cat that extends an earlier cat's inputs reads that cat"),
     Pass("view_folding", view_folding, "compose view chains into one index map"),
     Pass("index_checks", index_checks, "drop index checks proved to hold (arange, clamp, ...), and wraps of "

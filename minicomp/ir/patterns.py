@@ -134,8 +134,17 @@ class Match(dict):
         return list(self._users.of.get(node, ()))
 
     def is_result(self, node: Node) -> bool:
-        """Whether ``node`` is a graph result (the output node reads it)."""
-        return any(u.op == "output" for u in self._users.of.get(node, ()))
+        """Whether ``node`` is a graph result, itself or through views (the output node reads it or a view
+        of it): replaced by another node's value, the result would alias that node's buffer."""
+        todo, seen = [node], {node}
+        while todo:
+            for u in self._users.of.get(todo.pop(), ()):
+                if u.op == "output":
+                    return True
+                if u.op == "view" and u not in seen:
+                    seen.add(u)
+                    todo.append(u)
+        return False
 
 
 Rewrite = Callable[[Match, Graph], Union[Node, dict, None]]

@@ -333,7 +333,10 @@ def _depthwise(graph: Graph, conv: Conv) -> Node:
     f32 = torch.float32
     xs, ws = _cast(add, xs, f32), _cast(add, ws, f32)
     prod = add("pointwise", [xs, ws], xs.type, fn="mul", args=(xs, ws), params={})
-    total = add("reduce", [prod], prod.type.with_(shape=(n, cout, oh, ow, 1, 1)), fn="sum", axes=(4, 5))
+    # one tap (a 1x1 kernel: a per-channel scale) sums nothing: the product is the result, so its kernel is
+    # pointwise (a reduction's schedule gave FastViT's 1x1 branches 96 one-warp programs at batch 1)
+    total = prod if kh * kw == 1 else \
+        add("reduce", [prod], prod.type.with_(shape=(n, cout, oh, ow, 1, 1)), fn="sum", axes=(4, 5))
     o = index_vars(node.shape)
     out = add("view", [total], total.type.with_(shape=node.shape),
               index=(*(Affine.of(v) for v in o), Affine.of(0), Affine.of(0)), mask=(), fill=None, kind="reshape")

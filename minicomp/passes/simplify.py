@@ -118,12 +118,33 @@ def _drop_cast_round_trip(m: Match, graph: Graph) -> Node | None:
     return src
 
 
+def _single_element(node: Node) -> bool:
+    """A reduction over axes of size 1 (its result has its input's shape): one element per output."""
+    return bool(node.attrs["axes"]) and tuple(node.shape) == tuple(node.inputs[0].shape)
+
+
+def _drop_single_element_reduce(m: Match, graph: Graph) -> Node:
+    """The one element in the reduction's dtype (a sum of bf16 kept in fp32, of int32 in int64: exact),
+    a sum's plus 0 as eager's (its sum of -0.0 is 0.0); always a new node, so no result aliases ``x``."""
+    node, x = m["reduce"], m["x"]
+    fn, params = ("identity", {}) if x.dtype == node.dtype else ("cast", {"to": node.dtype})
+    out = graph.add("pointwise", [x], node.type, node.origin, before=node, fn=fn, args=(x,), params=params)
+    if node.attrs["fn"] != "sum" or not node.dtype.is_floating_point:
+        return out
+    return graph.add("pointwise", [out], node.type, node.origin, before=node, fn="add",
+                     args=(out, Scalar(0.0, node.dtype)), params={})
+
+
 ALGEBRAIC_RULES = [
     # identity(x) -> x
     Rule("drop-identity", Pat("pointwise", fn="identity", name="copy", inputs=(Pat(name="x"),)), _drop_identity),
     # cast(cast(x, wider), x.dtype) -> x, when the wider type holds every value of x's exactly
     Rule("cast-round-trip", Pat("pointwise", fn="cast", name="outer", inputs=(
         Pat("pointwise", fn="cast", name="inner", inputs=(Pat(name="src"),)),)), _drop_cast_round_trip),
+    # sum/prod/max/min over axes of size 1 -> the element (x.mean((2, 3)) of a 1x1 map, a head of one):
+    # scheduled as a reduction, a kernel of such "rows" got one warp per 2048 outputs
+    Rule("single-element-reduce", Pat("reduce", fn=("sum", "prod", "max", "min"), name="reduce",
+                                      inputs=(Pat(name="x"),), where=_single_element), _drop_single_element_reduce),
 ]
 
 SIMPLIFY_RULES = CONSTANT_FOLDING_RULES + ALGEBRAIC_RULES
@@ -144,8 +165,9 @@ def constant_folding(graph: Graph) -> Graph:
 
 
 def algebraic_simplification(graph: Graph) -> Graph:
-    """``identity(x) -> x`` (unless it is a graph result: a copy must stay a copy) and
-    ``cast(cast(x, wider), x.dtype) -> x`` (``ALGEBRAIC_RULES``)."""
+    """``identity(x) -> x`` (unless it is a graph result: a copy must stay a copy),
+    ``cast(cast(x, wider), x.dtype) -> x`` and a reduction of one element -> that element
+    (``ALGEBRAIC_RULES``)."""
     return _apply(graph, ALGEBRAIC_RULES)
 
 
