@@ -56,8 +56,9 @@ CAUSES: dict[str, str] = {
         f"none in Inductor's profile ({NOISE})"),
     "timm:fastvit_t8 fp32 B1": (
         "faster than Inductor timed alone (2.95 against 5.89 ms), GPU time 0.639 against 0.454 ms: cuDNN's "
-        "grouped direct convolution and 7 of minicomp's depthwise-convolution kernels of 20-50 us each at batch 1 "
-        f"({NOISE})"),
+        "grouped direct convolution and 7 of minicomp's kernels of 20-50 us each at batch 1, its 1x1 depthwise "
+        "branches scheduled as reductions of one tap, one warp per 2048 outputs (now pointwise: rule "
+        f"single-element-reduce; this row not re-run since) ({NOISE})"),
     "timm:resnest14d fp32 B32": (
         f"none: timed alone 2.43 against Inductor's 3.43 ms, GPU time 2.495 against 2.457 ({NOISE})"),
     "timm:visformer_tiny fp32 B1": HOST_B1.format("0.73", "0.70"),
