@@ -31,7 +31,8 @@ from minicomp.passes.layout_plan import layout_plan
 from minicomp.passes.tune import tune
 from minicomp.passes.combos import combos
 from minicomp.passes.pipelines import row_pipelines, split_combines
-from minicomp.passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
+from minicomp.passes.simplify import (algebraic_simplification, constant_folding, cse, dce, one_element_reductions,
+                                      view_folding)
 from minicomp.passes.attention import attention
 from minicomp.passes.split_reductions import split_reductions
 from minicomp.passes.split_scans import split_scans
@@ -445,7 +446,7 @@ def test_schedule_load_offsets_match_eager_views(name, fn):
 
 def test_pipeline_is_a_list_of_named_documented_passes():
     names = ["dce", "cse", "constant_folding", "algebraic_simplification", "concat_chains", "view_folding", "index_checks",
-             "attention",
+             "attention", "one_element_reductions",
              "split_reductions", "split_scans", "conv_lowering", "gemm_backend", "fusion", "plain_gemms", "layout_plan",
              "schedule", "pipelines",
              "split_combines", "tune", "combos"]
@@ -455,7 +456,8 @@ def test_pipeline_is_a_list_of_named_documented_passes():
     assert len({p.name for p in PIPELINE}) == len(PIPELINE)
     assert all(p.doc.strip() and callable(p.run) for p in PIPELINE)
     assert [p.run for p in PIPELINE] == [dce, cse, constant_folding, algebraic_simplification, concat_chains, view_folding,
-                                         index_checks, attention, split_reductions, split_scans, conv_lowering,
+                                         index_checks, attention, one_element_reductions, split_reductions,
+                                         split_scans, conv_lowering,
                                          gemm_backend, fusion,
                                          plain_gemms, layout_plan, schedule, row_pipelines, split_combines, tune,
                                          combos]

@@ -19,19 +19,21 @@ from ..passes.schedule import schedule
 from ..passes.pipelines import row_pipelines, split_combines
 from ..passes.split_reductions import split_reductions
 from ..passes.split_scans import split_scans
-from ..passes.simplify import algebraic_simplification, constant_folding, cse, dce, view_folding
+from ..passes.simplify import (algebraic_simplification, constant_folding, cse, dce, one_element_reductions,
+                               view_folding)
 from ..passes.tune import tune
 
 PIPELINE: list[Pass] = [
     Pass("dce", dce, "drop nodes nothing uses"),
     Pass("cse", cse, "merge nodes that compute the same thing"),
     Pass("constant_folding", constant_folding, "evaluate ops on constant fills"),
-    Pass("algebraic_simplification", algebraic_simplification, "drop copies, round-trip casts and one-element reductions"),
+    Pass("algebraic_simplification", algebraic_simplification, "drop copies and round-trip casts"),
     Pass("concat_chains", concat_chains, "a cat that extends an earlier cat's inputs reads that cat"),
     Pass("view_folding", view_folding, "compose view chains into one index map"),
     Pass("index_checks", index_checks, "drop index checks proved to hold (arange, clamp, ...), and wraps of "
                                        "indices never negative"),
     Pass("attention", attention, "softmax(q @ kᵀ * scale + mask) @ v written out -> one attention node"),
+    Pass("one_element_reductions", one_element_reductions, "a sum, product, max or min of one element -> the element"),
     Pass("split_reductions", split_reductions, "online softmax for long rows; chunked reductions with few outputs"),
     Pass("split_scans", split_scans, "long scans over few rows: chunked scans offset by the chunks before"),
     Pass("conv_lowering", conv_lowering, "rewrite chosen convolutions into matmuls over im2col views / window sums"),

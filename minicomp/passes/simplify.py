@@ -103,17 +103,29 @@ _EXACT_WIDENING = {
 }
 
 
+def _may_take_value_of(m: Match, node: Node, other: Node) -> bool:
+    """Whether ``node`` may be replaced by ``other``: not where ``node`` is a graph result (or viewed by
+    one) and the user sees ``other``'s storage too (a view of an input or a fallback op's result, or a
+    result itself): eager returns a new tensor there (``x.clone().view(-1)`` must not alias ``x``)."""
+    if not m.is_result(node):
+        return True
+    base = other
+    while base.op == "view":
+        base = base.inputs[0]
+    return base.op not in ("input", "extern") and not m.is_result(base)
+
+
 def _drop_identity(m: Match, graph: Graph) -> Node | None:
     copy, x = m["copy"], m["x"]
-    if m.is_result(copy) or x.dtype != copy.dtype:
-        return None  # a graph result that is a copy must stay a copy
+    if x.dtype != copy.dtype or not _may_take_value_of(m, copy, x):
+        return None
     return x
 
 
 def _drop_cast_round_trip(m: Match, graph: Graph) -> Node | None:
     outer, inner, src = m["outer"], m["inner"], m["src"]
     exact = (src.dtype, inner.dtype) in _EXACT_WIDENING or src.dtype == torch.bool
-    if src.dtype != outer.dtype or not exact or m.is_result(outer):
+    if src.dtype != outer.dtype or not exact or not _may_take_value_of(m, outer, src):
         return None
     return src
 
@@ -123,16 +135,20 @@ def _single_element(node: Node) -> bool:
     return bool(node.attrs["axes"]) and tuple(node.shape) == tuple(node.inputs[0].shape)
 
 
-def _drop_single_element_reduce(m: Match, graph: Graph) -> Node:
-    """The one element in the reduction's dtype (a sum of bf16 kept in fp32, of int32 in int64: exact),
-    a sum's plus 0 as eager's (its sum of -0.0 is 0.0); always a new node, so no result aliases ``x``."""
+def _drop_single_element_reduce(m: Match, graph: Graph) -> Node | None:
+    """The one element in the reduction's dtype (a sum of bf16 kept in fp32, of int32 in int64: exact);
+    a float sum adds 0.0, as eager's (its sum of -0.0 is 0.0). A new node where ``x`` may not stand in."""
     node, x = m["reduce"], m["x"]
-    fn, params = ("identity", {}) if x.dtype == node.dtype else ("cast", {"to": node.dtype})
-    out = graph.add("pointwise", [x], node.type, node.origin, before=node, fn=fn, args=(x,), params=params)
-    if node.attrs["fn"] != "sum" or not node.dtype.is_floating_point:
-        return out
-    return graph.add("pointwise", [out], node.type, node.origin, before=node, fn="add",
-                     args=(out, Scalar(0.0, node.dtype)), params={})
+    float_sum = node.attrs["fn"] == "sum" and node.dtype.is_floating_point
+    if x.dtype == node.dtype and not float_sum and _may_take_value_of(m, node, x):
+        return x
+
+    def add(fn: str, args: tuple, **params) -> Node:
+        return graph.add("pointwise", [args[0]], node.type, node.origin, before=node, fn=fn, args=args, params=params)
+    value = x if x.dtype == node.dtype else add("cast", (x,), to=node.dtype)
+    if float_sum:
+        return add("add", (value, Scalar(0.0, node.dtype)))
+    return add("identity", (x,)) if value is x else value
 
 
 ALGEBRAIC_RULES = [
@@ -141,13 +157,17 @@ ALGEBRAIC_RULES = [
     # cast(cast(x, wider), x.dtype) -> x, when the wider type holds every value of x's exactly
     Rule("cast-round-trip", Pat("pointwise", fn="cast", name="outer", inputs=(
         Pat("pointwise", fn="cast", name="inner", inputs=(Pat(name="src"),)),)), _drop_cast_round_trip),
+]
+
+REDUCTION_RULES = [
     # sum/prod/max/min over axes of size 1 -> the element (x.mean((2, 3)) of a 1x1 map, a head of one):
-    # scheduled as a reduction, a kernel of such "rows" got one warp per 2048 outputs
+    # scheduled as a reduction, a kernel of such "rows" got one warp per 2048 outputs. After the
+    # attention pass, which takes a softmax over one key as attention still
     Rule("single-element-reduce", Pat("reduce", fn=("sum", "prod", "max", "min"), name="reduce",
                                       inputs=(Pat(name="x"),), where=_single_element), _drop_single_element_reduce),
 ]
 
-SIMPLIFY_RULES = CONSTANT_FOLDING_RULES + ALGEBRAIC_RULES
+SIMPLIFY_RULES = CONSTANT_FOLDING_RULES + ALGEBRAIC_RULES + REDUCTION_RULES
 
 
 def _apply(graph: Graph, rules: list[Rule]) -> Graph:
@@ -165,10 +185,14 @@ def constant_folding(graph: Graph) -> Graph:
 
 
 def algebraic_simplification(graph: Graph) -> Graph:
-    """``identity(x) -> x`` (unless it is a graph result: a copy must stay a copy),
-    ``cast(cast(x, wider), x.dtype) -> x`` and a reduction of one element -> that element
-    (``ALGEBRAIC_RULES``)."""
+    """``identity(x) -> x`` and ``cast(cast(x, wider), x.dtype) -> x``, unless a graph result would
+    alias what the user sees (``ALGEBRAIC_RULES``)."""
     return _apply(graph, ALGEBRAIC_RULES)
+
+
+def one_element_reductions(graph: Graph) -> Graph:
+    """A reduction over axes of size 1 -> its element (``REDUCTION_RULES``)."""
+    return _apply(graph, REDUCTION_RULES)
 
 
 def view_folding(graph: Graph) -> Graph:
