@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> None:
              f"torch {doc['torch']}, cuDNN {doc['cudnn']}, {doc['date']}", "",
              "`" + doc["command"] + "`; µs, do_bench median. 3x3, stride 1, padding 1; NCHW + copies: the input "
              "copied to NCHW, the result back to channels-last.", "",
-             "| setting | N | C | H=W | groups | channels a group | NHWC | NCHW | NCHW + copies | (NCHW + copies) ÷ NHWC |",
+             "| setting | N | C | H=W | groups | channels a group | NHWC | NCHW | NCHW + copies | "
+             "(NCHW + copies) ÷ NHWC |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['setting']} | {r['n']} | {r['c']} | {r['hw']} | {r['groups']} | {r['width']} | "
