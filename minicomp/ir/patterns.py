@@ -133,15 +133,14 @@ class Match(dict):
         """The nodes that read ``node`` now."""
         return list(self._users.of.get(node, ()))
 
-    def is_result(self, node: Node) -> bool:
-        """Whether ``node`` is a graph result, itself or through views (the output node reads it or a view
-        of it): replaced by another node's value, the result would alias that node's buffer."""
+    def is_result(self, node: Node, through_views: bool = True) -> bool:
+        """Whether ``node`` is a graph result: the output node reads it or (``through_views``) a view of it."""
         todo, seen = [node], {node}
         while todo:
             for u in self._users.of.get(todo.pop(), ()):
                 if u.op == "output":
                     return True
-                if u.op == "view" and u not in seen:
+                if through_views and u.op == "view" and u not in seen:
                     seen.add(u)
                     todo.append(u)
         return False

@@ -104,9 +104,12 @@ _EXACT_WIDENING = {
 
 
 def _may_take_value_of(m: Match, node: Node, other: Node) -> bool:
-    """Whether ``node`` may be replaced by ``other``: not where ``node`` is a graph result (or viewed by
-    one) and the user sees ``other``'s storage too (a view of an input or a fallback op's result, or a
-    result itself): eager returns a new tensor there (``x.clone().view(-1)`` must not alias ``x``)."""
+    """Whether ``node`` may be replaced by ``other``: never where ``node`` is a graph result (a copy that
+    is a result stays a copy); where a result views it, only if the user does not see ``other``'s storage
+    (a view of an input or a fallback op's result, or a result itself), where eager returns a new tensor
+    (``x.clone().view(-1)`` must not alias ``x``)."""
+    if m.is_result(node, through_views=False):
+        return False
     if not m.is_result(node):
         return True
     base = other
