@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..ir import collectives, views
-from ..ir.graph import Graph, Node, Scalar, compose_view
+from ..ir.graph import Graph, Node, Scalar, compose_view, terminal
 from ..ir.interpreter import eval_pointwise
 from ..ir.patterns import Match, Pat, Rule, rewrite, summary
 
@@ -112,9 +112,7 @@ def _may_take_value_of(m: Match, node: Node, other: Node) -> bool:
         return False
     if not m.is_result(node):
         return True
-    base = other
-    while base.op == "view":
-        base = base.inputs[0]
+    base = terminal(other)
     return base.op not in ("input", "extern") and not m.is_result(base)
 
 
