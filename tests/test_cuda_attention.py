@@ -36,13 +36,14 @@ def test_attention_written_out_is_one_flash_kernel(sdpa_lowered, d, t):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_attention_written_out_is_one_sdpa_call_by_default(monkeypatch, dtype):
     """The rule's side on a GPU (ir/choices.ATTENTION): one SDPA call, NaN where a tril buffer read
-    from memory hides a whole row (as written out), [B, T, H, D] in and out without copies."""
+    from memory hides a whole row (as written out), [B, T, H, D] in and out without copies. (320 keys: fp32
+    SDPA would pad a mask of 300 every call, so the rule declines it there: SDPA_MASK_ALIGNMENT.)"""
     from tests.utils import layout_copies, tolerances
     monkeypatch.delenv("MINICOMP_ATTENTION", raising=False)
     copied = layout_copies(monkeypatch)
-    x, w = _dev((2, 300, 256), (256, 768), dtype=dtype)
+    x, w = _dev((2, 320, 256), (256, 768), dtype=dtype)
     w = w * 0.05  # (scaled here: a scale on q, k, v in half precision is a producer the template keeps)
-    bias = torch.ones(300, 300, device="cuda").tril().view(1, 1, 300, 300)
+    bias = torch.ones(320, 320, device="cuda").tril().view(1, 1, 320, 320)
     bias[..., 7, :] = 0  # row 7 sees no key
 
     def fn(x, w, bias):

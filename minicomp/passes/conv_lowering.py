@@ -52,7 +52,7 @@ from ..ir.graph import Graph, Node, extern_call
 from ..ir.target import Target
 from ..ir.types import short_dtype
 from .gemm_choice import ATEN
-from .layout_plan import channels_last_pays
+from .layout_plan import channels_last_pays, conv_precision
 from .simplify import view_folding
 
 MODES = config.SETTINGS["conv"].choices
@@ -126,21 +126,13 @@ def parse(node: Node) -> tuple[Conv | None, str]:
     return Conv(node, x, w, bias, *(tuple(p) for p in params), bound["groups"], channels_last), ""
 
 
-def precision(conv: Conv, target: Target) -> str:
-    """fp32 products use TF32 where cuDNN would (CUDA, ``torch.backends.cudnn.allow_tf32``: read
-    through ``config``, which keys the graph cache on it)."""
-    if conv.x.dtype != torch.float32 or not target.is_cuda:
-        return "ieee"
-    return "tf32" if config.cudnn_allow_tf32 else "ieee"
-
-
 def facts(conv: Conv, target: Target, channels_last: bool = False) -> choices.ConvFacts:
     """What the convolution rule reads of ``conv``; ``channels_last``: the graph's library convolutions
     will run NHWC (``layout_plan.channels_last_pays``), so cuDNN would read NHWC data (as it would an
     input given channels-last)."""
     n, cin, h, w = conv.x.shape
-    return choices.ConvFacts(conv.kind, conv.x.dtype, precision(conv, target), cin, conv.w.shape[0], h, w,
-                             channels_last or conv.channels_last, conv.w.shape[2] * conv.w.shape[3], conv.groups)
+    return choices.ConvFacts(conv.kind, conv.x.dtype, conv_precision(conv.x.dtype, target), cin, conv.w.shape[0],
+                             h, w, channels_last or conv.channels_last, conv.w.shape[2] * conv.w.shape[3], conv.groups)
 
 
 def tunable(node: Node) -> bool:
@@ -294,7 +286,7 @@ def _as_matmul(graph: Graph, conv: Conv, form: str, channels_last: bool) -> Node
         a = add("view", [w], w.type.with_(shape=(*batch, cout_g, k)), index=(co, c, r, s), mask=(),
                 fill=None, kind="view")
         mm = add("matmul", [a, b], node.type.with_(shape=(*batch, cout_g, p), dtype=torch.float32),
-                 precision=precision(conv, graph.target))
+                 precision=conv_precision(conv.x.dtype, graph.target))
         channel = (Affine.of(o[1]) // cout_g, Affine.of(o[1]) % cout_g) if groups > 1 else (Affine.of(o[1]),)
         back = (Affine.of(o[0]), *channel, Affine.of(o[2]) * ow + o[3])
         # bias and cast at the result's shape: as a graph result, that node gets eager's strides
@@ -311,7 +303,7 @@ def _as_matmul(graph: Graph, conv: Conv, form: str, channels_last: bool) -> Node
         b = add("view", [w], w.type.with_(shape=(k, cout)), index=(Affine.of(j[1]), c, r, s), mask=(), fill=None,
                 kind="view")
         mm = add("matmul", [a, b], node.type.with_(shape=(n * p, cout), dtype=torch.float32),
-                 precision=precision(conv, graph.target))
+                 precision=conv_precision(conv.x.dtype, graph.target))
         back = (Affine.of(o[0]) * p + Affine.of(o[2]) * ow + o[3], Affine.of(o[1]))
     out = _finish(graph, conv, mm)
     return add("view", [out], out.type.with_(shape=node.shape), index=back, mask=(), fill=None, kind="reshape")

@@ -20,8 +20,11 @@ in ``graph.decisions``.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
+from .. import config
 from ..ir.expr import Affine, index_vars
 from ..ir.graph import Graph, Group, Node, terminal, through_views
 from ..ir.layout import (buffer_strides, channels_last_ratio, channels_last_strides, conv_class, memory_order,
@@ -47,24 +50,54 @@ def conv_kind(conv: Node) -> str:
     return conv_class(args[1].shape, args[8])
 
 
-# A grouped convolution left to cuDNN (too narrow for conv_lowering's per-group GEMM) with this many
-# groups (more than one input channel each) runs NCHW inside a channels-last region on the GPU: its
-# input is copied to NCHW and its result back. Measured on the H200 (cuDNN, bf16, batch 32,
-# RegNetY-016's 3x3 convolutions of 24 channels per group, which the IR now runs): with 5 to 37 groups
-# NHWC took 1.6-2.0x NCHW's time (92 vs 49 us at 336x14x14; cuDNN's tensorTransformGeneric was two
-# thirds of it), with 2 groups NHWC was as fast or faster (58 vs 64 us at 48x56x56).
-# Groups of fewer than GROUPED_NCHW_MIN_WIDTH input channels stay NHWC: SE-ResNeXt26d's 32 groups of 4
-# channels (bf16, B32) made 8 copies of 73 us a call and cuDNN still converted its NCHW input to NHWC
-# and back (0.76 ms of the model's 2.70 against Inductor's 1.51, which runs them NHWC).
+# A grouped convolution that cuDNN runs inside a channels-last region either reads the NHWC buffers or
+# runs NCHW, its input copied to NCHW and its result back. Which is faster depends on the precision
+# (benchmarks/results/grouped_layout.md, H200, 3x3 convolutions of the corpus models' shapes, stride 1
+# and 2, batch 1 and 32, the copies counted). TF32 and half precision: cuDNN's NHWC kernels won by 1.2-9x
+# wherever cuDNN runs them (half precision's 24-channel groups run in the IR:
+# choices.GROUPED_TEMPLATE_MAX_WIDTH), except TF32 groups of 24 channels over more than
+# GROUPED_NCHW_ELEMENTS input elements (RegNetY-016 at batch 32: NCHW with copies 0.40-1.00x NHWC's time).
+# IEEE fp32: cuDNN's NHWC grouped kernels took 90-740 us over most inputs of up to GROUPED_NCHW_ELEMENTS
+# (NCHW with copies 27-196 us), and over larger ones lost to NCHW for groups of at most
+# IEEE_NCHW_MAX_WIDTH channels (0.84x). Fewer than GROUPED_NCHW_MIN_GROUPS groups stay NHWC (TF32, 2
+# groups of 24 at stride 2: NCHW 5.2x NHWC's time).
 GROUPED_NCHW_MIN_GROUPS = 4
-GROUPED_NCHW_MIN_WIDTH = 16
+GROUPED_NCHW_ELEMENTS = 2**20
+IEEE_NCHW_MAX_WIDTH = 8
+TF32_NCHW_WIDTHS = range(17, 25)
 
 
-def keeps_nchw(conv: Node, target) -> bool:
-    """Whether a convolution runs NCHW even among channels-last buffers (on a GPU: cuDNN)."""
-    w, groups = conv.attrs["arg_tree"][0][1], conv.attrs["arg_tree"][0][8]
-    return (target.is_cuda and conv_kind(conv) == "grouped" and groups >= GROUPED_NCHW_MIN_GROUPS
-            and w.shape[1] >= GROUPED_NCHW_MIN_WIDTH)
+def conv_precision(dtype: torch.dtype, target) -> str:
+    """"ieee" or "tf32": fp32 convolutions use TF32 where cuDNN would (CUDA,
+    ``torch.backends.cudnn.allow_tf32``: read through ``config``, which keys the graph cache on it)."""
+    if dtype != torch.float32 or not target.is_cuda:
+        return "ieee"
+    return "tf32" if config.cudnn_allow_tf32 else "ieee"
+
+
+def grouped_runs_nchw(dtype: torch.dtype, precision: str, input_shape, groups: int) -> str | None:
+    """Why a grouped convolution cuDNN runs among channels-last buffers runs NCHW (copies around it) on
+    the GPU, or None: it reads them NHWC. ``input_shape``: N, C, H, W."""
+    elements, width = math.prod(input_shape), input_shape[1] // groups
+    if dtype != torch.float32 or groups < GROUPED_NCHW_MIN_GROUPS:
+        return None
+    if precision == "tf32" and width in TF32_NCHW_WIDTHS and elements > GROUPED_NCHW_ELEMENTS:
+        return (f"TF32, {width} channels a group over {elements} elements: cuDNN's NCHW kernel with the copies "
+                f"took 0.40-1.00x its NHWC kernel's time (TF32_NCHW_WIDTHS)")
+    if precision == "ieee" and elements <= GROUPED_NCHW_ELEMENTS:
+        return (f"IEEE fp32 over {elements} elements: cuDNN's NHWC grouped kernels took 90-740 us, NCHW with "
+                f"the copies 27-196 (GROUPED_NCHW_ELEMENTS)")
+    if precision == "ieee" and width <= IEEE_NCHW_MAX_WIDTH:
+        return f"IEEE fp32, {width} channels a group: NCHW with the copies 0.84x NHWC's time (IEEE_NCHW_MAX_WIDTH)"
+    return None
+
+
+def keeps_nchw(conv: Node, target) -> str | None:
+    """Why a convolution runs NCHW even among channels-last buffers (on a GPU: cuDNN), or None."""
+    x, groups = conv.attrs["arg_tree"][0][0], conv.attrs["arg_tree"][0][8]
+    if not target.is_cuda or conv_kind(conv) != "grouped":
+        return None
+    return grouped_runs_nchw(x.dtype, conv_precision(x.dtype, target), x.shape, groups)
 
 
 # Inductor's rule too (decide_layout_opt): a graph with this many nodes per convolution (a transformer
@@ -371,7 +404,7 @@ def _plan_conv(graph: Graph, conv: Node, layouts: dict, copies: dict[Node, Node]
     strides = list(conv.attrs.get("input_strides") or [None] * len(conv.inputs))
     nchw = keeps_nchw(conv, graph.target)
     notes = [f"layout: {conv.name} ({conv.attrs['arg_tree'][0][8]} groups) runs NCHW, its input and result "
-             f"copied (GROUPED_NCHW_MIN_GROUPS)"] if nchw else []
+             f"copied: {nchw}"] if nchw else []
     for k, v in enumerate(conv.inputs):
         if v is not x and v is not w:
             continue
