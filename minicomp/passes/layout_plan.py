@@ -52,15 +52,16 @@ def conv_kind(conv: Node) -> str:
 
 # A grouped convolution that cuDNN runs inside a channels-last region either reads the NHWC buffers or
 # runs NCHW, its input copied to NCHW and its result back. Which is faster depends on the precision
-# (benchmarks/results/grouped_layout.md, H200, 3x3 convolutions of the corpus models' shapes, stride 1
-# and 2, batch 1 and 32, the copies counted). TF32 and half precision: cuDNN's NHWC kernels won by 1.2-9x
+# (benchmarks/results/grouped_layout.md, H200, the corpus models' grouped 3x3 convolutions at stride 1 and
+# 2, batch 1 and 32, the copies counted). Half precision and TF32: cuDNN's NHWC kernels won by 1.4-9x
 # wherever cuDNN runs them (half precision's 24-channel groups run in the IR:
 # choices.GROUPED_TEMPLATE_MAX_WIDTH), except TF32 groups of 24 channels over more than
-# GROUPED_NCHW_ELEMENTS input elements (RegNetY-016 at batch 32: NCHW with copies 0.40-1.00x NHWC's time).
-# IEEE fp32: cuDNN's NHWC grouped kernels took 90-740 us over most inputs of up to GROUPED_NCHW_ELEMENTS
-# (NCHW with copies 27-196 us), and over larger ones lost to NCHW for groups of at most
-# IEEE_NCHW_MAX_WIDTH channels (0.84x). Fewer than GROUPED_NCHW_MIN_GROUPS groups stay NHWC (TF32, 2
-# groups of 24 at stride 2: NCHW 5.2x NHWC's time).
+# GROUPED_NCHW_ELEMENTS input elements (RegNetY-016 at batch 32: NCHW with copies 0.42-1.00x NHWC's time).
+# IEEE fp32: over inputs of up to GROUPED_NCHW_ELEMENTS cuDNN's NHWC grouped kernels took 56-490 us for all
+# shapes but one (5 groups of 24: 34 us), NCHW with the copies 24-182; over larger inputs NCHW won only
+# for groups of at most IEEE_NCHW_MAX_WIDTH channels (0.83x). Fewer than GROUPED_NCHW_MIN_GROUPS groups stay
+# NHWC (TF32, 2 groups of 24 at stride 2: NCHW 5.2x NHWC's time). Depthwise convolutions (one channel a
+# group) stay NHWC: NCHW with copies took 1.1-8.9x NHWC's time in every setting.
 GROUPED_NCHW_MIN_GROUPS = 4
 GROUPED_NCHW_ELEMENTS = 2**20
 IEEE_NCHW_MAX_WIDTH = 8
@@ -83,12 +84,12 @@ def grouped_runs_nchw(dtype: torch.dtype, precision: str, input_shape, groups: i
         return None
     if precision == "tf32" and width in TF32_NCHW_WIDTHS and elements > GROUPED_NCHW_ELEMENTS:
         return (f"TF32, {width} channels a group over {elements} elements: cuDNN's NCHW kernel with the copies "
-                f"took 0.40-1.00x its NHWC kernel's time (TF32_NCHW_WIDTHS)")
+                f"took 0.42-1.00x its NHWC kernel's time (TF32_NCHW_WIDTHS)")
     if precision == "ieee" and elements <= GROUPED_NCHW_ELEMENTS:
-        return (f"IEEE fp32 over {elements} elements: cuDNN's NHWC grouped kernels took 90-740 us, NCHW with "
-                f"the copies 27-196 (GROUPED_NCHW_ELEMENTS)")
+        return (f"IEEE fp32 over {elements} elements: cuDNN's NHWC grouped kernels took 56-490 us, NCHW with "
+                f"the copies 24-182 (GROUPED_NCHW_ELEMENTS)")
     if precision == "ieee" and width <= IEEE_NCHW_MAX_WIDTH:
-        return f"IEEE fp32, {width} channels a group: NCHW with the copies 0.84x NHWC's time (IEEE_NCHW_MAX_WIDTH)"
+        return f"IEEE fp32, {width} channels a group: NCHW with the copies 0.83x NHWC's time (IEEE_NCHW_MAX_WIDTH)"
     return None
 
 
