@@ -13,6 +13,8 @@ PROFILED = "experiments.md, 'Re-measured after the GEMM tiles and narrow copies;
 DECODE = "experiments.md, 'A decoding step's host time; a TMA launch's scratch kept'"
 POOLS = "experiments.md, 'Pools: taps without an L2 policy, avg_pool3d lowered; LeViT's host time'"
 NOISE = "experiments.md, 'LeViT's 1.4x is the host's noise: one build timed in 14 processes; NFNet's and FastViT's GPU time'"
+LAYOUT = ("experiments.md, 'Grouped convolutions' layout per precision; FastViT's one-element reductions; bf16 "
+          "FastViT's cuDNN engine'")
 HOST_B1 = ("host-bound: GPU time {} against Inductor's {} ms under walls of several ms, which moved by up to 2.7x "
            f"between runs ({PROFILED})")
 
@@ -28,12 +30,6 @@ CAUSES: dict[str, str] = {
         f"PyTorch's cuDNN attention kernel on both sides, no kernel of minicomp's: the call's host time ({WORST})"),
     "attention B256 H12 T64 D64 bf16": (
         f"PyTorch's cuDNN attention kernel on both sides, no kernel of minicomp's: the call's host time ({WORST})"),
-    "timm:dpn68 fp32 B32": (
-        "GPU 3.63 against 2.78 ms: 30 PyTorch copy kernels (0.69 ms) and 45 cuDNN layout transposes (0.25 ms) "
-        f"around the convolutions cuDNN runs, which Inductor's graph does not have ({PROFILED}): the 15 "
-        "grouped convolutions of 16 and 32 channels a group that `layout_plan.keeps_nchw` runs NCHW among the "
-        "NHWC buffers, an input and a result copy each (scheduled on the CPU for the H200; the rule was "
-        "measured on RegNet, bf16 B32 and fp32 B1)"),
     "timm:resnest14d bf16 B32": (
         f"GPU 1.93 against 1.66 ms: the split-attention radix sums, 3 kernels of 0.27 ms ({PROFILED})"),
     "timm:deit_tiny_distilled_patch16_224 fp32 B32": (
@@ -43,22 +39,23 @@ CAUSES: dict[str, str] = {
     "timm:rexnet_100 bf16 B1": HOST_B1.format("0.41", "0.46"),
     "levit fp32 B1": (
         "host-bound: GPU time 0.736 against Inductor's 0.690 ms (223 and 226 kernels); the same build timed in 14 "
-        "processes measured 0.55-1.74x Inductor (this table's run 1.46x), the host's time to issue a call moving "
-        "3.4-5.6 ms for identical code, and cProfile put minicomp's host time below Inductor's in every process "
-        f"({NOISE})"),
+        "processes measured 0.55-1.74x Inductor (this table's runs 1.46x and 1.50x), the host's time to issue a "
+        "call moving 3.4-5.6 ms for identical code, and cProfile put minicomp's host time below Inductor's in "
+        f"every process ({NOISE}); within one process steady at 0.59-0.66x however the rounds interleave ({LAYOUT})"),
     "levit fp32 B32": (
         "host-bound: GPU time 1.67 against Inductor's 1.74 ms; the same build measured 0.59-1.43x Inductor in five "
-        f"processes (this table's run 1.43x) ({NOISE})"),
-    "timm:eca_nfnet_l0 fp32 B1": (
-        "faster than Inductor timed alone (5.02 against 7.10 ms), GPU time 0.859 against 0.695 ms: layout copies "
-        "around the 18 grouped convolutions (6 groups of 64 channels) that `layout_plan.keeps_nchw` runs NCHW "
-        "among NHWC buffers, 46 copy kernels and cuDNN's own 54 transposes (its fp32 kernels for them are NHWC), "
-        f"none in Inductor's profile ({NOISE})"),
+        f"processes (this table's runs 1.43x and 1.53x) ({NOISE})"),
     "timm:fastvit_t8 fp32 B1": (
-        "faster than Inductor timed alone (2.95 against 5.89 ms), GPU time 0.639 against 0.454 ms: cuDNN's "
-        "grouped direct convolution and 7 of minicomp's kernels of 20-50 us each at batch 1, its 1x1 depthwise "
-        "branches scheduled as reductions of one tap, one warp per 2048 outputs (now pointwise: rule "
-        f"single-element-reduce; this row not re-run since) ({NOISE})"),
+        "host-bound: GPU time 0.398 against Inductor's 0.456 ms after the one-element reductions (104 kernels "
+        f"against 131), wall 2.38 against 3.62 ms in a probe process ({LAYOUT})"),
+    "timm:fastvit_t8 bf16 B32": (
+        "GPU 7.89 against Inductor's 6.81 ms (eager's NCHW model 4.18): 6.17 ms in cuDNN's generic NHWC engine "
+        "(`convolve_common_engine_float_NHWC`, 673 launches a call), which Inductor runs too (5.09 ms), for "
+        "convolutions the layout table has not measured (FastViT's stem and patch embeddings; eager runs "
+        f"PyTorch's NCHW depthwise kernels, 1.85 ms) ({LAYOUT})"),
+    "timm:seresnext26d_32x4d fp32 B1": (
+        "host-bound: 0.81x Inductor's wall in a probe process (2.07 against 2.54 ms), GPU time 0.356 against "
+        f"0.367 ms ({LAYOUT})"),
     "timm:resnest14d fp32 B32": (
         f"none: timed alone 2.43 against Inductor's 3.43 ms, GPU time 2.495 against 2.457 ({NOISE})"),
     "timm:visformer_tiny fp32 B1": HOST_B1.format("0.73", "0.70"),

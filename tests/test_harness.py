@@ -30,6 +30,25 @@ def test_rows_in_two_shards_at_once_make_one_table_in_order(tmp_path):
     assert again["command"] == doc["command"] and len(again["resumed_with"]) == 1
 
 
+def test_a_continued_table_keeps_its_first_date_and_gpu_and_names_a_different_last_one():
+    """``--gpus`` continues the tables of its shards, themselves continuations: the dates and GPUs do not
+    nest ("2026-11-28 to 2026-11-28 to 2026-11-30" was written once)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from harness import _continued
+    earlier = {"date": "2026-11-28 to 2026-11-29", "gpu": "H200", "command": "c0", "resumed_with": ["c1"]}
+    shards = {"date": "2026-11-28 to 2026-11-30", "gpu": "2x H200 (a shard of the rows on each, at once)",
+              "command": "c2"}
+    doc = _continued(shards, earlier)
+    assert (doc["date"], doc["gpu"]) == ("2026-11-28 to 2026-11-30", "H200 (then 2x H200 (a shard of the rows on "
+                                                                      "each, at once))")
+    assert doc["command"] == "c0" and doc["resumed_with"] == ["c1", "c2"]
+    later = _continued({"date": "2026-12-01", "gpu": "H200", "command": "c3"}, doc)
+    assert (later["date"], later["gpu"]) == ("2026-11-28 to 2026-12-01", "H200")
+    same = _continued({"date": "2026-11-28", "gpu": "H200", "command": "c1"}, {"date": "2026-11-28", "gpu": "H200",
+                                                                              "command": "c0"})
+    assert (same["date"], same["gpu"]) == ("2026-11-28", "H200")
+
+
 def test_a_merge_that_runs_out_of_time_keeps_the_earlier_results(tmp_path):
     """``--merge`` past its ``--time-limit`` before a selected row: the row keeps its earlier result (it
     said "not run" and lost it: the Llama row of cliffs.json)."""
