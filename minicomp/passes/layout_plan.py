@@ -61,7 +61,8 @@ def conv_kind(conv: Node) -> str:
 # shapes but one (5 groups of 24: 34 us), NCHW with the copies 24-182; over larger inputs NCHW won only
 # for groups of at most IEEE_NCHW_MAX_WIDTH channels (0.83x). Fewer than GROUPED_NCHW_MIN_GROUPS groups stay
 # NHWC (TF32, 2 groups of 24 at stride 2: NCHW 5.2x NHWC's time). Depthwise convolutions (one channel a
-# group) stay NHWC: NCHW with copies took 1.1-8.9x NHWC's time in every setting.
+# group) stay NHWC: NCHW with copies took 1.1-8.9x NHWC's time in every setting (FastViT's, ConvNeXt's and
+# MobileNetV2's, stride 1; stride 2 and channel multipliers not measured yet).
 GROUPED_NCHW_MIN_GROUPS = 4
 GROUPED_NCHW_ELEMENTS = 2**20
 IEEE_NCHW_MAX_WIDTH = 8
@@ -69,8 +70,8 @@ TF32_NCHW_WIDTHS = range(17, 25)
 
 
 def conv_precision(dtype: torch.dtype, target) -> str:
-    """"ieee" or "tf32": fp32 convolutions use TF32 where cuDNN would (CUDA,
-    ``torch.backends.cudnn.allow_tf32``: read through ``config``, which keys the graph cache on it)."""
+    """The precision of a convolution's products, ``ieee`` or ``tf32``: fp32 ones use TF32 where cuDNN would
+    (CUDA, ``torch.backends.cudnn.allow_tf32``: read through ``config``, which keys the graph cache on it)."""
     if dtype != torch.float32 or not target.is_cuda:
         return "ieee"
     return "tf32" if config.cudnn_allow_tf32 else "ieee"
