@@ -31,7 +31,9 @@ CAUSES: dict[str, str] = {
     "attention B256 H12 T64 D64 bf16": (
         f"PyTorch's cuDNN attention kernel on both sides, no kernel of minicomp's: the call's host time ({WORST})"),
     "timm:resnest14d bf16 B32": (
-        f"GPU 1.93 against 1.66 ms: the split-attention radix sums, 3 kernels of 0.27 ms ({PROFILED})"),
+        f"GPU 1.93 against 1.66 ms: the split-attention radix sums, 3 kernels of 0.27 ms ({PROFILED}); they "
+        "stored their results NCHW and read the NHWC buffer across, 2 bytes per 128-byte row (scheduled on the "
+        f"CPU; now stored NHWC and walked in memory order, not re-measured: {LAYOUT})"),
     "timm:deit_tiny_distilled_patch16_224 fp32 B32": (
         f"none: profiled alone, the same GPU time (3.07 vs 3.08 ms) and wall (3.22 vs 3.19) ({PROFILED})"),
     "timm:vit_tiny_patch16_224 fp32 B1": HOST_B1.format("0.80", "0.75") + (

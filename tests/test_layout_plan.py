@@ -354,113 +354,48 @@ def test_one_convolution_among_many_nodes_stays_nchw_on_the_gpu():
         assert not any(d.startswith("layout: NCHW kept") for d in graph.decisions), graph.decisions
 
 
-def test_a_grouped_convolution_runs_nchw_among_channels_last_buffers_where_its_precision_says():
-    """Scheduled for the H200 (nothing runs): RegNet's shape (1x1, grouped 3x3, 1x1) over a small input.
-    In IEEE fp32 the grouped convolution of 16 groups is handed NCHW input and weight (its result copied
-    back to the planned channels-last buffer), the 1x1 convolutions channels-last; with TF32 (cuDNN's
-    default), in bf16 and on the CPU every convolution reads channels-last buffers; 2 groups never run NCHW."""
-    from minicomp import config
-    from minicomp.ir.target import INTERPRETER
-    from minicomp.ir.types import contiguous_strides
-    from minicomp.passes.layout_plan import channels_last_strides, is_conv2d, keeps_nchw
+def _split_attention(b, c, radix=2):
+    """ResNeSt's split attention after a convolution into radix x c channels: the sum over the radix,
+    its mean, two 1x1 convolutions, a softmax over the radix and the weighted sum, into a 1x1 convolution."""
+    def fn(x0, wc, w1, w2, w3):
+        x = F.conv2d(x0, wc, padding=1).relu()
+        xr = x.reshape(b, radix, c, *x.shape[2:])
+        a = F.conv2d(F.conv2d(xr.sum(1).mean((2, 3), keepdim=True), w1).relu(), w2)
+        a = a.view(b, 1, radix, -1).transpose(1, 2).softmax(1).reshape(b, radix, c, 1, 1)
+        return F.conv2d((xr * a).sum(1), w3)
+    return fn
+
+
+def test_a_sum_over_split_channels_is_stored_channels_last_and_walked_in_memory_order():
+    """Scheduled for the H200 (nothing runs): ResNeSt's sums over its radix (``x.reshape(B, 2, C, H, W)
+    .sum(1)`` of a channels-last buffer) store their [B, 1, C, H, W] results channels-last and walk them
+    in memory order, so the loads run along C. Stored row-major they read across the buffer, 2 bytes per
+    128-byte row at batch 32 (0.27 ms a kernel, bf16)."""
     from tests.test_target import _scheduled
     from tests.utils import H200
-
-    def block(groups):
-        def fn(x, w1, w2, w3):
-            y = F.conv2d(x, w1).relu()
-            y = F.conv2d(y, w2, padding=1, groups=groups).relu()
-            return F.conv2d(y, w3) + x
-        return fn
-    cases = ((16, H200, False, torch.float32, True), (16, H200, True, torch.float32, False),
-             (16, H200, False, torch.bfloat16, False), (16, INTERPRETER, False, torch.float32, False))
-    for groups, target, tf32, dtype, nchw in cases:
-        x = torch.randn(2, 256, 6, 6, dtype=dtype)
-        ws = [torch.randn(256, 256, 1, 1, dtype=dtype), torch.randn(256, 256 // groups, 3, 3, dtype=dtype),
-              torch.randn(256, 256, 1, 1, dtype=dtype)]
-        with config.patch(cudnn_allow_tf32=tf32):
-            graph, _ = _scheduled(block(groups), [x, *ws], target)
-            convs = [n for n in graph.nodes if is_conv2d(n)]
-            assert [bool(keeps_nchw(n, target)) for n in convs] == [False, nchw, False], (groups, target, tf32)
-        assert len(convs) == 3, graph
-        for conv in convs:
-            want = contiguous_strides if conv.attrs["arg_tree"][0][8] > 1 and nchw else channels_last_strides
-            for v in conv.attrs["arg_tree"][0][:2]:  # input and weight
-                assert conv.attrs["input_strides"][conv.inputs.index(v)] == want(v.shape), (groups, target, conv)
-        notes = [d for d in graph.decisions if "runs NCHW, its input and result copied" in d]
-        assert bool(notes) == nchw, graph.decisions
-    ws = [torch.randn(256, 256, 1, 1), torch.randn(256, 128, 3, 3), torch.randn(256, 256, 1, 1)]
-    with config.patch(cudnn_allow_tf32=False):
-        graph, _ = _scheduled(block(2), [torch.randn(2, 256, 6, 6), *ws], H200)
-        assert [keeps_nchw(n, H200) for n in graph.nodes if is_conv2d(n)] == [None] * 3
+    b, c, hw = 2, 64, 6
+    args = [torch.randn(b, 16, hw, hw), torch.randn(2 * c, 16, 3, 3), torch.randn(8, c, 1, 1),
+            torch.randn(2 * c, 8, 1, 1), torch.randn(c, c, 1, 1)]
+    with torch.no_grad():
+        graph, kernels = _scheduled(_split_attention(b, c), args, H200)
+    sums = [g for g in graph.groups if g.kind == "reduction" and [g.shape[a] for a in g.axes] == [2]
+            and len(g.shape) == 5]
+    assert len(sums) == 2, graph.groups  # the sum the mean reads, and the weighted sum
+    for g in sums:
+        (store,) = g.stores
+        assert store.shape == (b, 1, c, hw, hw) and graph.layouts[store][2] == 1, (store, graph.layouts.get(store))
+        assert g.order and g.order[-1] == 2, g.order  # channels fastest
 
 
-GROUPED_LAYOUT_MISFITS = {  # (setting, N, C, H=W, groups, stride): rows the rule loses (in the committed run or
-    # an earlier one: cuDNN's times for these moved between processes), by how much, and why the rule stands
-    ("fp32-ieee", 32, 1024, 14, 32, 2): "NHWC 2.9-3.3x: cuDNN's IEEE NHWC kernel for this one shape (650-970 us; "
-                                        "at 7x7 stride 1 it took 265, as NCHW)",
-    ("fp32-ieee", 32, 384, 7, 6, 1): "NCHW 1.07-1.45x: NHWC took 97 us in one run, 183 in another",
-    ("fp32-ieee", 32, 256, 56, 32, 2): "NCHW 1.19x (437 vs 367 us); its stride-1 neighbours went 0.85x the other way",
-    ("fp32-ieee", 1, 120, 28, 5, 1): "NCHW up to 2.3x (93 vs 41 us; 48 vs 35 and 36 vs 36 in other runs): a small "
-                                     "input whose NHWC kernel is fast, unlike every other small IEEE one",
-    ("fp32-ieee", 1, 120, 56, 5, 2): "NCHW 1.2-2.3x (40 vs 34 us, 91 vs 39), the same convolution at stride 2",
-    ("tf32", 1, 336, 14, 14, 1): "NHWC up to 1.19x (44 vs 37 us; NCHW 1.73x in another run): batch 1's launches",
-    ("tf32", 1, 888, 7, 37, 1): "NHWC up to 1.20x (44 vs 37 us; NCHW 1.82x in another run): batch 1's launches",
-    ("tf32", 32, 48, 56, 2, 1): "NHWC 1.13x: 2 groups stay NHWC, as at stride 2, where NCHW took 5.2x",
-}
-
-
-@pytest.mark.parametrize("setting", ["fp32-ieee", "tf32", "bf16", "fp16"])
-def test_the_grouped_layout_rule_follows_every_row_of_its_measurement(setting):
-    """``layout_plan.keeps_nchw``'s rule against every row of ``benchmarks/results/grouped_layout.json``
-    (H200, cuDNN) the library runs: the layout it picks (NHWC, or NCHW with the two copies) is never slower
-    than the other beyond NOISE or a launch's time, except the rows of ``GROUPED_LAYOUT_MISFITS``; rows the
-    convolution rule gives the IR (half precision's 24-channel groups and fp32 3x3 depthwise ones over NHWC
-    data) are not the library's to lay out; depthwise convolutions stay NHWC. The rule picks NCHW somewhere
-    in fp32, nowhere in half precision, and beats either layout summed over the rows."""
-    import json
-    from pathlib import Path
-
-    from minicomp.ir.choice_rows import NOISE
-    from minicomp.ir.choices import CONV, PRECISIONS, ConvFacts
-    from minicomp.passes.layout_plan import grouped_runs_nchw
-    from tests.test_gemm_cublas import LAUNCH_US
-    from tests.utils import H200
-    rows = json.loads((Path(__file__).parents[1] / "benchmarks/results/grouped_layout.json").read_text())["rows"]
-    rows = [r for r in rows if r["setting"] == setting]
-    assert len(rows) >= 70 and {r["stride"] for r in rows} == {1, 2} and {r["width"] for r in rows} >= {1, 24}
-    dtype, _ = PRECISIONS[setting]
-    precision = "tf32" if setting == "tf32" else "ieee"
-    nchw, totals = 0, {"rule": 0.0, "nhwc_us": 0.0, "nchw_copied_us": 0.0}
-    for r in rows:
-        shape, kind = (r["n"], r["c"], r["hw"], r["hw"]), "depthwise" if r["width"] == 1 else "grouped"
-        facts = ConvFacts(kind, dtype, precision, r["c"], r["c"], r["hw"], r["hw"], True, r["kernel"] ** 2,
-                          r["groups"])
-        if CONV(facts, H200).template:
-            continue
-        why = grouped_runs_nchw(dtype, precision, shape, r["groups"]) if kind == "grouped" else None
-        picked, other = (r["nchw_copied_us"], r["nhwc_us"]) if why else (r["nhwc_us"], r["nchw_copied_us"])
-        misfit = (setting, *shape[:3], r["groups"], r["stride"]) in GROUPED_LAYOUT_MISFITS
-        assert misfit or picked <= max((1 + NOISE) * other, other + LAUNCH_US), (r, why)
-        nchw += bool(why)
-        totals = {k: t + (picked if k == "rule" else r[k]) for k, t in totals.items()}
-    assert bool(nchw) == (dtype == torch.float32), nchw
-    assert totals["rule"] <= min(totals["nhwc_us"], totals["nchw_copied_us"]), totals
-
-
-def test_a_grouped_convolution_run_nchw_matches_eager(monkeypatch):
-    """The GPU's rule applied in the interpreter: the NCHW input copy and the copy of the result
-    back to channels-last give eager's values, also for a graph input and a strided convolution."""
-    from minicomp.passes import layout_plan
-    monkeypatch.setattr(layout_plan, "keeps_nchw",
-                        lambda conv, target: "grouped" if layout_plan.conv_kind(conv) == "grouped" else None)
-
-    def fn(x, w1, w2, w3):
-        y = F.conv2d(F.conv2d(x, w2, padding=1, groups=4).relu(), w1)
-        return F.conv2d(y.relu(), w3, stride=2, padding=1, groups=4) + 1
-    args = [torch.randn(2, 8, 7, 5), torch.randn(8, 8, 1, 1), torch.randn(8, 2, 3, 3), torch.randn(12, 2, 3, 3)]
-    report = compile_and_compare(fn, *args, fallbacks=3)  # the convolutions
-    assert sum("runs NCHW, its input and result copied" in d for d in report.decisions) == 2, report.decisions
+def test_a_sum_over_split_channels_stored_channels_last_matches_eager():
+    """The same layout in the interpreter (the CPU plans channels-last too), forward and gradients."""
+    from tests.utils import compare_gradients
+    b, c = 2, 8
+    args = [torch.randn(b, 4, 5, 6), torch.randn(2 * c, 4, 3, 3), torch.randn(4, c, 1, 1), torch.randn(2 * c, 4, 1, 1),
+            torch.randn(c, c, 1, 1)]
+    report = compile_and_compare(_split_attention(b, c), *args, fallbacks=None)
+    assert any("walk their buffers in memory order" in d for d in report.decisions), report.decisions
+    compare_gradients(_split_attention(b, c), *args)
 
 
 # --- reductions over channels-last buffers: scheduled by memory order -------------------------------

@@ -240,8 +240,9 @@ def _is_buffer(node: Node, outputs: set) -> bool:
 
 
 def is_image(shape) -> bool:
-    """(N, C, H, W), or that with trailing size-1 dims (a pooling window's kept axis)."""
-    return len(shape) >= 4 and all(s == 1 for s in shape[4:])
+    """(N, C, H, W), or that with size-1 dims besides (a pooling window's kept axis, trailing; a sum's
+    kept axis, as ResNeSt's over its radix: [N, 1, C, H, W])."""
+    return len(shape) == 4 or len(shape) > 4 and sum(s != 1 for s in shape) <= 4
 
 
 def _region(graph: Graph, convs: list[Node], outputs: set, given: set[Node]) -> tuple[set[Node], dict]:
@@ -287,7 +288,11 @@ def _layouts(region: set[Node], convs: list[Node], maps: list[dict]) -> dict[Nod
     faces = _faces(region, convs, maps)
     layouts = {}
     for node in region:
-        batch, c, h, w = faces.get(node, (0, 1, 2, 3))
+        face = faces.get(node, (0, 1, 2, 3) if all(s == 1 for s in node.shape[4:]) else None)
+        if face is None:  # size-1 dims among the four, no kernel to say which play which: row-major
+            layouts[node] = contiguous_strides(node.shape)
+            continue
+        batch, c, h, w = face
         strides = [1] * len(node.shape)  # trailing size-1 dims (a pooled window's kept axis): stride 1
         step = 1
         for d in (c, w, h, batch):
@@ -297,16 +302,21 @@ def _layouts(region: set[Node], convs: list[Node], maps: list[dict]) -> dict[Nod
     return layouts
 
 
-def _dim_map(index, vars_) -> dict[int, object] | None:
+def _dim_map(index, vars_, reduced=frozenset()) -> dict[int, object] | None:
     """For an index into a buffer (expressions in a kernel's variables ``vars_``): dim -> the variable
-    it is, for every dim indexed by one variable alone; None when a dim mixes variables (a reshape)."""
+    it is, for every dim indexed by one variable alone, or split into blocks a reduction sums over
+    (``reduced``: its axes' variables; ResNeSt's radix sum reads channel ``64 * r + c``: the dim is c's);
+    None when a dim mixes variables otherwise (a reshape, a window)."""
     out = {}
     for d, e in enumerate(index):
         if e.is_const:
             continue
-        if len(e.terms) != 1 or e.const or e.terms[0][1] != 1 or e.terms[0][0] not in vars_:
+        kept = [(v, c) for v, c in e.terms if v not in reduced] if len(e.terms) > 1 else e.terms
+        if e.const or len(kept) != 1 or kept[0][1] != 1 or kept[0][0] not in vars_:
             return None
-        out[d] = e.terms[0][0]
+        if any(c % kept[0][0].size for v, c in e.terms if v in reduced):  # not whole blocks of the kept var
+            return None
+        out[d] = kept[0][0]
     return out
 
 
@@ -343,15 +353,18 @@ def _faces(region: set[Node], convs: list[Node], maps: list[dict]) -> dict[Node,
 
 def _face_from(dims: dict | None, role_vars, node: Node) -> tuple[int, ...] | None:
     """``node``'s dims for N, C, H, W, given dim -> variable (``_dim_map``) and the variable of each
-    role; size-1 dims fill the roles no variable reaches. None for a buffer that is not 4-D (a pooled
-    ``[N, C]`` vector in a kernel with the 4-D buffers around a convolution: no face to give)."""
-    if dims is None or node.type.ndim != 4:
+    role; size-1 dims fill the roles no variable reaches, and any dims besides the four must be size 1
+    (a sum's kept axis). None for a buffer that is not an image (a pooled ``[N, C]`` vector in a kernel with
+    the 4-D buffers around a convolution: no face to give)."""
+    if dims is None or not is_image(node.shape):
         return None
     by_var = {v: d for d, v in dims.items()}
     face = [by_var.get(v) if v is not None else None for v in role_vars]
-    spare = iter(d for d in range(4) if d not in face and node.shape[d] == 1)
+    spare = iter(d for d in range(node.type.ndim) if d not in face and node.shape[d] == 1)
     face = [d if d is not None else next(spare, None) for d in face]
-    return tuple(face) if None not in face and len(set(face)) == 4 else None
+    if None in face or len(set(face)) != 4:
+        return None
+    return tuple(face) if all(node.shape[d] == 1 for d in range(node.type.ndim) if d not in face) else None
 
 
 def _group_maps(group: Group) -> dict[Node, dict] | None:
@@ -361,7 +374,9 @@ def _group_maps(group: Group) -> dict[Node, dict] | None:
         placements = check_group(group.nodes, group.shape, group.axes, group.stores)
     except NotFusable:
         return None
-    vars_ = set(index_vars(group.shape))
+    vars_ = index_vars(group.shape)
+    reduced = {vars_[a] for a in group.axes}
+    vars_ = set(vars_)
     members, maps = set(group.nodes), {}
     for m, indices in placements.items():
         for idx in indices:
@@ -369,7 +384,7 @@ def _group_maps(group: Group) -> dict[Node, dict] | None:
             reads += [through_views(i, idx) for i in m.inputs if terminal(i) not in members]
             for t, at in reads:
                 if t not in maps:
-                    dims = _dim_map(at, vars_)
+                    dims = _dim_map(at, vars_, reduced)
                     if dims is not None:
                         maps[t] = dims
     return maps
@@ -456,10 +471,17 @@ def _group_order(group: Group, layouts: dict) -> tuple[int, ...]:
     outer = [d for d in range(len(group.shape)) if d not in group.axes]
     walked = tuple(group.shape[d] for d in outer)
     for m in group.stores:
-        if m in layouts and m.shape[:len(outer)] == walked and all(s == 1 for s in m.shape[len(outer):]):
-            order = memory_order(layouts[m], outer)
-            if list(order) != outer:
-                return order
+        if m not in layouts:
+            continue
+        if m.shape[:len(outer)] == walked and all(s == 1 for s in m.shape[len(outer):]):  # kept axes trailing
+            strides = layouts[m][:len(outer)]
+        elif len(m.shape) == len(group.shape) and tuple(m.shape[d] for d in outer) == walked:  # kept in place
+            strides = [layouts[m][d] for d in outer]
+        else:
+            continue
+        order = memory_order(strides, outer)
+        if list(order) != outer:
+            return order
     fastest = _window_channels(group, layouts)
     if fastest is not None and fastest in outer and fastest != outer[-1]:
         return tuple(d for d in outer if d != fastest) + (fastest,)
