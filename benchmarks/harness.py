@@ -691,15 +691,11 @@ def _continued(meta: dict, earlier: dict) -> dict:
     """``meta`` of a run that continues ``earlier``'s table: its first command, this one after it; its first
     date to this one's last; its GPU, and this run's where that differs (``--gpus`` continues the tables
     of its shards, themselves continuations)."""
-    def ends(value: str, sep: str, close: str = "") -> tuple[str, str]:  # "a" / "a{sep}b{close}" -> (a, b)
-        first, _, rest = value.partition(sep)
-        return first, (rest[:len(rest) - len(close)] if rest else first)
-    first, last = ends(str(earlier.get("date") or meta["date"]), " to ")[0], ends(str(meta["date"]), " to ")[1]
-    gpu = ends(str(earlier.get("gpu") or meta["gpu"]), " (then ", ")")[0]
-    then = ends(str(meta["gpu"]), " (then ", ")")[1]
+    first, last = str(earlier.get("date") or meta["date"]).split(" to ")[0], str(meta["date"]).split(" to ")[-1]
+    gpu = str(earlier.get("gpu") or meta["gpu"]).split(" (then ")[0]
     return dict(meta, command=earlier["command"], resumed_with=earlier.get("resumed_with", []) + [meta["command"]],
                 date=first if first == last else f"{first} to {last}",
-                gpu=gpu if gpu == then else f"{gpu} (then {then})")
+                gpu=gpu if gpu == meta["gpu"] else f"{gpu} (then {meta['gpu']})")
 
 
 def run(cases: list[Case], args: argparse.Namespace, *, script: Path, stem: str, title: str, description: str,

@@ -293,7 +293,7 @@ def _layouts(region: set[Node], convs: list[Node], maps: list[dict]) -> dict[Nod
             layouts[node] = contiguous_strides(node.shape)
             continue
         batch, c, h, w = face
-        strides = [1] * len(node.shape)  # trailing size-1 dims (a pooled window's kept axis): stride 1
+        strides = [1] * len(node.shape)  # the size-1 dims besides (a pooled window's, a sum's kept axis): 1
         step = 1
         for d in (c, w, h, batch):
             strides[d] = step
@@ -311,12 +311,13 @@ def _dim_map(index, vars_, reduced=frozenset()) -> dict[int, object] | None:
     for d, e in enumerate(index):
         if e.is_const:
             continue
-        kept = [(v, c) for v, c in e.terms if v not in reduced] if len(e.terms) > 1 else e.terms
+        kept = [(v, c) for v, c in e.terms if v not in reduced] if len(e.terms) > 1 else list(e.terms)
         if e.const or len(kept) != 1 or kept[0][1] != 1 or kept[0][0] not in vars_:
             return None
-        if any(c % kept[0][0].size for v, c in e.terms if v in reduced):  # not whole blocks of the kept var
+        var = kept[0][0]
+        if any(c % var.size for v, c in e.terms if v is not var):  # the reduced terms: whole blocks of var
             return None
-        out[d] = kept[0][0]
+        out[d] = var
     return out
 
 
@@ -374,9 +375,8 @@ def _group_maps(group: Group) -> dict[Node, dict] | None:
         placements = check_group(group.nodes, group.shape, group.axes, group.stores)
     except NotFusable:
         return None
-    vars_ = index_vars(group.shape)
-    reduced = {vars_[a] for a in group.axes}
-    vars_ = set(vars_)
+    ordered = index_vars(group.shape)
+    vars_, reduced = set(ordered), {ordered[a] for a in group.axes}
     members, maps = set(group.nodes), {}
     for m, indices in placements.items():
         for idx in indices:
