@@ -9,7 +9,8 @@ group) that cuDNN runs, among buffers stored channels-last, keeps NCHW only wher
 NCHW call together beat the NHWC call. The shapes are the grouped 3x3 convolutions of the corpus's models
 (RegNetY-016: 24 channels a group; SE-ResNeXt-26d and DPN-68: 32 groups of 4-32; NFNet-L0: groups of 64;
 ResNeSt-14d: 2 groups), at batch 1 and 32, stride 1 and the stride-2 ones that open a stage; and depthwise
-ones (one channel a group: FastViT-T8's 3x3 and 7x7, ConvNeXt-T's 7x7, MobileNetV2's 3x3), which in half
+ones (one channel a group: FastViT-T8's 3x3 and 7x7, ConvNeXt-T's 7x7, MobileNetV2's 3x3, EfficientNet-B0's 5x5,
+at stride 1 and 2; FastViT's patch embeddings, two output channels a group), which in half
 precision the library runs (``choices.CONV``): cuDNN over NHWC data, PyTorch's own depthwise kernel over NCHW
 for some shapes. Each time is the
 least of ROUNDS ``do_bench`` medians (L2 flushed), the three sides interleaved, in µs: at batch 1 a side's time
@@ -32,7 +33,7 @@ from common import RESULTS, write_record  # noqa: E402
 
 SETTINGS = {"fp32-ieee": (torch.float32, False), "tf32": (torch.float32, True),
             "bf16": (torch.bfloat16, False), "fp16": (torch.float16, False)}
-SHAPES = (  # (channels, input height = width, groups, stride[, kernel size: 3])
+SHAPES = (  # (channels, input height = width, groups, stride[, kernel size: 3[, output channels a group: 1]])
     (48, 56, 2, 1), (120, 28, 5, 1), (336, 14, 14, 1), (888, 7, 37, 1),        # RegNetY-016, 24 a group
     (48, 112, 2, 2), (120, 56, 5, 2), (336, 28, 14, 2), (888, 14, 37, 2),
     (128, 56, 32, 1), (256, 28, 32, 1), (512, 14, 32, 1), (1024, 7, 32, 1),    # SE-ResNeXt-26d 32x4d, DPN-68
@@ -43,16 +44,22 @@ SHAPES = (  # (channels, input height = width, groups, stride[, kernel size: 3])
     (48, 64, 48, 1), (96, 32, 96, 1), (192, 16, 192, 1), (384, 8, 384, 1),      # FastViT-T8 (256x256), depthwise
     (48, 64, 48, 1, 7), (96, 32, 96, 1, 7), (192, 16, 192, 1, 7), (384, 8, 384, 1, 7),
     (96, 56, 96, 1, 7), (192, 28, 192, 1, 7), (384, 14, 384, 1, 7), (768, 7, 768, 1, 7),  # ConvNeXt-T
-    (144, 56, 144, 1), (192, 28, 192, 1), (576, 14, 576, 1), (960, 7, 960, 1))  # MobileNetV2
+    (144, 56, 144, 1), (192, 28, 192, 1), (576, 14, 576, 1), (960, 7, 960, 1),  # MobileNetV2
+    (96, 112, 96, 2), (144, 56, 144, 2), (192, 28, 192, 2), (576, 14, 576, 2),
+    (144, 56, 144, 2, 5), (672, 14, 672, 2, 5),                                  # EfficientNet-B0's 5x5
+    (48, 128, 48, 2), (48, 128, 48, 2, 1),                                       # FastViT-T8's stem
+    (48, 64, 48, 2, 7, 2), (96, 32, 96, 2, 7, 2), (192, 16, 192, 2, 7, 2),       # and its patch embeddings
+    (48, 64, 48, 2, 3, 2), (96, 32, 96, 2, 3, 2), (192, 16, 192, 2, 3, 2))
 BATCHES = (1, 32)
 ROUNDS = 3
 
 
-def measure(setting: str, n: int, c: int, hw: int, groups: int, stride: int, kernel: int = 3) -> dict:
+def measure(setting: str, n: int, c: int, hw: int, groups: int, stride: int, kernel: int = 3,
+            multiplier: int = 1) -> dict:
     dtype, tf32 = SETTINGS[setting]
     torch.backends.cudnn.allow_tf32 = tf32
     x = torch.randn(n, c, hw, hw, device="cuda", dtype=dtype)
-    w = torch.randn(c, c // groups, kernel, kernel, device="cuda", dtype=dtype)
+    w = torch.randn(c * multiplier, c // groups, kernel, kernel, device="cuda", dtype=dtype)
     cl = torch.channels_last
     x_cl, w_cl = x.contiguous(memory_format=cl), w.contiguous(memory_format=cl)
 
@@ -64,7 +71,7 @@ def measure(setting: str, n: int, c: int, hw: int, groups: int, stride: int, ker
     for _ in range(ROUNDS):
         for name, fn in sides:
             us[name].append(1e3 * do_bench(fn, warmup=10, rep=40, return_mode="median"))
-    return dict(setting=setting, n=n, c=c, hw=hw, groups=groups, stride=stride, kernel=kernel,
+    return dict(setting=setting, n=n, c=c, cout=c * multiplier, hw=hw, groups=groups, stride=stride, kernel=kernel,
                 width=c // groups, **{name: min(t) for name, t in us.items()})
 
 
@@ -84,12 +91,13 @@ def main(argv: list[str] | None = None) -> None:
              f"torch {doc['torch']}, cuDNN {doc['cudnn']}, {doc['date']}", "",
              "`" + doc["command"] + f"`; µs, the least of {ROUNDS} do_bench medians; padding half the kernel; "
              "NCHW + copies: the input copied to NCHW, the result back to channels-last.", "",
-             "| setting | N | C | H=W | groups | channels a group | kernel | stride | NHWC | NCHW | NCHW + copies | "
-             "(NCHW + copies) ÷ NHWC |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| setting | N | C | C out | H=W | groups | channels a group | kernel | stride | NHWC | NCHW | "
+             "NCHW + copies | (NCHW + copies) ÷ NHWC |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         times = " | ".join(f"{r[k]:.1f}" for k in ("nhwc_us", "nchw_us", "nchw_copied_us"))
-        lines.append(f"| {r['setting']} | {r['n']} | {r['c']} | {r['hw']} | {r['groups']} | {r['width']} | "
+        lines.append(f"| {r['setting']} | {r['n']} | {r['c']} | {r['cout']} | {r['hw']} | {r['groups']} | "
+                     f"{r['width']} | "
                      f"{r['kernel']}x{r['kernel']} | {r['stride']} | {times} | "
                      f"{r['nchw_copied_us'] / r['nhwc_us']:.2f} |")
     for setting in SETTINGS:

@@ -27,7 +27,7 @@ import torch
 from .. import config
 from ..ir.expr import Affine, index_vars
 from ..ir.graph import Graph, Group, Node, terminal, through_views
-from ..ir.layout import (buffer_strides, channels_last_ratio, channels_last_strides, conv_class, memory_order,
+from ..ir.layout import (buffer_strides, channels_last_ratio, channels_last_strides, memory_order,
                          same_strides, view_as_strided)
 from ..ir.types import contiguous_strides, is_float
 from ..ir.placement import NotFusable, check_group
@@ -44,12 +44,6 @@ def is_conv2d(node: Node) -> bool:
     return len(node.shape) == 4 and not args[6] and isinstance(args[0], Node) and isinstance(args[1], Node)
 
 
-def conv_kind(conv: Node) -> str:
-    """The ``CHANNELS_LAST_SPEEDUP`` class of a 2-D convolution extern."""
-    args = conv.attrs["arg_tree"][0]
-    return conv_class(args[1].shape, args[8])
-
-
 # A grouped convolution that cuDNN runs inside a channels-last region either reads the NHWC buffers or
 # runs NCHW, its input copied to NCHW and its result back. Which is faster depends on the precision
 # (benchmarks/results/grouped_layout.md, H200, the corpus models' grouped 3x3 convolutions at stride 1 and
@@ -61,8 +55,11 @@ def conv_kind(conv: Node) -> str:
 # shapes but one (5 groups of 24: 34 us), NCHW with the copies 24-182; over larger inputs NCHW won only
 # for groups of at most IEEE_NCHW_MAX_WIDTH channels (0.83x). Fewer than GROUPED_NCHW_MIN_GROUPS groups stay
 # NHWC (TF32, 2 groups of 24 at stride 2: NCHW 5.2x NHWC's time). Depthwise convolutions (one channel a
-# group) stay NHWC: NCHW with copies took 1.1-8.9x NHWC's time in every setting (FastViT's, ConvNeXt's and
-# MobileNetV2's, stride 1; stride 2 and channel multipliers not measured yet).
+# group) stay NHWC: NCHW with copies took 1.1-8.9x NHWC's time in every setting (FastViT's, ConvNeXt's,
+# MobileNetV2's and EfficientNet's, stride 1 and 2), except with a channel multiplier (FastViT's patch
+# embeddings: two output channels per input channel): cuDNN runs those NHWC in a generic engine of 200-1300 us
+# in half precision, where NCHW with the copies took 14-180 (0.01-0.37x), and 0.26-0.69x in fp32 (3x3 at
+# batch 1: 1.05-1.16x, a microsecond; fp32 3x3 ones are the IR's window sum anyway).
 GROUPED_NCHW_MIN_GROUPS = 4
 GROUPED_NCHW_ELEMENTS = 2**20
 IEEE_NCHW_MAX_WIDTH = 8
@@ -77,11 +74,15 @@ def conv_precision(dtype: torch.dtype, target) -> str:
     return "tf32" if config.cudnn_allow_tf32 else "ieee"
 
 
-def grouped_runs_nchw(dtype: torch.dtype, precision: str, input_shape, groups: int) -> str | None:
-    """Why a grouped convolution cuDNN runs among channels-last buffers runs NCHW (copies around it) on
-    the GPU, or None: it reads them NHWC. ``input_shape``: N, C, H, W."""
+def grouped_runs_nchw(dtype: torch.dtype, precision: str, input_shape, groups: int,
+                      out_channels: int) -> str | None:
+    """Why a grouped (or depthwise) convolution cuDNN runs among channels-last buffers runs NCHW (copies
+    around it) on the GPU, or None: it reads them NHWC. ``input_shape``: N, C, H, W."""
     elements, width = math.prod(input_shape), input_shape[1] // groups
-    if dtype != torch.float32 or groups < GROUPED_NCHW_MIN_GROUPS:
+    if width == 1 and out_channels > groups:
+        return (f"depthwise with {out_channels // groups} output channels per input channel: cuDNN's NHWC "
+                f"engine for it took 1.5-90x NCHW's time with the copies")
+    if width == 1 or dtype != torch.float32 or groups < GROUPED_NCHW_MIN_GROUPS:
         return None
     if precision == "tf32" and width in TF32_NCHW_WIDTHS and elements > GROUPED_NCHW_ELEMENTS:
         return (f"TF32, {width} channels a group over {elements} elements: cuDNN's NCHW kernel with the copies "
@@ -96,10 +97,10 @@ def grouped_runs_nchw(dtype: torch.dtype, precision: str, input_shape, groups: i
 
 def keeps_nchw(conv: Node, target) -> str | None:
     """Why a convolution runs NCHW even among channels-last buffers (on a GPU: cuDNN), or None."""
-    x, groups = conv.attrs["arg_tree"][0][0], conv.attrs["arg_tree"][0][8]
-    if not target.is_cuda or conv_kind(conv) != "grouped":
+    x, w, groups = conv.attrs["arg_tree"][0][0], conv.attrs["arg_tree"][0][1], conv.attrs["arg_tree"][0][8]
+    if not target.is_cuda or groups == 1:
         return None
-    return grouped_runs_nchw(x.dtype, conv_precision(x.dtype, target), x.shape, groups)
+    return grouped_runs_nchw(x.dtype, conv_precision(x.dtype, target), x.shape, groups, w.shape[0])
 
 
 # Inductor's rule too (decide_layout_opt): a graph with this many nodes per convolution (a transformer
