@@ -355,10 +355,12 @@ def test_one_convolution_among_many_nodes_stays_nchw_on_the_gpu():
 
 
 def _split_attention(b, c, radix=2):
-    """ResNeSt's split attention after a convolution into radix x c channels: the sum over the radix,
-    its mean, two 1x1 convolutions, a softmax over the radix and the weighted sum, into a 1x1 convolution."""
-    def fn(x0, wc, w1, w2, w3):
-        x = F.conv2d(x0, wc, padding=1).relu()
+    """ResNeSt's split attention after a convolution into radix x c channels and its batch norm (inference):
+    the sum over the radix, its mean, two 1x1 convolutions, a softmax over the radix and the weighted sum,
+    into a 1x1 convolution."""
+    def fn(x0, wc, w1, w2, w3, norm):
+        stats = norm[0].detach(), norm[1].detach().exp()  # (running statistics take no gradient)
+        x = F.batch_norm(F.conv2d(x0, wc, padding=1), *stats, norm[2], norm[3]).relu()
         xr = x.reshape(b, radix, c, *x.shape[2:])
         a = F.conv2d(F.conv2d(xr.sum(1).mean((2, 3), keepdim=True), w1).relu(), w2)
         a = a.view(b, 1, radix, -1).transpose(1, 2).softmax(1).reshape(b, radix, c, 1, 1)
@@ -367,32 +369,39 @@ def _split_attention(b, c, radix=2):
 
 
 def test_a_sum_over_split_channels_is_stored_channels_last_and_walked_in_memory_order():
-    """Scheduled for the H200 (nothing runs): ResNeSt's sums over its radix (``x.reshape(B, 2, C, H, W)
-    .sum(1)`` of a channels-last buffer) store their [B, 1, C, H, W] results channels-last and walk them
-    in memory order, so the loads run along C. Stored row-major they read across the buffer, 2 bytes per
-    128-byte row at batch 32 (0.27 ms a kernel, bf16)."""
+    """Scheduled for the H200 (nothing runs), bf16: ResNeSt's sums over its radix (``x.reshape(B, 2, C, H,
+    W).sum(1)`` of a channels-last buffer) store their [B, 1, C, H, W] results channels-last and walk them
+    in memory order, so the loads run along C; the first also stores the batch norm's [B, 2, C, H, W]
+    result the weighted sum reads again, as the NHWC [B, 2 * C, H, W] buffer it views (C fastest, then the
+    radix). Stored row-major they read across the buffer, 2 bytes per 128-byte row at batch 32 (0.27 ms a
+    kernel); with the 5-D store row-major, they wrote so (0.13 ms for the first)."""
     from tests.test_target import _scheduled
     from tests.utils import H200
     b, c, hw = 2, 64, 6
     args = [torch.randn(b, 16, hw, hw), torch.randn(2 * c, 16, 3, 3), torch.randn(8, c, 1, 1),
-            torch.randn(2 * c, 8, 1, 1), torch.randn(c, c, 1, 1)]
+            torch.randn(2 * c, 8, 1, 1), torch.randn(c, c, 1, 1), torch.randn(4, 2 * c)]
     with torch.no_grad():
-        graph, kernels = _scheduled(_split_attention(b, c), args, H200)
+        graph, kernels = _scheduled(_split_attention(b, c), [a.bfloat16() for a in args], H200)
     sums = [g for g in graph.groups if g.kind == "reduction" and [g.shape[a] for a in g.axes] == [2]
             and len(g.shape) == 5]
     assert len(sums) == 2, graph.groups  # the sum the mean reads, and the weighted sum
     for g in sums:
-        (store,) = g.stores
+        (store,) = [m for m in g.stores if m.shape[1] == 1]
         assert store.shape == (b, 1, c, hw, hw) and graph.layouts[store][2] == 1, (store, graph.layouts.get(store))
         assert g.order and g.order[-1] == 2, g.order  # channels fastest
+    (split,) = [m for m in sums[0].stores if m.shape[1] == 2]
+    assert graph.layouts[split] == (2 * c * hw * hw, c, 1, 2 * c * hw, 2 * c), graph.layouts[split]
 
 
-def test_a_sum_over_split_channels_stored_channels_last_matches_eager():
-    """The same layout in the interpreter (the CPU plans channels-last too), forward and gradients."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_sum_over_split_channels_stored_channels_last_matches_eager(dtype):
+    """The same layout in the interpreter (the CPU plans channels-last too), forward and gradients; in bf16
+    with the [B, 2, C, H, W] store."""
     from tests.utils import compare_gradients
     b, c = 2, 8
     args = [torch.randn(b, 4, 5, 6), torch.randn(2 * c, 4, 3, 3), torch.randn(4, c, 1, 1), torch.randn(2 * c, 4, 1, 1),
-            torch.randn(c, c, 1, 1)]
+            torch.randn(c, c, 1, 1), torch.randn(4, 2 * c)]
+    args = [a.to(dtype) for a in args]
     report = compile_and_compare(_split_attention(b, c), *args, fallbacks=None)
     assert any("walk their buffers in memory order" in d for d in report.decisions), report.decisions
     compare_gradients(_split_attention(b, c), *args)

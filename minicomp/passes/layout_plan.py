@@ -242,8 +242,9 @@ def _is_buffer(node: Node, outputs: set) -> bool:
 
 def is_image(shape) -> bool:
     """(N, C, H, W), or that with size-1 dims besides (a pooling window's kept axis, trailing; a sum's
-    kept axis, as ResNeSt's over its radix: [N, 1, C, H, W])."""
-    return len(shape) == 4 or len(shape) > 4 and sum(s != 1 for s in shape) <= 4
+    kept axis, as ResNeSt's over its radix: [N, 1, C, H, W]) or one block dim of the channels (ResNeSt's
+    radix before the sum: [N, R, C, H, W], a view of a convolution's [N, R * C, H, W])."""
+    return len(shape) == 4 or len(shape) > 4 and sum(s != 1 for s in shape) <= 5
 
 
 def _region(graph: Graph, convs: list[Node], outputs: set, given: set[Node]) -> tuple[set[Node], dict]:
@@ -295,8 +296,9 @@ def _layouts(region: set[Node], convs: list[Node], maps: list[dict]) -> dict[Nod
             continue
         batch, c, h, w = face
         strides = [1] * len(node.shape)  # the size-1 dims besides (a pooled window's, a sum's kept axis): 1
+        blocks = [d for d in range(batch + 1, c) if d not in face and node.shape[d] != 1]  # (_face_from)
         step = 1
-        for d in (c, w, h, batch):
+        for d in (c, *blocks, w, h, batch):
             strides[d] = step
             step *= node.shape[d]
         layouts[node] = tuple(strides)
@@ -356,8 +358,9 @@ def _faces(region: set[Node], convs: list[Node], maps: list[dict]) -> dict[Node,
 def _face_from(dims: dict | None, role_vars, node: Node) -> tuple[int, ...] | None:
     """``node``'s dims for N, C, H, W, given dim -> variable (``_dim_map``) and the variable of each
     role; size-1 dims fill the roles no variable reaches, and any dims besides the four must be size 1
-    (a sum's kept axis). None for a buffer that is not an image (a pooled ``[N, C]`` vector in a kernel with
-    the 4-D buffers around a convolution: no face to give)."""
+    (a sum's kept axis) or one block dim of the channels, between N and C (ResNeSt's radix: ``[N, R, C, H,
+    W]``, stored as the NHWC ``[N, R * C, H, W]`` it views). None for a buffer that is not an image (a pooled
+    ``[N, C]`` vector in a kernel with the 4-D buffers around a convolution: no face to give)."""
     if dims is None or not is_image(node.shape):
         return None
     by_var = {v: d for d, v in dims.items()}
@@ -366,7 +369,8 @@ def _face_from(dims: dict | None, role_vars, node: Node) -> tuple[int, ...] | No
     face = [d if d is not None else next(spare, None) for d in face]
     if None in face or len(set(face)) != 4:
         return None
-    return tuple(face) if all(node.shape[d] == 1 for d in range(node.type.ndim) if d not in face) else None
+    besides = [d for d in range(node.type.ndim) if d not in face and node.shape[d] != 1]
+    return tuple(face) if all(d in dims and face[0] < d < face[1] for d in besides) else None
 
 
 def _group_maps(group: Group) -> dict[Node, dict] | None:
