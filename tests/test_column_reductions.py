@@ -18,7 +18,7 @@ from minicomp.ir.kernel import Schedule
 from minicomp.passes import split_reductions as split
 from minicomp.templates import reduction
 from minicomp.templates.pointwise import WIDE_BLOCK_MAX_LOADS
-from minicomp.templates.reduction import (ARG_COLUMN_TILE, ARG_MIN_TILE, ARG_NARROW_BLOCK, COLUMN_TILE,
+from minicomp.templates.reduction import (ARG_COLUMN_TILE, ARG_MIN_TILE, ARG_NARROW_BLOCK, COLUMN_TILE, COLUMN_WARPS,
                                           COLUMN_WARPS_PER_SM, HELD_COLUMN_RUN_BYTES, MIN_COLUMN_RUN_BYTES,
                                           SHORT_COLUMN_BLOCK)
 from tests.test_target import _full_size_traffic, _scheduled
@@ -62,16 +62,19 @@ def test_a_column_of_few_rows_takes_wide_tiles():
     """ResNeSt's split attention sums two radix halves, [N, 2, C, H, W] over dim 1: tiles of 64 outputs
     are programs of 128 values (0.12 ms a call over 25.7 MB, bf16 B32 on the H200); the tile widens to
     ``SHORT_COLUMN_BLOCK`` 16-bit values (a quarter of it in fp32, or with more loads than a wide block
-    holds), still filling the SMs."""
+    holds), still filling the SMs. Its warps are as many as its outputs fill with 16-byte loads, each thread
+    holding its columns whole (``LOAD_VECTOR_BYTES``: [512, 2] bf16 tiles of 4 warps ran 5x slower than
+    of 2 on the H200, their values replicated)."""
     x = torch.empty(32, 2, 64, 56, 56, dtype=BF16)
     _, (k,) = _reductions(lambda x: x.sum(1), x)
     assert k.schedule.blocks == {"XBLOCK": SHORT_COLUMN_BLOCK // 2, "RBLOCK": 2}, k.schedule
+    assert k.schedule.num_warps == COLUMN_WARPS, k.schedule  # 2048 outputs: 8 bf16 values a thread, 4 warps
     assert _warps(k) >= COLUMN_WARPS_PER_SM * H200.sm_count, k.schedule
     ws = [torch.empty(1, 1, 64, 1, 1, dtype=BF16) for _ in range(WIDE_BLOCK_MAX_LOADS)]
     _, (k,) = _reductions(lambda x, *ws: sum(x * w for w in ws).sum(1), x, *ws)
-    assert k.schedule.blocks == {"XBLOCK": SHORT_COLUMN_BLOCK // 8, "RBLOCK": 2}, k.schedule
+    assert (k.schedule.blocks, k.schedule.num_warps) == ({"XBLOCK": SHORT_COLUMN_BLOCK // 8, "RBLOCK": 2}, 2)
     _, (k,) = _reductions(lambda x: x.sum(1), x.float())
-    assert k.schedule.blocks == {"XBLOCK": SHORT_COLUMN_BLOCK // 8, "RBLOCK": 2}, k.schedule
+    assert (k.schedule.blocks, k.schedule.num_warps) == ({"XBLOCK": SHORT_COLUMN_BLOCK // 8, "RBLOCK": 2}, 4)
 
 
 def test_a_column_sum_too_narrow_to_fill_the_sms_splits_its_rows():

@@ -40,6 +40,12 @@ COLUMN_WARPS = 4
 # quarter in fp32 or with many loads): its 64-output tiles of 2 rows ran 0.12 ms a call over 25.7 MB
 # (bf16, B32, H200: 0.2 TB/s).
 SHORT_COLUMN_BLOCK = WIDE_BLOCK
+# Triton lays such a tile's threads and warps along its outputs (the contiguous dim), 16 bytes a thread: a
+# tile narrower than its warps cover replicates the values, one wider than a warp's run but given more warps
+# splits the rows across warps. H200, [B, 2, C*HW] bf16 summed over dim 1 (col2_bench, 25.7 MB): [512, 2]
+# of 4 warps (1024 outputs covered) and [1024, 2] of 8 (warps split 4 x 2) ran 123-127 us, [1024, 2] of 4
+# and [2048, 2] of 8 24 us (3.2 TB/s). So warps = outputs / (32 threads x 16 bytes' values), at most 4.
+LOAD_VECTOR_BYTES = 16
 # An argmax/argmin down columns keeps a [64, 8] block (value and int64 index): its [64, 64] block ran
 # 3.90 ms over dim 1 of 128x4096x4095 fp32 on the H200 and 4.27 at 4096 columns; [64, 8] 2.48 and
 # 1.95 (Inductor 2.67 and 2.01; benchmarks/column_tiles.py, experiments.md)
@@ -134,7 +140,9 @@ def column_schedule(group: Group, inner: int, xnumel: int, rnumel: int, target: 
         if arg and xblock < min(COLUMN_TILE, pow2(inner)):
             step = ARG_NARROW_BLOCK
     rblock = min(rows, step // xblock)
-    return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, COLUMN_WARPS, 1, rblock >= rnumel)
+    run = 32 * LOAD_VECTOR_BYTES // read_itemsize(group)  # the outputs a warp's loads cover
+    warps = min(COLUMN_WARPS, xblock // run) if xblock >= run and rblock >= rnumel else COLUMN_WARPS
+    return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, warps, 1, rblock >= rnumel)
 
 
 def column_tile(inner: int, xnumel: int, itemsize: int, target: Target, min_tile: int | None = None) -> int:
