@@ -30,10 +30,6 @@ CAUSES: dict[str, str] = {
         f"PyTorch's cuDNN attention kernel on both sides, no kernel of minicomp's: the call's host time ({WORST})"),
     "attention B256 H12 T64 D64 bf16": (
         f"PyTorch's cuDNN attention kernel on both sides, no kernel of minicomp's: the call's host time ({WORST})"),
-    "timm:resnest14d bf16 B32": (
-        f"GPU 1.93 against 1.66 ms: the split-attention radix sums, 3 kernels of 0.27 ms ({PROFILED}); they "
-        "stored their results NCHW and read the NHWC buffer across, 2 bytes per 128-byte row (scheduled on the "
-        f"CPU; now stored NHWC and walked in memory order, not re-measured: {LAYOUT})"),
     "timm:deit_tiny_distilled_patch16_224 fp32 B32": (
         f"none: profiled alone, the same GPU time (3.07 vs 3.08 ms) and wall (3.22 vs 3.19) ({PROFILED})"),
     "timm:vit_tiny_patch16_224 fp32 B1": HOST_B1.format("0.80", "0.75") + (
@@ -50,16 +46,9 @@ CAUSES: dict[str, str] = {
     "timm:fastvit_t8 fp32 B1": (
         "host-bound: GPU time 0.398 against Inductor's 0.456 ms after the one-element reductions (104 kernels "
         f"against 131), wall 2.38 against 3.62 ms in a probe process ({LAYOUT})"),
-    "timm:fastvit_t8 bf16 B32": (
-        "GPU 7.89 against Inductor's 6.81 ms (eager's NCHW model 4.18): 6.17 ms in cuDNN's generic NHWC engine "
-        "(`convolve_common_engine_float_NHWC`, 673 launches a call), which Inductor runs too (5.09 ms), for "
-        "convolutions the layout table has not measured (FastViT's stem and patch embeddings; eager runs "
-        f"PyTorch's NCHW depthwise kernels, 1.85 ms) ({LAYOUT})"),
     "timm:seresnext26d_32x4d fp32 B1": (
         "host-bound: 0.81x Inductor's wall in a probe process (2.07 against 2.54 ms), GPU time 0.356 against "
         f"0.367 ms ({LAYOUT})"),
-    "timm:resnest14d fp32 B32": (
-        f"none: timed alone 2.43 against Inductor's 3.43 ms, GPU time 2.495 against 2.457 ({NOISE})"),
     "timm:visformer_tiny fp32 B1": HOST_B1.format("0.73", "0.70"),
     "timm:maxvit_nano_rw_256 fp32 B1": HOST_B1.format("1.16", "1.12"),
     "gpt_neox bf16 B8": (
