@@ -54,3 +54,26 @@ def test_reinterpret_views_past_the_tensors_own_offset():
         got = view(base, (2, 3), (1, 2), 2)
         assert got.storage_offset() == 7 and got.stride() == (1, 2)
         torch.testing.assert_close(got, torch.tensor([[7.0, 9.0, 11.0], [8.0, 10.0, 12.0]]))
+
+
+def test_a_fallback_result_contiguous_but_for_a_size_one_dim_takes_the_contiguous_check():
+    """SDPA over [B * H, 1, T, D] views returns its result with its own stride for the size-1 dim: the
+    wrapper checks such a result with ``ensure_contiguous`` (one C call), not ``ensure_layout``'s stride
+    tuple, which that stride failed every call (the Python comparison dim by dim then ran each time);
+    other strides keep ``ensure_layout``."""
+    from minicomp.ir.program import ExternArg, ExternCall
+    cpu = torch.device("cpu")
+    buffers = {"arg0": Buffer("arg0", (6, 1, 4, 2), torch.float32, (8, 8, 2, 1), cpu),
+               "r": Buffer("r", (6, 1, 4, 2), torch.float32, (8, 2, 2, 1), cpu),
+               "t": Buffer("t", (6, 1, 4, 2), torch.float32, (8, 2, 1, 4), cpu)}
+    sources = []
+    for name in ("r", "t"):
+        call = ExternCall(name, 0, torch.ops.aten.clone.default, (ExternArg("arg0"),), None, buffers[name].strides)
+        sources.append(wrapper_source(_program(buffers, [call], [name])))
+    assert "ensure_contiguous(r)" in sources[0] and "ensure_layout(" not in sources[0], sources[0]
+    assert "ensure_layout(t, (8, 2, 1, 4))" in sources[1], sources[1]
+    scope: dict = {}
+    exec(compile(sources[0], "<wrapper>", "exec"), scope)
+    x = torch.randn(6, 1, 4, 2)
+    (r,) = scope["call"]([x], {}, {0: lambda a: a.clone()}, {})
+    assert torch.equal(r, x)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..ir.kernel import checks_indices
+from ..ir.layout import same_strides
 from ..ir.program import (Allocate, EmptyLaunch, ExternCall, Free, KernelLaunch, Literal, PassedInput, Program,
                           TupleItem, Value, View, WrittenBack)
 from ..ir.types import contiguous_strides
@@ -29,8 +30,12 @@ def value_expr(value: Value) -> str:
 
 
 def _layout(program: Program, name: str, value: str, strides: tuple[int, ...]) -> str:
-    """A fallback result made to have the layout kernels assume (``runtime/support.py``)."""
-    if strides == contiguous_strides(program.buffers[name].shape):
+    """A fallback result made to have the layout kernels assume (``runtime/support.py``). Contiguous but
+    for a size-1 dim's stride (SDPA's [B * H, 1, T, D] result) is contiguous: ``ensure_contiguous``'s one C
+    check, where ``ensure_layout``'s tuple comparison failed on that stride and compared dim by dim in
+    Python every call."""
+    shape = program.buffers[name].shape
+    if same_strides(strides, contiguous_strides(shape), shape):
         return f"ensure_contiguous({value})"
     return f"ensure_layout({value}, {strides})"
 
