@@ -26,10 +26,6 @@ CAUSES: dict[str, str] = {
         f"measured on 2-D pools only ({WORST})"),
     "avg_pool1d k8 s1 p4 16x64x65536 bf16": (
         f"one kernel each side; the window template's two outputs a thread, 0.228 against 0.211 ms ({WINDOWS})"),
-    "attention B8 H12 T512 D64 bf16": (
-        f"PyTorch's cuDNN attention kernel on both sides, no kernel of minicomp's: the call's host time ({WORST})"),
-    "attention B256 H12 T64 D64 bf16": (
-        f"PyTorch's cuDNN attention kernel on both sides, no kernel of minicomp's: the call's host time ({WORST})"),
     "timm:deit_tiny_distilled_patch16_224 fp32 B32": (
         f"none: profiled alone, the same GPU time (3.07 vs 3.08 ms) and wall (3.22 vs 3.19) ({PROFILED})"),
     "timm:vit_tiny_patch16_224 fp32 B1": HOST_B1.format("0.80", "0.75") + (
