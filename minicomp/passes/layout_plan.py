@@ -81,7 +81,7 @@ def grouped_runs_nchw(dtype: torch.dtype, precision: str, input_shape, groups: i
     elements, width = math.prod(input_shape), input_shape[1] // groups
     if width == 1 and out_channels > groups:
         return (f"depthwise with {out_channels // groups} output channels per input channel: cuDNN's NHWC "
-                f"engine for it took 1.5-90x NCHW's time with the copies")
+                f"engine for it took 1.5-70x NCHW's time with the copies")
     if width == 1 or dtype != torch.float32 or groups < GROUPED_NCHW_MIN_GROUPS:
         return None
     if precision == "tf32" and width in TF32_NCHW_WIDTHS and elements > GROUPED_NCHW_ELEMENTS:

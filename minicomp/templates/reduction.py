@@ -42,7 +42,7 @@ COLUMN_WARPS = 4
 SHORT_COLUMN_BLOCK = WIDE_BLOCK
 # Triton lays such a tile's threads and warps along its outputs (the contiguous dim), 16 bytes a thread: a
 # tile narrower than its warps cover replicates the values, one wider than a warp's run but given more warps
-# splits the rows across warps. H200, [B, 2, C*HW] bf16 summed over dim 1 (col2_bench, 25.7 MB): [512, 2]
+# splits the rows across warps. H200, [B, 2, C*HW] bf16 summed over dim 1 (25.7 MB; experiments.md): [512, 2]
 # of 4 warps (1024 outputs covered) and [1024, 2] of 8 (warps split 4 x 2) ran 123-127 us, [1024, 2] of 4
 # and [2048, 2] of 8 24 us (3.2 TB/s). So warps = outputs / (32 threads x 16 bytes' values), at most 4.
 LOAD_VECTOR_BYTES = 16
