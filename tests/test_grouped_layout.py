@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.utils import compile_and_compare
+from tests.utils import compare_gradients, compile_and_compare
 
 
 @pytest.fixture(autouse=True)
@@ -136,8 +136,8 @@ def test_the_grouped_layout_rule_follows_every_row_of_its_measurement(setting):
 
 def test_a_grouped_convolution_run_nchw_matches_eager(monkeypatch):
     """The GPU's rule applied in the interpreter: the NCHW input copy and the copy of the result
-    back to channels-last give eager's values, also for a graph input, a strided convolution and a
-    depthwise one multiplying the channels."""
+    back to channels-last give eager's values and gradients, also for a graph input, a strided
+    convolution and a depthwise one multiplying the channels."""
     from minicomp.passes import layout_plan
     monkeypatch.setattr(layout_plan, "keeps_nchw",
                         lambda conv, target: "grouped" if conv.attrs["arg_tree"][0][8] > 1 else None)
@@ -149,3 +149,5 @@ def test_a_grouped_convolution_run_nchw_matches_eager(monkeypatch):
             torch.randn(16, 1, 5, 5)]  # (the last: depthwise, two output channels per input channel)
     report = compile_and_compare(fn, *args, fallbacks=4)  # the convolutions
     assert sum("runs NCHW, its input and result copied" in d for d in report.decisions) == 3, report.decisions
+    reports = compare_gradients(fn, *args)  # the forward's copies (and the backward through them)
+    assert any("runs NCHW, its input and result copied" in d for r in reports for d in r.decisions)
