@@ -97,7 +97,8 @@ def grouped_runs_nchw(dtype: torch.dtype, precision: str, input_shape, groups: i
 
 def keeps_nchw(conv: Node, target) -> str | None:
     """Why a convolution runs NCHW even among channels-last buffers (on a GPU: cuDNN), or None."""
-    x, w, groups = conv.attrs["arg_tree"][0][0], conv.attrs["arg_tree"][0][1], conv.attrs["arg_tree"][0][8]
+    args = conv.attrs["arg_tree"][0]
+    x, w, groups = args[0], args[1], args[8]
     if not target.is_cuda or groups == 1:
         return None
     return grouped_runs_nchw(x.dtype, conv_precision(x.dtype, target), x.shape, groups, w.shape[0])
@@ -244,7 +245,7 @@ def is_image(shape) -> bool:
     """(N, C, H, W), or that with size-1 dims besides (a pooling window's kept axis, trailing; a sum's
     kept axis, as ResNeSt's over its radix: [N, 1, C, H, W]) or one block dim of the channels (ResNeSt's
     radix before the sum: [N, R, C, H, W], a view of a convolution's [N, R * C, H, W])."""
-    return len(shape) == 4 or len(shape) > 4 and sum(s != 1 for s in shape) <= 5
+    return len(shape) >= 4 and sum(s != 1 for s in shape) <= 5
 
 
 def _region(graph: Graph, convs: list[Node], outputs: set, given: set[Node]) -> tuple[set[Node], dict]:

@@ -126,13 +126,13 @@ def column_schedule(group: Group, inner: int, xnumel: int, rnumel: int, target: 
     to fill the GPU (``column_tile``)."""
     rows = pow2(rnumel)
     arg = carries_index(group)
+    itemsize = read_itemsize(group)
     step = ARG_COLUMN_TILE if arg else COLUMN_BLOCK
     xblock = min(COLUMN_TILE, pow2(inner))
     if rows * xblock < step and not arg:  # short columns: wider tiles (SHORT_COLUMN_BLOCK)
-        widest = min(pow2(inner), max(COLUMN_TILE, block_elements(group, read_itemsize(group)) // rows))
+        widest = min(pow2(inner), max(COLUMN_TILE, block_elements(group, itemsize) // rows))
         xblock = narrowed(widest, COLUMN_TILE, xnumel, target)
     if rows * xblock > step:  # looped, unless held whole; a one-step program streams nothing to narrow for
-        itemsize = read_itemsize(group)
         if rereads(group) and rnumel <= persistent_column_rows(inner, itemsize, target):
             xblock = min(xblock, max(persistent_limit(target) // rows, held_run(itemsize, target)))
             return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rows}, row_warps(xblock * rows), 1, True)
@@ -140,7 +140,7 @@ def column_schedule(group: Group, inner: int, xnumel: int, rnumel: int, target: 
         if arg and xblock < min(COLUMN_TILE, pow2(inner)):
             step = ARG_NARROW_BLOCK
     rblock = min(rows, step // xblock)
-    run = 32 * LOAD_VECTOR_BYTES // read_itemsize(group)  # the outputs a warp's loads cover
+    run = 32 * LOAD_VECTOR_BYTES // itemsize  # the outputs a warp's loads cover
     warps = min(COLUMN_WARPS, xblock // run) if xblock >= run and rblock >= rnumel else COLUMN_WARPS
     return Schedule("reduction", {"XBLOCK": xblock, "RBLOCK": rblock}, warps, 1, rblock >= rnumel)
 
