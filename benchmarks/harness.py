@@ -22,8 +22,10 @@ first compiled call is checked against eager's result, then the three are timed 
   (AOTAutograd's trace run by PyTorch's own kernels, the graphs every backend is handed): a value as
   close to float64's as that trace's passes, and the row says so (``<backend>_trace_referee``); for image
   models, one still over is judged against eager's own step on channels-last images as well
-  (``<backend>_layout_referee``). A bf16 autocast step's near-cancelling gradients differ from eager's by
-  how the trace orders its roundings, and by the layout cuDNN's algorithms round in.
+  (``<backend>_layout_referee``), and one still over against eager's step on floating inputs moved by
+  half a unit in the last place (``<backend>_nudged_referee``: a gradient that moves that far when one
+  rounding changes is ill-conditioned, not wrong). A bf16 autocast step's near-cancelling gradients differ
+  from eager's by how the trace orders its roundings, and by the layout cuDNN's algorithms round in.
 
 The run: each row in its own try/except (a crash is the row's result); the results rewritten after every
 row, the row about to run first marked "interrupted" (a process killed mid-row leaves that mark);
@@ -83,6 +85,7 @@ os.environ.setdefault("MINICOMP_CPU", "interpret")  # on the CPU: minicomp's ker
 TRAIN_TOL = {"fp32": 1e-3, "bf16": 5e-2}  # training: loss and gradients (see the docstring)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 REFEREE_MAX_NUMEL = 1 << 28  # float64 referee only for outputs up to this many elements
+NUDGE = 0.5  # the nudged-input referee: inputs moved by up to this many units in the last place (see run_training)
 BACKENDS = ("inductor", "minicomp")
 NOT_RUN = "not run"          # rows that say this are measured by --resume
 INTERRUPTED = "interrupted: the process ended while this row ran (killed, out of time or crashed)"
@@ -165,6 +168,17 @@ def output_error(actual: object, expected: object, same_dtype: bool = True) -> t
 
 def _double(v: object) -> object:
     return v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
+
+def _nudged(v: object, amp: bool) -> object:
+    """A floating input with each value moved by up to ``NUDGE`` machine epsilons of the dtype the step
+    computes in (bf16 under autocast), relative (uniform random; about half a unit in the last place):
+    some values round to a neighbour."""
+    if not (isinstance(v, torch.Tensor) and v.is_floating_point()):
+        return v
+    eps = torch.finfo(torch.bfloat16 if amp else v.dtype).eps
+    u = torch.rand(v.shape, generator=torch.Generator().manual_seed(7)).to(v.device, v.dtype)
+    return v + v * (2 * u - 1) * (NUDGE * eps)
 
 
 def float64_referee(work: Work, actual: object, expected: object) -> tuple[float, float]:
@@ -327,6 +341,7 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
     exact: list[nn.Module] = []          # the float64 referee's model after its step, made once if needed
     traced: list[nn.Module] = []         # the aot_eager model after its step, made once if needed
     laid_out: list[nn.Module] = []       # eager's model stepped on channels-last images, made once if needed
+    nudged: list[nn.Module] = []         # eager's model stepped on nudged inputs, made once if needed
 
     def step(m: Callable, amp: bool = work.amp, cast: Callable = lambda v: v) -> torch.Tensor:
         return training_step(work, m, device, amp, cast)
@@ -353,6 +368,17 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
             laid_out.append(copy.deepcopy(pristine).to(memory_format=torch.channels_last))
             step(laid_out[0], cast=lambda v: v.contiguous(memory_format=torch.channels_last) if _is_image(v) else v)
         return tuple(laid_out)
+
+    def nudged_referees() -> tuple[nn.Module, ...]:
+        """Eager's step on inputs moved by half a unit in the last place (``_nudged``): how far a
+        gradient that nearly cancels moves when the first rounding changes, i.e. its condition. None
+        without floating inputs (token ids)."""
+        if not any(isinstance(v, torch.Tensor) and v.is_floating_point() for v in (*work.args, *work.kwargs.values())):
+            return ()
+        if not nudged:
+            nudged.append(copy.deepcopy(pristine))
+            step(nudged[0], cast=lambda v: _nudged(v, work.amp))
+        return tuple(nudged)
 
     def mismatches(model: nn.Module, exact: nn.Module | None = None, alternatives: tuple = ()) -> list[str]:
         """``model``'s gradients and buffers beyond ``tol`` of eager's, unless as close to ``exact``'s
@@ -387,6 +413,9 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
                 if wrong and layout_referees():  # is it a rounding eager's other layout makes too?
                     row[f"{backend}_layout_referee"] = True
                     wrong = mismatches(model, referee(), (trace_referee(), *layout_referees()))
+                if wrong and nudged_referees():  # does eager move as far when an input's last bit does?
+                    row[f"{backend}_nudged_referee"] = True
+                    wrong = mismatches(model, referee(), (trace_referee(), *layout_referees(), *nudged_referees()))
                 wrong = ([f"loss: relative error {loss_err:.3g}"] if loss_err > tol else []) + wrong
                 verdict(row, backend, not wrong, err, None if not wrong else f"{len(wrong)} wrong: "
                         + "; ".join(wrong[:5]) + (" ..." if len(wrong) > 5 else ""))
@@ -398,6 +427,7 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
                 row.update(graph_facts(minicomp.reports_since(before)))
         exact.clear()
         traced.clear()
+        nudged.clear()
         laid_out.clear()
         row["phase"] = "timing"
         with gpu_turn(device):
@@ -545,6 +575,10 @@ def notes(rows: list[dict]) -> list[str]:
             if r.get(f"{backend}_layout_referee"):
                 lines.append(f"  - {backend}: gradients still beyond it were judged against eager's step on "
                              "channels-last images too (correct: as close to float64's as that layout's)")
+            if r.get(f"{backend}_nudged_referee"):
+                lines.append(f"  - {backend}: gradients still beyond it were judged against eager's step on inputs "
+                             "moved by half a unit in the last place too (correct: as close to float64's as that "
+                             "step's)")
             if f"{backend}_err_fp64" in r:
                 lines.append(f"  - {backend}: error against float64 {r[f'{backend}_err_fp64']:.3g}, eager's "
                              f"{r['eager_err_fp64']:.3g}")

@@ -170,6 +170,48 @@ def test_an_image_models_gradients_are_judged_against_eagers_channels_last_step(
     assert any("channels-last images" in line for line in harness.notes([row])), harness.notes([row])
 
 
+def test_a_gradient_as_far_off_as_eagers_at_a_nudged_input_is_ill_conditioned_not_wrong(monkeypatch):
+    """A training row still off after the float64, trace and layout referees is judged against eager's
+    step on inputs moved by ``NUDGE`` machine epsilons (``<backend>_nudged_referee``): correct where eager
+    moves as far (here: the nudge made large), wrong where eager barely moves (the nudge tiny)."""
+    import argparse
+    import torch
+    from torch import nn
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import harness
+    delta = torch.randn(4, 8) * 1e-3
+
+    class Near(nn.Module):  # eager's loss, gradients taken at a nearby input
+        def __init__(self, model, scale):
+            super().__init__()
+            self.model, self.scale = model, scale
+
+        def forward(self, x):
+            near = self.model(x + self.scale * delta)
+            return self.model(x).detach() + near - near.detach()
+    monkeypatch.setattr(harness, "compile_with", lambda backend, model: Near(model, 1.0))
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, backend=None, **kw:
+                        Near(model, 0.0) if backend == "aot_eager" else real_compile(model, backend=backend, **kw))
+    monkeypatch.setitem(harness.TRAIN_TOL, "fp32", 1e-6)
+
+    def run(nudge: float) -> dict:
+        monkeypatch.setattr(harness, "NUDGE", nudge)
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1))
+        work = harness.Work(model, (torch.randn(4, 8),), "4x8", loss=lambda out: out.square().sum())
+        row = dict(n=1, name="tiny", kind="train", dtype="fp32")
+        harness.run_training(work, row, argparse.Namespace(backends=("minicomp",), rounds=1), "cpu",
+                             lambda fn: (fn(), 1.0)[1])
+        return row
+    row = run(nudge=1e6)  # eager's inputs moved by ~6 %: its gradients as far off as the backend's
+    assert row["correct"] and row["minicomp_nudged_referee"] and "minicomp_layout_referee" not in row, row
+    assert any("last place" in line for line in harness.notes([row])), harness.notes([row])
+    row = run(nudge=0.5)  # half an epsilon: eager's gradients stay at float64's
+    assert row["minicomp_nudged_referee"] and not row["correct"] and "wrong" in row["error"], row
+
+
 def _without_alternatives(mismatches):
     return lambda *args, alternatives=(), **kwargs: mismatches(*args, **kwargs)
 
