@@ -15,6 +15,7 @@ POOLS = "experiments.md, 'Pools: taps without an L2 policy, avg_pool3d lowered; 
 NOISE = "experiments.md, 'LeViT's 1.4x is the host's noise: one build timed in 14 processes; NFNet's and FastViT's GPU time'"
 LAYOUT = ("experiments.md, 'Grouped convolutions' layout per precision; FastViT's one-element reductions; bf16 "
           "FastViT's cuDNN engine'")
+COLD = "experiments.md, 'The training table correct: a nudged-input referee; LeViT fp32's host time, seven more device calls'"
 HOST_B1 = ("host-bound: GPU time {} against Inductor's {} ms under walls of several ms, which moved by up to 2.7x "
            f"between runs ({PROFILED})")
 
@@ -35,7 +36,9 @@ CAUSES: dict[str, str] = {
         "host-bound: GPU time 0.736 against Inductor's 0.690 ms (223 and 226 kernels); the same build timed in 14 "
         "processes measured 0.55-1.74x Inductor (this table's runs 1.46x and 1.50x), the host's time to issue a "
         "call moving 3.4-5.6 ms for identical code, and cProfile put minicomp's host time below Inductor's in "
-        f"every process ({NOISE}); within one process steady at 0.59-0.66x however the rounds interleave ({LAYOUT})"),
+        f"every process ({NOISE}); within one process steady at 0.59-0.66x however the rounds interleave ({LAYOUT}); "
+        "every corpus process with cold caches 1.37-1.74x (7 of 7), with warm ones 0.87-0.92x (4 of 4), the same "
+        f"launches and GPU time (0.747 against 0.750 ms) in both, plain torch calls 1.5-2x slower mid-process ({COLD})"),
     "levit fp32 B32": (
         "host-bound: GPU time 1.67 against Inductor's 1.74 ms; the same build measured 0.59-1.43x Inductor in five "
         f"processes (this table's runs 1.43x and 1.53x) ({NOISE})"),
