@@ -380,12 +380,13 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
             step(nudged[0], cast=lambda v: _nudged(v, work.amp))
         return tuple(nudged)
 
-    def mismatches(model: nn.Module, exact: nn.Module | None = None, alternatives: tuple = ()) -> list[str]:
+    def mismatches(model: nn.Module, exact: nn.Module | None = None, alternatives: tuple = (),
+                   judged: list[str] | None = None) -> list[str]:
         """``model``'s gradients and buffers beyond ``tol`` of eager's, unless as close to ``exact``'s
-        (float64) as eager's or an alternative's."""
+        (float64) as eager's or an alternative's (those gradients' lines go to ``judged``)."""
         exact_params = None if exact is None else _ParametersOnly(exact)
         return zoo.gradient_mismatches(_ParametersOnly(reference), _ParametersOnly(model), rtol=tol, exact=exact_params,
-                                       alternatives=tuple(map(_ParametersOnly, alternatives))) + \
+                                       alternatives=tuple(map(_ParametersOnly, alternatives)), judged=judged) + \
             buffer_mismatches(reference, model, tol, exact=exact)
 
     with torch.enable_grad():
@@ -415,7 +416,10 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
                     wrong = mismatches(model, referee(), (trace_referee(), *layout_referees()))
                 if wrong and nudged_referees():  # does eager move as far when an input's last bit does?
                     row[f"{backend}_nudged_referee"] = True
-                    wrong = mismatches(model, referee(), (trace_referee(), *layout_referees(), *nudged_referees()))
+                    judged: list[str] = []
+                    wrong = mismatches(model, referee(), (trace_referee(), *layout_referees(), *nudged_referees()),
+                                       judged)
+                    row[f"{backend}_judged"] = judged[:5]  # the gradients that passed, with their numbers
                 wrong = ([f"loss: relative error {loss_err:.3g}"] if loss_err > tol else []) + wrong
                 verdict(row, backend, not wrong, err, None if not wrong else f"{len(wrong)} wrong: "
                         + "; ".join(wrong[:5]) + (" ..." if len(wrong) > 5 else ""))
@@ -578,7 +582,7 @@ def notes(rows: list[dict]) -> list[str]:
             if r.get(f"{backend}_nudged_referee"):
                 lines.append(f"  - {backend}: gradients still beyond it were judged against eager's step on inputs "
                              "moved by half a unit in the last place too (correct: as close to float64's as that "
-                             "step's)")
+                             "step's)" + "".join(f"; {line}" for line in r.get(f"{backend}_judged", [])))
             if f"{backend}_err_fp64" in r:
                 lines.append(f"  - {backend}: error against float64 {r[f'{backend}_err_fp64']:.3g}, eager's "
                              f"{r['eager_err_fp64']:.3g}")

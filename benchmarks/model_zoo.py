@@ -77,7 +77,8 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 def gradient_mismatches(reference: nn.Module, model: nn.Module, rtol: float = 1e-3,
-                        exact: nn.Module | None = None, alternatives: tuple[nn.Module, ...] = ()) -> list[str]:
+                        exact: nn.Module | None = None, alternatives: tuple[nn.Module, ...] = (),
+                        judged: list[str] | None = None) -> list[str]:
     """After the same training step on two copies of a model: the parameters whose gradients differ and
     the floating buffers (BatchNorm running statistics) whose values differ, each with its relative
     error. A gradient passes if ‖a − b‖ ≤ rtol·(‖b‖ + 0.01·rms·√n), rms the root mean square of all
@@ -90,7 +91,8 @@ def gradient_mismatches(reference: nn.Module, model: nn.Module, rtol: float = 1e
     (deep stacks of training-mode batch norm amplify rounding towards the input layers).
     ``alternatives``: more eager copies after the same step, run another valid way (channels-last
     memory): eager's error is then the largest of theirs and the reference's — where eager's own ways
-    differ from float64 by a percent, so may a compiler."""
+    differ from float64 by a percent, so may a compiler. ``judged``: gets the same line as a wrong
+    gradient for each one beyond ``rtol`` that passed against float64 (the numbers it passed by)."""
     grads = [p.grad for p in reference.parameters() if p.grad is not None]
     squares = sum(float(g.double().pow(2).sum()) for g in grads)
     rms = math.sqrt(squares / max(sum(g.numel() for g in grads), 1))
@@ -116,10 +118,15 @@ def gradient_mismatches(reference: nn.Module, model: nn.Module, rtol: float = 1e
             scale = p.grad.double().norm().item() + 0.01 * rms * p.numel() ** 0.5
             diff = (q.grad.double() - p.grad.double()).norm().item()
             eager = [p.grad, *(g.get(name) for g in other_grads)]
-            if not diff <= rtol * scale and not as_exact(q.grad, eager, exact_grads.get(name), scale):
-                wrong.append(f"{name}: relative error {relative_error(q.grad, p.grad):.3g}" + (
-                    "" if name not in exact_grads else f" (against float64 {relative_error(q.grad, exact_grads[name]):.3g},"
-                    f" eager's {'/'.join(f'{relative_error(e, exact_grads[name]):.3g}' for e in eager if e is not None)})"))
+            if diff <= rtol * scale:
+                continue
+            line = f"{name}: relative error {relative_error(q.grad, p.grad):.3g}" + (
+                "" if name not in exact_grads else f" (against float64 {relative_error(q.grad, exact_grads[name]):.3g},"
+                f" eager's {'/'.join(f'{relative_error(e, exact_grads[name]):.3g}' for e in eager if e is not None)})")
+            if not as_exact(q.grad, eager, exact_grads.get(name), scale):
+                wrong.append(line)
+            elif judged is not None:
+                judged.append(line)
     for (name, b), (_, c) in zip(reference.named_buffers(), model.named_buffers()):
         if b.is_floating_point() and not torch.allclose(c, b, rtol=1e-4, atol=1e-5) \
                 and not as_exact(c, [b, *(o.get(name) for o in other_buffers)], exact_buffers.get(name),

@@ -207,7 +207,8 @@ def test_a_gradient_as_far_off_as_eagers_at_a_nudged_input_is_ill_conditioned_no
         return row
     row = run(nudge=1e6)  # eager's inputs moved by ~6 %: its gradients as far off as the backend's
     assert row["correct"] and row["minicomp_nudged_referee"] and "minicomp_layout_referee" not in row, row
-    assert any("last place" in line for line in harness.notes([row])), harness.notes([row])
+    assert row["minicomp_judged"] and "against float64" in row["minicomp_judged"][0], row
+    assert any("last place" in line and "against float64" in line for line in harness.notes([row])), harness.notes([row])
     row = run(nudge=0.5)  # half an epsilon: eager's gradients stay at float64's
     assert row["minicomp_nudged_referee"] and not row["correct"] and "wrong" in row["error"], row
 
