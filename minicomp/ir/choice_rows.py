@@ -131,6 +131,16 @@ GEMM_ROWS = (
         "a bf16 weight gradient over 25088 pixels, nothing fused: decided here, before plain_gemm"),
     Row("fp32-ieee", mm(4096, 4096, 4096, "bias+residual"), 3.3108, 2.7222, L, CHOICES_MD),
     Row("fp32-ieee", mm(8192, 768, 3072, "bias+residual"), 0.9453, 0.8726, L, CHOICES_MD),
+    # LeViT-128S's Linear + BatchNorm products (the bias stands for the norm's per-column affine): at B1 its fp32
+    # rows are host-bound, 59 cuBLAS calls at ~12 us of host time each plus a norm kernel after each
+    # (experiments.md, 'The training table correct: a nudged-input referee; LeViT fp32's host time, seven more device
+    # calls'); not measured yet: is one template launch faster?
+    Row("fp32-ieee", mm(196, 256, 128, "bias"), None, None, L, "", "LeViT-128S B1 stage 1"),
+    Row("fp32-ieee", mm(196, 128, 256, "bias"), None, None, L, "", "LeViT-128S B1 stage 1's MLP down-projection"),
+    Row("fp32-ieee", mm(49, 512, 256, "bias"), None, None, L, "", "LeViT-128S B1 stage 2"),
+    Row("fp32-ieee", mm(16, 768, 384, "bias"), None, None, L, "", "LeViT-128S B1 stage 3"),
+    Row("fp32-ieee", mm(1568, 256, 128, "bias"), None, None, L, "", "LeViT-128S B8 stage 1"),
+    Row("fp32-ieee", mm(6272, 256, 128, "bias"), None, None, L, "", "LeViT-128S B32 stage 1"),
     Row("tf32", mm(4096, 4096, 4096, "bias+residual"), 2.1842, 0.4008, L, GEMM_RUNS, "TF32_TEMPLATE_MAX_K"),
     Row("tf32", mm(8192, 4096, 4096, "bias+gelu"), 4.6676, 0.9016, L, GEMM_RUNS),
     Row("tf32", mm(196, 384, 1536, "bias"), 0.1106, 0.0268, L, GEMM_RUNS),
