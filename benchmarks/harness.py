@@ -85,7 +85,7 @@ os.environ.setdefault("MINICOMP_CPU", "interpret")  # on the CPU: minicomp's ker
 TRAIN_TOL = {"fp32": 1e-3, "bf16": 5e-2}  # training: loss and gradients (see the docstring)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 REFEREE_MAX_NUMEL = 1 << 28  # float64 referee only for outputs up to this many elements
-NUDGE = 0.5  # the nudged-input referee: inputs moved by up to this many units in the last place (see run_training)
+NUDGE = 0.5  # the nudged-input referee: inputs moved by up to this many machine epsilons, relative (``_nudged``)
 BACKENDS = ("inductor", "minicomp")
 NOT_RUN = "not run"          # rows that say this are measured by --resume
 INTERRUPTED = "interrupted: the process ended while this row ran (killed, out of time or crashed)"
