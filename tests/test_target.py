@@ -41,8 +41,9 @@ def test_lowering_sets_the_graph_target_from_the_inputs():
 
 
 def _scheduled(fn, args, target: Target):
-    """``fn`` lowered for ``args`` (on the CPU) and run through the pass pipeline for ``target``."""
-    gm = make_fx(fn, decomposition_table=decompositions())(*args)
+    """``fn`` lowered for ``args`` (on the CPU) and run through the pass pipeline for ``target``; traced
+    functionalized, as AOTAutograd hands the backend its graphs (a model's ``relu_`` is then no fallback)."""
+    gm = make_fx(torch.func.functionalize(fn, remove="mutations"), decomposition_table=decompositions())(*args)
     graph = Lowering(gm, args).run()
     graph.target = target
     graph = run_pipeline(graph, PIPELINE, None, None)
