@@ -97,8 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     for r in rows:
         times = " | ".join(f"{r[k]:.1f}" for k in ("nhwc_us", "nchw_us", "nchw_copied_us"))
         lines.append(f"| {r['setting']} | {r['n']} | {r['c']} | {r['cout']} | {r['hw']} | {r['groups']} | "
-                     f"{r['width']} | "
-                     f"{r['kernel']}x{r['kernel']} | {r['stride']} | {times} | "
+                     f"{r['width']} | {r['kernel']}x{r['kernel']} | {r['stride']} | {times} | "
                      f"{r['nchw_copied_us'] / r['nhwc_us']:.2f} |")
     for setting in SETTINGS:
         faster = [f"N{r['n']} C{r['c']} g{r['groups']} k{r['kernel']} s{r['stride']}" for r in rows

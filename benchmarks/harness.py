@@ -166,15 +166,19 @@ def output_error(actual: object, expected: object, same_dtype: bool = True) -> t
     return worst, floating
 
 
+def _floating(v: object) -> bool:
+    return isinstance(v, torch.Tensor) and v.is_floating_point()
+
+
 def _double(v: object) -> object:
-    return v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+    return v.double() if _floating(v) else v
 
 
 def _nudged(v: object, amp: bool) -> object:
     """A floating input with each value moved by up to ``NUDGE`` machine epsilons of the dtype the step
     computes in (bf16 under autocast), relative (uniform random; about half a unit in the last place):
     some values round to a neighbour."""
-    if not (isinstance(v, torch.Tensor) and v.is_floating_point()):
+    if not _floating(v):
         return v
     eps = torch.finfo(torch.bfloat16 if amp else v.dtype).eps
     u = torch.rand(v.shape, generator=torch.Generator().manual_seed(7)).to(v.device, v.dtype)
@@ -216,7 +220,7 @@ class _ParametersOnly:
 
 
 def _is_image(v) -> bool:
-    return isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() == 4
+    return _floating(v) and v.dim() == 4
 
 
 def gradient_error(reference: nn.Module, model: nn.Module) -> float:
@@ -373,7 +377,7 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
         """Eager's step on inputs moved by half a unit in the last place (``_nudged``): how far a
         gradient that nearly cancels moves when the first rounding changes, i.e. its condition. None
         without floating inputs (token ids)."""
-        if not any(isinstance(v, torch.Tensor) and v.is_floating_point() for v in (*work.args, *work.kwargs.values())):
+        if not any(map(_floating, (*work.args, *work.kwargs.values()))):
             return ()
         if not nudged:
             nudged.append(copy.deepcopy(pristine))

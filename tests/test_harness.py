@@ -90,43 +90,61 @@ def test_timing_holds_its_gpu_alone(monkeypatch, tmp_path):
     assert b0 >= a1, spans
 
 
-def test_a_gradient_off_as_aot_eagers_trace_is_judged_against_that_trace(monkeypatch):
-    """A training row whose gradients differ from eager's and float64's, but exactly as the step compiled
-    with ``aot_eager`` does (here: both backends see the same perturbed input), is correct and says it
-    was judged against the trace; without that referee it is wrong."""
-    import argparse
+def _at_near_inputs(monkeypatch, delta, backend_scale: float, trace_scale: float):
+    """The harness, with the backend and the step compiled with ``aot_eager`` replaced by eager's loss with
+    gradients taken at a nearby input (``x + scale * delta``, each its own scale), and fp32's tolerance
+    1e-6."""
     import torch
     from torch import nn
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import harness
-    delta = torch.randn(4, 8) * 0.1
 
-    class Traced(nn.Module):  # what "the trace" computes: eager's loss, gradients taken at a nearby input
-        def __init__(self, model):
+    class Near(nn.Module):
+        def __init__(self, model, scale):
             super().__init__()
-            self.model = model
+            self.model, self.scale = model, scale
 
         def forward(self, x):
-            near = self.model(x + delta)
+            near = self.model(x + self.scale * delta)
             return self.model(x).detach() + near - near.detach()
-    monkeypatch.setattr(harness, "compile_with", lambda backend, model: Traced(model))
+    monkeypatch.setattr(harness, "compile_with", lambda backend, model: Near(model, backend_scale))
     real_compile = torch.compile
     monkeypatch.setattr(torch, "compile", lambda model, backend=None, **kw:
-                        Traced(model) if backend == "aot_eager" else real_compile(model, backend=backend, **kw))
+                        Near(model, trace_scale) if backend == "aot_eager" else real_compile(model, backend=backend, **kw))
     monkeypatch.setitem(harness.TRAIN_TOL, "fp32", 1e-6)
+    return harness
+
+
+def _trained_row(harness, model, x, name: str) -> dict:
+    """``harness.run_training``'s fp32 row for ``model`` on ``x`` (loss: the output's sum of squares), on the CPU."""
+    import argparse
+    work = harness.Work(model, (x,), "x".join(map(str, x.shape)), loss=lambda out: out.square().sum())
+    row = dict(n=1, name=name, kind="train", dtype="fp32")
+    harness.run_training(work, row, argparse.Namespace(backends=("minicomp",), rounds=1), "cpu",
+                         lambda fn: (fn(), 1.0)[1])
+    return row
+
+
+def _tiny_mlp():
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1)), torch.randn(4, 8)
+
+
+def test_a_gradient_off_as_aot_eagers_trace_is_judged_against_that_trace(monkeypatch):
+    """A training row whose gradients differ from eager's and float64's, but exactly as the step compiled
+    with ``aot_eager`` does (here: both backends see the same perturbed input), is correct and says it
+    was judged against the trace; without that referee it is wrong."""
+    import torch
+    harness = _at_near_inputs(monkeypatch, torch.randn(4, 8) * 0.1, 1.0, 1.0)
 
     def run(trace_referee: bool) -> dict:
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1))
-        work = harness.Work(model, (torch.randn(4, 8),), "4x8", loss=lambda out: out.square().sum())
-        row = dict(n=1, name="tiny", kind="train", dtype="fp32")
-        args = argparse.Namespace(backends=("minicomp",), rounds=1)
         if not trace_referee:
             without = _without_alternatives(harness.zoo.gradient_mismatches)
             monkeypatch.setattr(harness.zoo, "gradient_mismatches", without)
-        harness.run_training(work, row, args, "cpu", lambda fn: (fn(), 1.0)[1])
-        return row
+        return _trained_row(harness, *_tiny_mlp(), "tiny")
     row = run(trace_referee=True)
     assert row["correct"] and row["minicomp_fp64_referee"] and row["minicomp_trace_referee"], row
     assert any("aot_eager" in line for line in harness.notes([row])), harness.notes([row])
@@ -138,33 +156,12 @@ def test_an_image_models_gradients_are_judged_against_eagers_channels_last_step(
     """A training row of an image model still off after the float64 and trace referees is judged against
     eager's step on channels-last images too (``<backend>_layout_referee``), and one further from
     float64's than that layout's (here: taken at a perturbed input) stays wrong."""
-    import argparse
     import torch
     from torch import nn
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import harness
-    delta = torch.randn(2, 3, 6, 6) * 0.1
-
-    class Perturbed(nn.Module):  # eager's loss, gradients taken at a nearby input
-        def __init__(self, model, scale):
-            super().__init__()
-            self.model, self.scale = model, scale
-
-        def forward(self, x):
-            near = self.model(x + self.scale * delta)
-            return self.model(x).detach() + near - near.detach()
-    monkeypatch.setattr(harness, "compile_with", lambda backend, model: Perturbed(model, 1.0))
-    real_compile = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda model, backend=None, **kw:
-                        Perturbed(model, 0.01) if backend == "aot_eager" else real_compile(model, backend=backend, **kw))
-    monkeypatch.setitem(harness.TRAIN_TOL, "fp32", 1e-6)
+    harness = _at_near_inputs(monkeypatch, torch.randn(2, 3, 6, 6) * 0.1, 1.0, 0.01)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Tanh(), nn.Flatten(), nn.Linear(64, 1))
-    work = harness.Work(model, (torch.randn(2, 3, 6, 6),), "2x3x6x6", loss=lambda out: out.square().sum())
-    row = dict(n=1, name="tiny conv", kind="train", dtype="fp32")
-    harness.run_training(work, row, argparse.Namespace(backends=("minicomp",), rounds=1), "cpu",
-                         lambda fn: (fn(), 1.0)[1])
+    row = _trained_row(harness, model, torch.randn(2, 3, 6, 6), "tiny conv")
     assert row["minicomp_trace_referee"] and row["minicomp_layout_referee"], row
     assert not row["correct"] and "wrong" in row["error"], row
     assert any("channels-last images" in line for line in harness.notes([row])), harness.notes([row])
@@ -174,37 +171,12 @@ def test_a_gradient_as_far_off_as_eagers_at_a_nudged_input_is_ill_conditioned_no
     """A training row still off after the float64, trace and layout referees is judged against eager's
     step on inputs moved by ``NUDGE`` machine epsilons (``<backend>_nudged_referee``): correct where eager
     moves as far (here: the nudge made large), wrong where eager barely moves (the nudge tiny)."""
-    import argparse
     import torch
-    from torch import nn
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import harness
-    delta = torch.randn(4, 8) * 1e-3
-
-    class Near(nn.Module):  # eager's loss, gradients taken at a nearby input
-        def __init__(self, model, scale):
-            super().__init__()
-            self.model, self.scale = model, scale
-
-        def forward(self, x):
-            near = self.model(x + self.scale * delta)
-            return self.model(x).detach() + near - near.detach()
-    monkeypatch.setattr(harness, "compile_with", lambda backend, model: Near(model, 1.0))
-    real_compile = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda model, backend=None, **kw:
-                        Near(model, 0.0) if backend == "aot_eager" else real_compile(model, backend=backend, **kw))
-    monkeypatch.setitem(harness.TRAIN_TOL, "fp32", 1e-6)
+    harness = _at_near_inputs(monkeypatch, torch.randn(4, 8) * 1e-3, 1.0, 0.0)
 
     def run(nudge: float) -> dict:
         monkeypatch.setattr(harness, "NUDGE", nudge)
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1))
-        work = harness.Work(model, (torch.randn(4, 8),), "4x8", loss=lambda out: out.square().sum())
-        row = dict(n=1, name="tiny", kind="train", dtype="fp32")
-        harness.run_training(work, row, argparse.Namespace(backends=("minicomp",), rounds=1), "cpu",
-                             lambda fn: (fn(), 1.0)[1])
-        return row
+        return _trained_row(harness, *_tiny_mlp(), "tiny")
     row = run(nudge=1e6)  # eager's inputs moved by ~6 %: its gradients as far off as the backend's
     assert row["correct"] and row["minicomp_nudged_referee"] and "minicomp_layout_referee" not in row, row
     assert row["minicomp_judged"] and "against float64" in row["minicomp_judged"][0], row
