@@ -16,6 +16,8 @@ NOISE = "experiments.md, 'LeViT's 1.4x is the host's noise: one build timed in 1
 LAYOUT = ("experiments.md, 'Grouped convolutions' layout per precision; FastViT's one-element reductions; bf16 "
           "FastViT's cuDNN engine'")
 COLD = "experiments.md, 'The training table correct: a nudged-input referee; LeViT fp32's host time, seven more device calls'"
+TIMING = ("experiments.md, 'LeViT's rows: the compile order ruled out, do_bench against back-to-back calls; "
+          "Llama's decoding host time'")
 HOST_B1 = ("host-bound: GPU time {} against Inductor's {} ms under walls of several ms, which moved by up to 2.7x "
            f"between runs ({PROFILED})")
 
@@ -33,15 +35,15 @@ CAUSES: dict[str, str] = {
         "; 11 more launches (the qkv bias adds as kernels)"),
     "timm:rexnet_100 bf16 B1": HOST_B1.format("0.41", "0.46"),
     "levit fp32 B1": (
-        "host-bound: GPU time 0.736 against Inductor's 0.690 ms (223 and 226 kernels); the same build timed in 14 "
-        "processes measured 0.55-1.74x Inductor (this table's runs 1.46x and 1.50x), the host's time to issue a "
-        "call moving 3.4-5.6 ms for identical code, and cProfile put minicomp's host time below Inductor's in "
-        f"every process ({NOISE}); within one process steady at 0.59-0.66x however the rounds interleave ({LAYOUT}); "
-        "every corpus process with cold caches 1.37-1.74x (7 of 7), with warm ones 0.87-0.92x (4 of 4), the same "
-        f"launches and GPU time (0.747 against 0.750 ms) in both, plain torch calls 1.5-2x slower mid-process ({COLD})"),
+        "host-bound (GPU time 0.736 against Inductor's 0.690 ms); the ratio follows the process, not the build: "
+        f"0.55-1.74x over 14 processes ({NOISE}), cold and warm caches alike ({COLD}); this session 1.55-1.69x in "
+        "five corpus processes (either compile order), 0.90-0.93x in four others; in one 1.65x process the same "
+        "variants called back to back (one sync per 50 calls) took 4.90 against Inductor's 5.35 ms, and cProfile "
+        f"put minicomp's host time a call at 3.2 against 4.5 ms ({TIMING})"),
     "levit fp32 B32": (
         "host-bound: GPU time 1.67 against Inductor's 1.74 ms; the same build measured 0.59-1.43x Inductor in five "
-        f"processes (this table's runs 1.43x and 1.53x) ({NOISE})"),
+        f"processes ({NOISE}); this run 1.75x (a shard beside another on the second GPU), a probe process 0.58x "
+        f"(3.55 against 6.12 ms) ({TIMING})"),
     "timm:fastvit_t8 fp32 B1": (
         "host-bound: GPU time 0.398 against Inductor's 0.456 ms after the one-element reductions (104 kernels "
         f"against 131), wall 2.38 against 3.62 ms in a probe process ({LAYOUT})"),
@@ -55,9 +57,11 @@ CAUSES: dict[str, str] = {
     "llama gqa generate (ms/token)": (
         "host time of a decoding step: the graph has symbolic sizes (the growing cache), so only its static parts "
         "are compiled and the parts touching the cache (each layer's concatenations, repeated key/value heads, "
-        "mask slices and attention: 17 aten ops a layer, ~230 µs of host time) run op by op in PyTorch, where "
-        "Inductor runs two symbolic kernels and the attention; profiled on this row: 2.58 of minicomp's 6.06 "
-        f"ms a token in those parts, Inductor 4.79 ({DECODE})"),
+        "mask slices and attention: 17 aten ops a layer) run op by op in PyTorch, where Inductor runs symbolic "
+        f"kernels ({DECODE}); the ratio moves with the host: 1.20x and 1.30x in this session's two one-run "
+        "tables, 0.80x in a profiling process (5.50 against 6.90 ms a token); there cProfile put 2.6 ms of a "
+        "step in the 9 parts run in PyTorch (161 aten calls) and ~0.5 ms in checking the parts' input "
+        f"signatures ({TIMING})"),
     "swinv2 train fp32 B32": (
         "GPU 35.7 of 38.7 ms wall, nearly all in cuBLAS's fp32 IEEE products, as Inductor's: nothing of "
         f"minicomp's stands out in the profile ({HOST})"),

@@ -61,8 +61,9 @@ class Row:
 CHOICES_MD = ("benchmarks/results/choices.md (python benchmarks/choices.py, 2026-11-28; the groups=64 convolution "
               "rows again with --only conv --rows groups=64 --merge, 2026-11-29, twice; the bias rule's rows and the "
               "attention rule's host-bound fp32 rows with --only attention,bias --rows head-bias,t=197,m= --merge, "
-              "2026-11-29): ms per call, median of 3 interleaved do_bench rounds; batch-32 convolutions from an NCHW "
-              "input unless channels_last")
+              "2026-11-29; LeViT's fp32-ieee gemm rows with --only gemm --rows 'fp32-ieee m=196,fp32-ieee m=49,"
+              "fp32-ieee m=16,fp32-ieee m=1568,fp32-ieee m=6272' --merge, 2026-11-30): ms per call, median of 3 "
+              "interleaved do_bench rounds; batch-32 convolutions from an NCHW input unless channels_last")
 SMALL = "commit e532caa's comment: ConvNeXt-T b1 bf16 products, profiler GPU time (raw output not kept)"
 ATTN_MD = "benchmarks/results/attention.md (python3 benchmarks/attention.py; 2026-11-24)"
 CLIFFS = ("library: benchmarks/results/cliffs.md (python benchmarks/cliffs.py; 2026-11-28); template: issue 41's "
@@ -76,6 +77,9 @@ GROUPED_GPU = ("experiments.md, 'Inference rows above 1.10x: BEiT's bias per ima
                "groups' (a probe, H200, 2026-11-29): GPU time under torch.profiler, the batch norm's kernel included "
                "on cuDNN's side (by wall time one convolution's graph is host-bound and the IR's one launch won)")
 T, L, S = TEMPLATE, LIBRARY, SDPA_CALL
+LEVIT_OPEN = ("the template's wall time is a single-op graph's host time; its GPU time is the slower, and LeViT B1 "
+              "with every product as the template ran 15x cuBLAS's GPU time: to re-measure in the model, product by "
+              "product")
 GEMM_RUNS = ("experiments.md, 'The GEMM rule: long K on few tiles, TF32' (python benchmarks/choices.py --only "
              "gemm,plain_gemm, H200, 2026-11-28; the first of two runs, each beside another benchmark)")
 SUSPECT = "re-measure: both sides several times their neighbours' at equal work"
@@ -131,16 +135,22 @@ GEMM_ROWS = (
         "a bf16 weight gradient over 25088 pixels, nothing fused: decided here, before plain_gemm"),
     Row("fp32-ieee", mm(4096, 4096, 4096, "bias+residual"), 3.3108, 2.7222, L, CHOICES_MD),
     Row("fp32-ieee", mm(8192, 768, 3072, "bias+residual"), 0.9453, 0.8726, L, CHOICES_MD),
-    # LeViT-128S's Linear + BatchNorm products (the bias stands for the norm's per-column affine): at B1 its fp32
-    # rows are host-bound, 59 cuBLAS calls at ~12 us of host time each plus a norm kernel after each
-    # (experiments.md, 'The training table correct: a nudged-input referee; LeViT fp32's host time, seven more device
-    # calls'); not measured yet: is one template launch faster?
-    Row("fp32-ieee", mm(196, 256, 128, "bias"), None, None, L, "", "LeViT-128S B1 stage 1"),
-    Row("fp32-ieee", mm(196, 128, 256, "bias"), None, None, L, "", "LeViT-128S B1 stage 1's MLP down-projection"),
-    Row("fp32-ieee", mm(49, 512, 256, "bias"), None, None, L, "", "LeViT-128S B1 stage 2"),
-    Row("fp32-ieee", mm(16, 768, 384, "bias"), None, None, L, "", "LeViT-128S B1 stage 3"),
-    Row("fp32-ieee", mm(1568, 256, 128, "bias"), None, None, L, "", "LeViT-128S B8 stage 1"),
-    Row("fp32-ieee", mm(6272, 256, 128, "bias"), None, None, L, "", "LeViT-128S B32 stage 1"),
+    # LeViT-128S's Linear + BatchNorm products (the bias stands for the norm's per-column affine). Measured alone,
+    # one template launch beats cuBLAS plus the norm's kernel by wall time (host-bound single-op graphs), and cuBLAS
+    # wins 1.1-4.3x by GPU time; in the whole model every product as the template took LeViT B1 from 0.84 to 12.3 ms
+    # of GPU time (experiments.md, 'LeViT's rows: the compile order ruled out, do_bench against back-to-back calls').
+    Row("fp32-ieee", mm(196, 256, 128, "bias"), 0.0306, 0.0673, L, CHOICES_MD, "LeViT-128S B1 stage 1; GPU 0.0169 "
+        "vs 0.0057", open=LEVIT_OPEN),
+    Row("fp32-ieee", mm(196, 128, 256, "bias"), 0.0857, 0.1817, L, CHOICES_MD, "LeViT-128S B1 stage 1's MLP "
+        "down-projection; GPU 0.0289 vs 0.0068", open=LEVIT_OPEN),
+    Row("fp32-ieee", mm(49, 512, 256, "bias"), 0.0902, 0.1673, L, CHOICES_MD, "LeViT-128S B1 stage 2; GPU 0.0172 "
+        "vs 0.0071", open=LEVIT_OPEN),
+    Row("fp32-ieee", mm(16, 768, 384, "bias"), 0.0899, 0.1804, L, CHOICES_MD, "LeViT-128S B1 stage 3; GPU 0.0114 "
+        "vs 0.0073", open=LEVIT_OPEN),
+    Row("fp32-ieee", mm(1568, 256, 128, "bias"), 0.0214, 0.0309, L, CHOICES_MD, "LeViT-128S B8 stage 1; GPU 0.0172 "
+        "vs 0.0080", open=LEVIT_OPEN),
+    Row("fp32-ieee", mm(6272, 256, 128, "bias"), 0.0225, 0.0898, L, CHOICES_MD, "LeViT-128S B32 stage 1; GPU 0.0179 "
+        "vs 0.0162", open=LEVIT_OPEN),
     Row("tf32", mm(4096, 4096, 4096, "bias+residual"), 2.1842, 0.4008, L, GEMM_RUNS, "TF32_TEMPLATE_MAX_K"),
     Row("tf32", mm(8192, 4096, 4096, "bias+gelu"), 4.6676, 0.9016, L, GEMM_RUNS),
     Row("tf32", mm(196, 384, 1536, "bias"), 0.1106, 0.0268, L, GEMM_RUNS),
