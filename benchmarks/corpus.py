@@ -36,7 +36,8 @@ sets it (on); both recorded in the results.
 
 Measures (``harness.py``): Inductor is ``torch.compile(m)``, minicomp ``torch.compile(m, backend="minicomp")``.
 Times: median of ``--rounds`` (ops 2, models 3) interleaved rounds of ``triton.testing.do_bench`` (median,
-warmup 25 ms, rep 100 ms, L2 flushed), plain calls, no CUDA graphs. ``correct``: against eager as in
+warmup 25 ms, rep 100 ms, L2 flushed), plain calls, no CUDA graphs; a row above 1.10x Inductor's time is
+timed again as calls back to back (``<backend>_loop_ms``, ``harness.back_to_back``). ``correct``: against eager as in
 ``harness.py`` (inference: ‖a − b‖/‖b‖ ≤ 1e-4 fp32, 3e-2 bf16, else a float64 referee; integer outputs
 exact; training: loss and gradients 1e-3 fp32, 5e-2 bf16 autocast, float64 referee). ``kernels``:
 minicomp's compiled kernels over the row's graphs; ``minicomp_vs_eager``, ``minicomp_vs_inductor``: time

@@ -3,7 +3,9 @@
 file after every row.
 
 A row runs eager, then each backend (``torch.compile(m)`` for Inductor, ``backend="minicomp"``): the
-first compiled call is checked against eager's result, then the three are timed in interleaved rounds.
+first compiled call is checked against eager's result, then the three are timed in interleaved rounds
+(do_bench: each call between two events, the L2 flushed before it); a row above 1.10x Inductor's time is
+timed again as calls back to back (``back_to_back``: what a loop over the model waits a call).
 
 * inference: ``max_rel_err`` is the largest ‖a − b‖/‖b‖ (float64) over the output tensors; correct at or
   below ``models.REL_TOL`` of the row's dtype (fp32 1e-4, bf16 3e-2; fp32 with convolutions while
@@ -75,10 +77,10 @@ from torch.utils._pytree import tree_leaves
 import minicomp
 import model_zoo as zoo
 from causes import cause
-from common import RESULTS
+from common import RESULTS, bench_interleaved
 from models import REL_TOL, device_lost, graph_facts, times, timed_first_call, warm_up
 TF32_TOL = 1e-3  # fp32 inference of a model with convolutions while cuDNN may use TF32
-from suite import _without_out, condense, cpu_bench, fmt, gpu_bench, ratio
+from suite import _without_out, condense, cpu_bench, fmt, gpu_bench, ratio, sync
 
 os.environ.setdefault("MINICOMP_CPU", "interpret")  # on the CPU: minicomp's kernels, in Triton's interpreter
 
@@ -87,6 +89,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 REFEREE_MAX_NUMEL = 1 << 28  # float64 referee only for outputs up to this many elements
 NUDGE = 0.5  # the nudged-input referee: inputs moved by up to this many machine epsilons, relative (``_nudged``)
 BACKENDS = ("inductor", "minicomp")
+LOOP_CALLS = 20     # a back-to-back round's calls (``back_to_back``)
 NOT_RUN = "not run"          # rows that say this are measured by --resume
 INTERRUPTED = "interrupted: the process ended while this row ran (killed, out of time or crashed)"
 
@@ -326,6 +329,7 @@ def run_inference(work: Work, row: dict, args: argparse.Namespace, device: str, 
         row["phase"] = "timing"
         with gpu_turn(device):
             row.update(times(variants, bench, args.rounds))
+            back_to_back(variants, row, device, args.rounds)
 
 
 def training_step(work: Work, m: Callable, device: str, amp: bool, cast: Callable = lambda v: v) -> torch.Tensor:
@@ -440,7 +444,32 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
         row["phase"] = "timing"
         with gpu_turn(device):
             row.update(times(variants, bench, args.rounds))
+            back_to_back(variants, row, device, args.rounds)
     del pristine
+
+
+def back_to_back(variants: dict[str, Callable | None], row: dict, device: str, rounds: int) -> None:
+    """A second timing of a row that do_bench put above 1.10x Inductor's time: each variant called
+    ``LOOP_CALLS`` times in a row with one synchronization after them (what a loop over the model waits a
+    call), in interleaved rounds, median; recorded as ``<variant>_loop_ms``, beside the ratios, never in
+    them. do_bench times each call between two events after flushing the L2; for host-bound rows (LeViT
+    B1) the two have disagreed by 1.8x in one process (experiments.md, 'LeViT's rows: the compile order
+    ruled out, do_bench against back-to-back calls; Llama's decoding host time')."""
+    mc, ind = row.get("minicomp_ms"), row.get("inductor_ms")
+    if not (mc and ind) or mc <= 1.10 * ind:
+        return
+
+    def loop(fn: Callable) -> float:
+        fn()
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(LOOP_CALLS):
+            fn()
+        sync(device)
+        return (time.perf_counter() - start) * 1e3 / LOOP_CALLS
+    live = {k: f for k, f in variants.items() if f is not None}
+    measured = bench_interleaved(list(live.values()), loop, rounds)
+    row.update({f"{k}_loop_ms": round(ms, 4) for k, ms in zip(live, measured)})
 
 
 RUNNERS = {"inference": run_inference, "train": run_training}
@@ -531,7 +560,7 @@ def summary(rows: list[dict]) -> list[str]:
              f"- rows above 1.10× Inductor's time: {len(over(1.10))}; those up to 1.25×: "
              f"{names(sorted([r for r in over(1.10) if r['minicomp_vs_inductor'] <= 1.25], key=lambda r: -r['minicomp_vs_inductor']))}; "
              "each with its measured cause (`benchmarks/causes.py`):",
-             *[f"  - {r['name']} ({r['minicomp_vs_inductor']:.2f}): {cause(r['name'])}"
+             *[f"  - {r['name']} ({r['minicomp_vs_inductor']:.2f}): {cause(r['name'])}{_loop_words(r)}"
                for r in sorted(over(1.10), key=lambda r: -r['minicomp_vs_inductor'])],
              f"- rows slower than eager where Inductor is faster than eager: {len(cliffs)} — "
              f"{names(cliffs, 'minicomp_vs_eager')} (minicomp ÷ eager)",
@@ -539,6 +568,15 @@ def summary(rows: list[dict]) -> list[str]:
              + ("; ".join(f"{r['name']} ({(r.get('error') or '')[:80]})" for r in wrong) or "none"),
              f"- rows without a verdict (not run, skipped, or eager failed): {len(unmeasured)}"]
     return lines
+
+
+def _loop_words(row: dict) -> str:
+    """The row's back-to-back times (``back_to_back``), where it has them."""
+    mc, ind = row.get("minicomp_loop_ms"), row.get("inductor_loop_ms")
+    if not (mc and ind):
+        return ""
+    return (f". Back to back ({LOOP_CALLS} calls a synchronization): minicomp {fmt(mc)} against Inductor's "
+            f"{fmt(ind)} ms ({mc / ind:.2f}x)")
 
 
 def table(rows: list[dict]) -> str:
@@ -603,7 +641,8 @@ def measures(times: str, wrong: str, script: str) -> str:
     ``wrong`` (what makes a row ✗)."""
     return ("Times: median of the rounds (`rounds` in the JSON) of interleaved triton.testing.do_bench (median, "
             "warmup 25 ms, rep 100 ms, L2 flushed), plain calls (a dry run: time.perf_counter, one call)"
-            f"{times}. ✗: the result differs from eager's ({wrong}) or the backend crashed (notes). Ratios below 1: "
+            f"{times}; a row above 1.10x Inductor's is timed again as {LOOP_CALLS} calls back to back with one "
+            "synchronization (its cause line gives both). ✗: the result differs from eager's ({wrong}) or the backend crashed (notes). Ratios below 1: "
             "minicomp faster. Kernels: minicomp's compiled kernels over the row's graphs. First call: wall seconds "
             f"of the first compiled call (caches as found). See `benchmarks/{script}`'s docstring for the rows.")
 

@@ -293,3 +293,26 @@ def test_an_output_of_another_dtype_than_eagers_is_wrong(monkeypatch):
                           lambda fn: (fn(), 1.0)[1])
     assert not row["correct"] and "dtype torch.bfloat16, eager's torch.float32" in row["error"], row
     assert harness.output_error(torch.ones(2), torch.ones(2, dtype=torch.float64), same_dtype=False) == (0.0, True)
+
+
+def test_a_row_above_1_10_is_timed_again_back_to_back_and_its_cause_line_says_so():
+    """``back_to_back``: only a row do_bench put above 1.10x Inductor's time is timed again, each variant as
+    calls in a row (here each call sleeps its own time, so the loop's times are known), and the page's
+    cause line gives those times beside the ratio."""
+    import time
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import harness
+    naps = {"eager": 0.004, "inductor": 0.001, "minicomp": 0.004}
+    variants = {k: (lambda s=s: time.sleep(s)) for k, s in naps.items()}
+    close = dict(name="close", eager_ms=4.0, inductor_ms=1.0, minicomp_ms=1.1)
+    harness.back_to_back(variants, close, "cpu", rounds=1)
+    assert not any(k.endswith("_loop_ms") for k in close)
+    slow = dict(name="slow", eager_ms=4.0, inductor_ms=1.0, minicomp_ms=1.5, minicomp_vs_inductor=1.5)
+    harness.back_to_back({**variants, "eager": None}, slow, "cpu", rounds=1)
+    assert "eager_loop_ms" not in slow  # a variant that crashed is not timed
+    assert naps["inductor"] * 1e3 <= slow["inductor_loop_ms"] < slow["minicomp_loop_ms"], slow
+    assert naps["minicomp"] * 1e3 <= slow["minicomp_loop_ms"], slow
+    line = next(x for x in harness.summary([slow]) if x.startswith("  - slow"))
+    assert line.endswith(f"minicomp {slow['minicomp_loop_ms']:.3f} against Inductor's "
+                         f"{slow['inductor_loop_ms']:.3f} ms ({slow['minicomp_loop_ms'] / slow['inductor_loop_ms']:.2f}x)"), line
