@@ -290,6 +290,29 @@ def gpu_turn(device: str):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def cpu_seconds() -> tuple[float, float] | None:
+    """CPU seconds spent so far by every process of the machine and by this one (Linux: /proc/stat's
+    first line less idle and iowait), or None where /proc/stat cannot be read."""
+    try:
+        ticks = [int(t) for t in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), time.process_time()
+
+
+@contextlib.contextmanager
+def others_load(row: dict):
+    """Record how many cores other processes kept busy while the row was timed (``others_busy_cores``):
+    a shard compiling beside a host-bound row's timing is the suspect in its spread between runs
+    (experiments.md, 'LeViT's rows: the compile order ruled out, do_bench against back-to-back calls;
+    Llama's decoding host time')."""
+    start, t0 = cpu_seconds(), time.perf_counter()
+    yield
+    end, wall = cpu_seconds(), time.perf_counter() - t0
+    if start and end and wall > 0:
+        row["others_busy_cores"] = round(max(0.0, (end[0] - start[0]) - (end[1] - start[1])) / wall, 2)
+
+
 def run_inference(work: Work, row: dict, args: argparse.Namespace, device: str, bench) -> None:
     model = work.model.eval()
     tol = REL_TOL[DTYPES[row["dtype"]]]
@@ -327,7 +350,7 @@ def run_inference(work: Work, row: dict, args: argparse.Namespace, device: str, 
                 row.update(graph_facts(minicomp.reports_since(before)))
         del expected
         row["phase"] = "timing"
-        with gpu_turn(device):
+        with gpu_turn(device), others_load(row):
             row.update(times(variants, bench, args.rounds))
             back_to_back(variants, row, device, args.rounds)
 
@@ -442,7 +465,7 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
         nudged.clear()
         laid_out.clear()
         row["phase"] = "timing"
-        with gpu_turn(device):
+        with gpu_turn(device), others_load(row):
             row.update(times(variants, bench, args.rounds))
             back_to_back(variants, row, device, args.rounds)
     del pristine
@@ -571,12 +594,14 @@ def summary(rows: list[dict]) -> list[str]:
 
 
 def _loop_words(row: dict) -> str:
-    """The row's back-to-back times (``back_to_back``), where it has them."""
+    """The row's back-to-back times (``back_to_back``), where it has them, and the other processes' load."""
     mc, ind = row.get("minicomp_loop_ms"), row.get("inductor_loop_ms")
     if not (mc and ind):
         return ""
+    others = row.get("others_busy_cores")
     return (f". Back to back ({LOOP_CALLS} calls a synchronization): minicomp {fmt(mc)} against Inductor's "
-            f"{fmt(ind)} ms ({mc / ind:.2f}x)")
+            f"{fmt(ind)} ms ({mc / ind:.2f}x)" + ("" if others is None else
+                                                   f"; other processes kept {others:.1f} cores busy meanwhile"))
 
 
 def table(rows: list[dict]) -> str:

@@ -316,3 +316,24 @@ def test_a_row_above_1_10_is_timed_again_back_to_back_and_its_cause_line_says_so
     line = next(x for x in harness.summary([slow]) if x.startswith("  - slow"))
     assert line.endswith(f"minicomp {slow['minicomp_loop_ms']:.3f} against Inductor's "
                          f"{slow['inductor_loop_ms']:.3f} ms ({slow['minicomp_loop_ms'] / slow['inductor_loop_ms']:.2f}x)"), line
+
+
+def test_the_cores_other_processes_keep_busy_while_a_row_is_timed_are_recorded():
+    """``others_load``: a process spinning beside the timing shows as about one busy core; this process's
+    own work does not count."""
+    import time
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import harness
+    if harness.cpu_seconds() is None:
+        return  # no /proc/stat here: nothing is recorded
+    spin = "import time\nt = time.perf_counter()\nwhile time.perf_counter() - t < 1.5: pass\n"
+    row: dict = {}
+    with subprocess.Popen([sys.executable, "-c", spin]) as other:
+        time.sleep(0.3)  # the interpreter started
+        with harness.others_load(row):
+            time.sleep(0.8)
+        other.wait()
+    assert row["others_busy_cores"] >= 0.6, row
+    line = harness._loop_words(dict(row, minicomp_loop_ms=2.0, inductor_loop_ms=1.0))
+    assert line.endswith(f"; other processes kept {row['others_busy_cores']:.1f} cores busy meanwhile"), line
