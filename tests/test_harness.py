@@ -319,8 +319,8 @@ def test_a_row_above_1_10_is_timed_again_back_to_back_and_its_cause_line_says_so
 
 
 def test_the_cores_other_processes_keep_busy_while_a_row_is_timed_are_recorded():
-    """``others_load``: a process spinning beside the timing shows as about one busy core; this process's
-    own work does not count."""
+    """``others_load``: a process spinning beside the timing shows as (most of) one busy core, and the
+    cause line says so."""
     import time
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
