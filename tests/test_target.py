@@ -42,8 +42,10 @@ def test_lowering_sets_the_graph_target_from_the_inputs():
 
 def _scheduled(fn, args, target: Target):
     """``fn`` lowered for ``args`` (on the CPU) and run through the pass pipeline for ``target``; traced
-    functionalized, as AOTAutograd hands the backend its graphs (a model's ``relu_`` is then no fallback)."""
-    gm = make_fx(torch.func.functionalize(fn, remove="mutations"), decomposition_table=decompositions())(*args)
+    functionalized, as AOTAutograd hands the backend its graphs (a model's ``relu_`` is then no fallback),
+    on fake tensors (the products of a GPU-sized shape are not computed on the CPU)."""
+    gm = make_fx(torch.func.functionalize(fn, remove="mutations"), decomposition_table=decompositions(),
+                 tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
     graph = Lowering(gm, args).run()
     graph.target = target
     graph = run_pipeline(graph, PIPELINE, None, None)
