@@ -89,7 +89,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 REFEREE_MAX_NUMEL = 1 << 28  # float64 referee only for outputs up to this many elements
 NUDGE = 0.5  # the nudged-input referee: inputs moved by up to this many machine epsilons, relative (``_nudged``)
 BACKENDS = ("inductor", "minicomp")
-LOOP_CALLS = 20     # a back-to-back round's calls (``back_to_back``)
+LOOP_CALLS = 20  # a back-to-back round's calls (``back_to_back``)
 NOT_RUN = "not run"          # rows that say this are measured by --resume
 INTERRUPTED = "interrupted: the process ended while this row ran (killed, out of time or crashed)"
 
@@ -667,8 +667,8 @@ def measures(times: str, wrong: str, script: str) -> str:
     return ("Times: median of the rounds (`rounds` in the JSON) of interleaved triton.testing.do_bench (median, "
             "warmup 25 ms, rep 100 ms, L2 flushed), plain calls (a dry run: time.perf_counter, one call)"
             f"{times}; a row above 1.10x Inductor's is timed again as {LOOP_CALLS} calls back to back with one "
-            "synchronization (its cause line gives both). ✗: the result differs from eager's ({wrong}) or the backend crashed (notes). Ratios below 1: "
-            "minicomp faster. Kernels: minicomp's compiled kernels over the row's graphs. First call: wall seconds "
+            f"synchronization (its cause line gives both). ✗: the result differs from eager's ({wrong}) or the backend "
+            "crashed (notes). Ratios below 1: minicomp faster. Kernels: minicomp's compiled kernels over the row's graphs. First call: wall seconds "
             f"of the first compiled call (caches as found). See `benchmarks/{script}`'s docstring for the rows.")
 
 
