@@ -29,8 +29,8 @@ rows in eval mode under ``torch.no_grad()``):
     padded batch, its own MLM loss) fp32 B8 T512, 16. timm ViT-S/16, 17. timm ConvNeXt-T: training steps
     (bf16 autocast, B32, 224x224, cross-entropy on random labels; ResNet-50 channels-last)
 18. transformers Llama (8 layers, hidden 1024, 16 heads, 4 key/value heads, intermediate 2816, vocab 32000),
-    bf16, ``generate`` greedy B4, prompt 256, 32 new tokens, with ``model.forward = torch.compile(model.forward,
-    backend=...)``
+    bf16, ``generate`` greedy B4, prompt 256, 32 new tokens, with ``model.forward`` compiled (``torch.compile``
+    of a copy of the class's ``forward`` with its own code object, ``common.fresh``, bound to the model)
 
 The plain-PyTorch modules and the timm models go through ``model_zoo.as_trained`` (parameters initialised
 to one value, e.g. normalisation scales 1, a zero-initialised last BatchNorm scale, ConvNeXt's 1e-6 layer
@@ -44,8 +44,8 @@ it (transformers' models: inside, their own loss).
 Inductor is ``torch.compile(m)``, minicomp ``torch.compile(m, backend="minicomp")``. Times: median of
 ``--rounds`` interleaved rounds of ``triton.testing.do_bench`` (median, warmup 25 ms, rep 100 ms, L2 flushed
 between calls), plain calls, no CUDA graphs; Llama: the ``generate`` call's wall time divided by the new
-tokens (prompt included), median of 3 calls after a first one. A row above 1.10x Inductor's time (not Llama's)
-is timed again as calls back to back (``<backend>_loop_ms``, ``harness.back_to_back``). ``*_first_call_s``: the first compiled
+tokens (prompt included), median of 5 interleaved rounds (eager, Inductor, minicomp: a call each) after two
+untimed calls. A row above 1.10x Inductor's time (not Llama's) is timed again as calls back to back (``<backend>_loop_ms``, ``harness.back_to_back``). ``*_first_call_s``: the first compiled
 call's wall time (Dynamo, compile, first run) with the cache folders as found.
 
 Correctness (``correct``: minicomp's, ``inductor_correct``: Inductor's) against eager's results:
@@ -95,6 +95,7 @@ import dataclasses
 import math
 import sys
 import traceback
+import types
 from pathlib import Path
 from typing import Callable
 
@@ -108,11 +109,12 @@ import generate as gen  # noqa: E402
 import harness  # noqa: E402
 import minicomp  # noqa: E402
 import model_zoo as zoo  # noqa: E402
+from common import bench_interleaved, fresh  # noqa: E402
 from harness import Case, Work, randn, trained, verdict  # noqa: E402
 from models import REL_TOL, graph_facts  # noqa: E402
 from suite import condense  # noqa: E402
 
-GENERATE_CALLS = 3           # timed generate calls per backend (after a first one)
+GENERATE_CALLS = 5           # interleaved rounds of timed generate calls (after two untimed ones)
 
 
 # ------------------------------------------------------------------------------------------ the modules
@@ -368,23 +370,25 @@ def teacher_forced_error(base: nn.Module, model: nn.Module, sequence: torch.Tens
 
 
 def run_generate(work: Work, row: dict, args: argparse.Namespace, device: str, bench) -> None:
+    """Each backend's model compiled and checked in turn, then timed in ``GENERATE_CALLS`` interleaved rounds
+    (eager, then each backend, a call each): a token costs a few ms of host time, and timed in blocks one
+    backend after another the same build moved 3.8-8.3 ms a token between runs (experiments.md, 'Llama's
+    decoding: interleaved rounds, and the dynamic parts' recurrence key')."""
     base, (ids, mask), tokens = work.model, work.args, work.tokens
     prompt = ids.shape[1]
 
     def call(m: nn.Module) -> tuple[torch.Tensor, float]:
         return gen.generate(m, ids, mask, tokens, "dynamic", device)
 
-    def ms_per_token(m: nn.Module) -> float:
-        with harness.gpu_turn(device):  # (--per-gpu: the GPU alone while timed)
-            seconds = sorted(call(m)[1] for _ in range(GENERATE_CALLS))[GENERATE_CALLS // 2]
-        return round(1000 * seconds / tokens, 4)
-
     expected, _ = call(base)
-    row["eager_ms"] = ms_per_token(base)
+    timed: dict[str, nn.Module] = {"eager": base}
+    torch._dynamo.reset()
     for backend in args.backends:
-        torch._dynamo.reset()  # a fresh start for the backend's prompt, first-step and dynamic-length graphs
         model = copy.deepcopy(base)
-        model.forward = torch.compile(model.forward, backend=backend)
+        # its own code object: Dynamo keeps each backend's compiled frames and dynamic-size history apart,
+        # so no reset between backends makes an earlier one compile again when timed
+        forward = fresh(type(model).forward, backend.replace("-", "_"))
+        model.forward = torch.compile(types.MethodType(forward, model), backend=backend)
         before = minicomp.report()
         try:
             out, seconds = call(model)
@@ -397,20 +401,23 @@ def run_generate(work: Work, row: dict, args: argparse.Namespace, device: str, b
                 row[f"{backend}_teacher_forced_err"] = float(f"{err:.3g}")
             verdict(row, backend, ok, err, None if ok else f"tokens equal to eager's: {equal:.1%}, teacher-forced "
                                                            f"logits' error {err:.3g}")
-            row[f"{backend}_ms"] = ms_per_token(model)
+            call(model)  # a second first-size call: the dynamic-length graphs exist from here on
+            timed[backend] = model
         except Exception as e:  # noqa: BLE001
             traceback.print_exc(limit=-4)
             verdict(row, backend, False, None, "crash: " + condense(e, 600))
         if backend == "minicomp":
             row.update(graph_facts(minicomp.reports_since(before)))
-        del model
+    with harness.gpu_turn(device):  # (--per-gpu: the GPU alone while timed)
+        seconds = bench_interleaved(list(timed.values()), lambda m: call(m)[1], GENERATE_CALLS)
+    row.update({f"{k}_ms": round(1000 * s / tokens, 4) for k, s in zip(timed, seconds)})
 
 
 # ------------------------------------------------------------------------------------------ main
 
 DESCRIPTION = harness.measures(
     "; training rows: zero_grad + forward + loss + backward (no optimizer step); Llama: ms per new token of the "
-    f"whole `generate` call (median of {GENERATE_CALLS})",
+    f"whole `generate` call (median of {GENERATE_CALLS} interleaved rounds)",
     "inference: max ‖a − b‖/‖b‖ over the outputs above 1e-4 and not referred to float64; argmax/argmin: any index "
     "differs; training: loss or a gradient above 1e-3 fp32, 5e-2 bf16 autocast, and not as close to float64's as "
     "eager's or the aot_eager trace's; Llama: a generated token differs and the teacher-forced logits differ "

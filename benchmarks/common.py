@@ -2,6 +2,7 @@
 interleaved timing, variants of one function for Dynamo, the matmul peak, MLPBlock, writing a record."""
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import types
@@ -39,7 +40,9 @@ def fresh(fn, tag: str):
     variant compiles once and keeps its own (no ``torch._dynamo.reset()`` between variants, which would
     make the earlier ones recompile at their next call)."""
     code = fn.__code__.replace(co_name=f"{fn.__code__.co_name}_{tag}")
-    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+    copy = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    return functools.update_wrapper(copy, fn)  # inspect.signature still sees fn's (transformers' generate asks)
 
 
 def peak_tflops(bench: Timer, n: int = 8192, device: str = "cuda") -> float:
