@@ -45,7 +45,7 @@ Inductor is ``torch.compile(m)``, minicomp ``torch.compile(m, backend="minicomp"
 ``--rounds`` interleaved rounds of ``triton.testing.do_bench`` (median, warmup 25 ms, rep 100 ms, L2 flushed
 between calls), plain calls, no CUDA graphs; Llama: the ``generate`` call's wall time divided by the new
 tokens (prompt included), median of 5 interleaved rounds (eager, Inductor, minicomp: a call each) after two
-untimed calls. A row above 1.10x Inductor's time (not Llama's) is timed again as calls back to back (``<backend>_loop_ms``, ``harness.back_to_back``). ``*_first_call_s``: the first compiled
+untimed calls, taken again as other rows' are where the rounds disagree. A row above 1.10x Inductor's time (not Llama's) is timed again as calls back to back (``<backend>_loop_ms``, ``harness.back_to_back``). ``*_first_call_s``: the first compiled
 call's wall time (Dynamo, compile, first run) with the cache folders as found.
 
 Correctness (``correct``: minicomp's, ``inductor_correct``: Inductor's) against eager's results:
@@ -92,6 +92,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import functools
 import math
 import sys
 import traceback
@@ -109,7 +110,7 @@ import generate as gen  # noqa: E402
 import harness  # noqa: E402
 import minicomp  # noqa: E402
 import model_zoo as zoo  # noqa: E402
-from common import bench_interleaved, fresh  # noqa: E402
+from common import fresh  # noqa: E402
 from harness import Case, Work, randn, trained, verdict  # noqa: E402
 from models import REL_TOL, graph_facts  # noqa: E402
 from suite import condense  # noqa: E402
@@ -371,9 +372,9 @@ def teacher_forced_error(base: nn.Module, model: nn.Module, sequence: torch.Tens
 
 def run_generate(work: Work, row: dict, args: argparse.Namespace, device: str, bench) -> None:
     """Each backend's model compiled and checked in turn, then timed in ``GENERATE_CALLS`` interleaved rounds
-    (eager, then each backend, a call each): a token costs a few ms of host time, and timed in blocks one
-    backend after another the same build moved 3.8-8.3 ms a token between runs (experiments.md, 'Llama's
-    decoding: interleaved rounds, and the dynamic parts' recurrence key')."""
+    (eager, then each backend, a call each; ``harness.quiet_times``): a token costs a few ms of host time,
+    and timed in blocks one backend after another the same build moved 3.8-8.3 ms a token between runs
+    (experiments.md, 'LeViT's and Llama's rows: host noise, interleaved rounds')."""
     base, (ids, mask), tokens = work.model, work.args, work.tokens
     prompt = ids.shape[1]
 
@@ -409,8 +410,8 @@ def run_generate(work: Work, row: dict, args: argparse.Namespace, device: str, b
         if backend == "minicomp":
             row.update(graph_facts(minicomp.reports_since(before)))
     with harness.gpu_turn(device):  # (--per-gpu: the GPU alone while timed)
-        seconds = bench_interleaved(list(timed.values()), lambda m: call(m)[1], GENERATE_CALLS)
-    row.update({f"{k}_ms": round(1000 * s / tokens, 4) for k, s in zip(timed, seconds)})
+        row.update(harness.quiet_times({k: functools.partial(call, m) for k, m in timed.items()},
+                                       lambda generate: 1000 * generate()[1] / tokens, GENERATE_CALLS, device))
 
 
 # ------------------------------------------------------------------------------------------ main

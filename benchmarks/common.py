@@ -20,11 +20,16 @@ Timer = Callable[[Callable[[], object]], float]  # fn -> milliseconds
 
 def bench_interleaved(fns: list, bench: Timer, rounds: int = 5) -> list[float]:
     """Median over rounds that time every variant in turn, so clock and thermal drift hit all alike."""
+    return [statistics.median(t) for t in bench_rounds(fns, bench, rounds)]
+
+
+def bench_rounds(fns: list, bench: Timer, rounds: int) -> list[list[float]]:
+    """Each variant's times, one a round, in rounds that time every variant in turn."""
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(rounds):
         for t, fn in zip(times, fns):
             t.append(bench(fn))
-    return [statistics.median(t) for t in times]
+    return times
 
 
 def write_record(folder: Path, stem: str, doc: dict, markdown: str) -> None:

@@ -4,8 +4,9 @@ file after every row.
 
 A row runs eager, then each backend (``torch.compile(m)`` for Inductor, ``backend="minicomp"``): the
 first compiled call is checked against eager's result, then the three are timed in interleaved rounds
-(do_bench: each call between two events, the L2 flushed before it); a row above 1.10x Inductor's time is
-timed again as calls back to back (``back_to_back``: what a loop over the model waits a call).
+(do_bench: each call between two events, the L2 flushed before it), taken again where one variant's rounds
+disagree (``quiet_times``: the host disturbed them); a row above 1.10x Inductor's time is timed again as
+calls back to back (``back_to_back``: what a loop over the model waits a call).
 
 * inference: ``max_rel_err`` is the largest ‖a − b‖/‖b‖ (float64) over the output tensors; correct at or
   below ``models.REL_TOL`` of the row's dtype (fp32 1e-4, bf16 3e-2; fp32 with convolutions while
@@ -60,6 +61,7 @@ import platform
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -77,8 +79,8 @@ from torch.utils._pytree import tree_leaves
 import minicomp
 import model_zoo as zoo
 from causes import cause
-from common import RESULTS, bench_interleaved
-from models import REL_TOL, device_lost, graph_facts, times, timed_first_call, warm_up
+from common import RESULTS, bench_interleaved, bench_rounds
+from models import REL_TOL, device_lost, graph_facts, timed_first_call, warm_up
 TF32_TOL = 1e-3  # fp32 inference of a model with convolutions while cuDNN may use TF32
 from suite import _without_out, condense, cpu_bench, fmt, gpu_bench, ratio, sync
 
@@ -351,7 +353,7 @@ def run_inference(work: Work, row: dict, args: argparse.Namespace, device: str, 
         del expected
         row["phase"] = "timing"
         with gpu_turn(device), others_load(row):
-            row.update(times(variants, bench, args.rounds))
+            row.update(quiet_times(variants, bench, args.rounds, device))
             back_to_back(variants, row, device, args.rounds)
 
 
@@ -466,9 +468,35 @@ def run_training(work: Work, row: dict, args: argparse.Namespace, device: str, b
         laid_out.clear()
         row["phase"] = "timing"
         with gpu_turn(device), others_load(row):
-            row.update(times(variants, bench, args.rounds))
+            row.update(quiet_times(variants, bench, args.rounds, device))
             back_to_back(variants, row, device, args.rounds)
     del pristine
+
+
+NOISY = 1.25  # a timing in which one variant's rounds spread more than this (slowest ÷ fastest) was disturbed
+RETIMES = 2   # and is taken again at most this many times (on a GPU); the least disturbed one is kept
+
+
+def quiet_times(variants: dict[str, Callable | None], bench, rounds: int, device: str) -> dict:
+    """``<variant>_ms``: the median of interleaved rounds, taken again where the host disturbed it. On the
+    GPU machine a host-bound row's rounds spread up to 2x in one process while no other process ran
+    (LeViT fp32 B1: eager 8.2-14.6 ms, Inductor 3.7-5.7, minicomp 3.1-4.9; in the next process all
+    within 10%), and the medians of three rounds landed on either side. A timing whose rounds spread
+    more than ``NOISY`` is repeated, at most ``RETIMES`` times, the same for every variant, and the one
+    with the smallest spread is kept. ``spread`` records it (the largest over the variants), ``timings``
+    how many were taken (experiments.md, 'LeViT's and Llama's rows: host noise, interleaved rounds')."""
+    live = {k: f for k, f in variants.items() if f is not None}
+    kept: tuple[float, list[list[float]]] | None = None
+    for timing in range(1, RETIMES + 2):
+        measured = bench_rounds(list(live.values()), bench, rounds)
+        spread = max(max(t) / min(t) if min(t) > 0 else 1.0 for t in measured)
+        if kept is None or spread < kept[0]:
+            kept = (spread, measured)
+        if spread <= NOISY or device != "cuda":
+            break
+    row = {f"{k}_ms": None for k in ("eager", "inductor", "minicomp")}
+    row.update({f"{k}_ms": round(statistics.median(t), 4) for k, t in zip(live, kept[1])})
+    return dict(row, spread=round(kept[0], 3), timings=timing)
 
 
 def back_to_back(variants: dict[str, Callable | None], row: dict, device: str, rounds: int) -> None:
@@ -598,10 +626,12 @@ def _loop_words(row: dict) -> str:
     mc, ind = row.get("minicomp_loop_ms"), row.get("inductor_loop_ms")
     if not (mc and ind):
         return ""
-    others = row.get("others_busy_cores")
+    others, spread = row.get("others_busy_cores"), row.get("spread")
     return (f". Back to back ({LOOP_CALLS} calls a synchronization): minicomp {fmt(mc)} against Inductor's "
             f"{fmt(ind)} ms ({mc / ind:.2f}x)" + ("" if others is None else
-                                                   f"; other processes kept {others:.1f} cores busy meanwhile"))
+                                                   f"; other processes kept {others:.1f} cores busy meanwhile")
+            + ("" if spread is None else f"; the kept timing's rounds spread {spread:.2f}x ({row.get('timings')} "
+                                         "taken)"))
 
 
 def table(rows: list[dict]) -> str:
