@@ -11,13 +11,9 @@ HOST = "experiments.md, 'Training steps' host time'"
 ROWS = "experiments.md, 'Inference rows above 1.10x: BEiT's bias per image, MPNet's wide masks, DPN's groups'"
 PROFILED = "experiments.md, 'Re-measured after the GEMM tiles and narrow copies; profiles of the rows above 1.10x'"
 DECODE = "experiments.md, 'A decoding step's host time; a TMA launch's scratch kept'"
-POOLS = "experiments.md, 'Pools: taps without an L2 policy, avg_pool3d lowered; LeViT's host time'"
-NOISE = "experiments.md, 'LeViT's 1.4x is the host's noise: one build timed in 14 processes; NFNet's and FastViT's GPU time'"
 LAYOUT = ("experiments.md, 'Grouped convolutions' layout per precision; FastViT's one-element reductions; bf16 "
           "FastViT's cuDNN engine'")
-COLD = "experiments.md, 'The training table correct: a nudged-input referee; LeViT fp32's host time, seven more device calls'"
-TIMING = ("experiments.md, 'LeViT's rows: the compile order ruled out, do_bench against back-to-back calls; "
-          "Llama's decoding host time'")
+QUIET = "experiments.md, 'LeViT's and Llama's rows: host noise, interleaved rounds'"
 HOST_B1 = ("host-bound: GPU time {} against Inductor's {} ms under walls of several ms, which moved by up to 2.7x "
            f"between runs ({PROFILED})")
 
@@ -34,16 +30,6 @@ CAUSES: dict[str, str] = {
     "timm:vit_tiny_patch16_224 fp32 B1": HOST_B1.format("0.80", "0.75") + (
         "; 11 more launches (the qkv bias adds as kernels)"),
     "timm:rexnet_100 bf16 B1": HOST_B1.format("0.41", "0.46"),
-    "levit fp32 B1": (
-        "host-bound (GPU time 0.736 against Inductor's 0.690 ms); the ratio follows the process, not the build: "
-        f"0.55-1.74x over 14 processes ({NOISE}), cold and warm caches alike ({COLD}); this session 1.55-1.69x in "
-        "five corpus processes (either compile order), 0.90-0.93x in four others; in one 1.65x process the same "
-        "variants called back to back (one sync per 50 calls) took 4.90 against Inductor's 5.35 ms, and cProfile "
-        f"put minicomp's host time a call at 3.2 against 4.5 ms ({TIMING})"),
-    "levit fp32 B32": (
-        "host-bound: GPU time 1.67 against Inductor's 1.74 ms; the same build measured 0.59-1.43x Inductor in five "
-        f"processes ({NOISE}); this run 1.75x (a shard beside another on the second GPU), a probe process 0.58x "
-        f"(3.55 against 6.12 ms) ({TIMING})"),
     "timm:fastvit_t8 fp32 B1": (
         "host-bound: GPU time 0.398 against Inductor's 0.456 ms after the one-element reductions (104 kernels "
         f"against 131), wall 2.38 against 3.62 ms in a probe process ({LAYOUT})"),
@@ -56,12 +42,11 @@ CAUSES: dict[str, str] = {
         f"none found: profiled alone, minicomp's GPU time and wall were the lower (1.00 vs 1.03, 1.29 vs 1.48 ms) ({ROWS})"),
     "llama gqa generate (ms/token)": (
         "host time of a decoding step: the graph has symbolic sizes (the growing cache), so only its static parts "
-        "are compiled and the parts touching the cache (each layer's concatenations, repeated key/value heads, "
-        "mask slices and attention: 17 aten ops a layer) run op by op in PyTorch, where Inductor runs symbolic "
-        f"kernels ({DECODE}); the ratio moves with the host: 1.20x and 1.30x in this session's two one-run "
-        "tables, 0.80x in a profiling process (5.50 against 6.90 ms a token); there cProfile put 2.6 ms of a "
-        "step in the 9 parts run in PyTorch (161 aten calls) and ~0.5 ms in checking the parts' input "
-        f"signatures ({TIMING})"),
+        "are compiled and the parts touching the cache run op by op in PyTorch, where Inductor runs symbolic "
+        f"kernels ({DECODE}); per step minicomp makes 196 launches against Inductor's 174, and runs the cache's "
+        "16 concatenations, the repeated key/value heads' 16 clones and about 100 view ops as aten calls where "
+        "Inductor writes both in 24 Triton kernels; the ratio moves with the host: 1.06x, 1.19x and 1.25x in "
+        f"three processes timed in interleaved rounds ({QUIET})"),
     "swinv2 train fp32 B32": (
         "GPU 35.7 of 38.7 ms wall, nearly all in cuBLAS's fp32 IEEE products, as Inductor's: nothing of "
         f"minicomp's stands out in the profile ({HOST})"),

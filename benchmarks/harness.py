@@ -696,7 +696,9 @@ def measures(times: str, wrong: str, script: str) -> str:
     ``wrong`` (what makes a row ✗)."""
     return ("Times: median of the rounds (`rounds` in the JSON) of interleaved triton.testing.do_bench (median, "
             "warmup 25 ms, rep 100 ms, L2 flushed), plain calls (a dry run: time.perf_counter, one call)"
-            f"{times}; a row above 1.10x Inductor's is timed again as {LOOP_CALLS} calls back to back with one "
+            f"{times}; a timing in which one variant's rounds spread more than {NOISY}x is taken again (at most "
+            f"{RETIMES} times; the least spread one kept: `spread`, `timings`); a row above 1.10x Inductor's is "
+            f"timed again as {LOOP_CALLS} calls back to back with one "
             f"synchronization (its cause line gives both). ✗: the result differs from eager's ({wrong}) or the backend "
             "crashed (notes). Ratios below 1: minicomp faster. Kernels: minicomp's compiled kernels over the row's graphs. First call: wall seconds "
             f"of the first compiled call (caches as found). See `benchmarks/{script}`'s docstring for the rows.")
