@@ -8,6 +8,10 @@ os.environ.setdefault("MINICOMP_POISON", "1")
 # CPU graphs run minicomp's kernels in Triton's interpreter (by default they run in PyTorch), so every
 # CPU test exercises the real codegen.
 os.environ.setdefault("MINICOMP_CPU", "interpret")
+# Under pytest-xdist (the README's ``-n logical``) each worker gets its share of the cores: PyTorch's own
+# threads, one per core in every worker, would oversubscribe them.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 
 def pytest_collection_modifyitems(config, items):
