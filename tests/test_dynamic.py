@@ -102,6 +102,30 @@ def test_a_dynamic_part_compiles_for_a_size_that_comes_back(reports, monkeypatch
     assert all(r.whole_graph_fallback is None for r in reports)
 
 
+def test_a_part_whose_sizes_recur_in_another_layout_gets_its_own_specialization(reports, monkeypatch):
+    """``SizedPart`` asks whether sizes recur of the shapes alone; the specialization is still chosen by
+    the full signature, so a transposed input of a compiled size is compiled for, never read as the
+    first layout."""
+    from minicomp.graphs.options import Options
+    monkeypatch.setattr(dynamic, "RECENT", 3)
+
+    def fn(x):
+        return torch.softmax(x * 2, -1) + x.shape[0]
+    gm = aot_graph(fn, torch.randn(5, 6))
+    part = dynamic.SizedPart(gm, Options(), "inference", "sized")
+    n = next(i for i, node in enumerate(gm.graph.nodes) if node.op == "placeholder" and
+             isinstance(node.meta.get("val"), torch.SymInt))
+    rows = torch.randn(5, 6)
+    columns = torch.randn(6, 5).t()  # the same sizes, strides (1, 5)
+
+    def call(x):
+        args = [x if i != n else 5 for i in range(sum(node.op == "placeholder" for node in gm.graph.nodes))]
+        return part(args)[0]
+    for x in (rows, rows, columns, columns, rows):
+        torch.testing.assert_close(call(x), fn(x))
+    assert len(part.compiled) == 1 and len(part._specializations) == 2  # one size, two layouts
+
+
 def test_a_static_shape_view_at_a_symbolic_offset_is_dynamic(reports):
     # the last position of a growing cache: a static shape whose offset moves every call; a part
     # compiled once for it would read the first call's position forever
