@@ -45,8 +45,10 @@ Inductor is ``torch.compile(m)``, minicomp ``torch.compile(m, backend="minicomp"
 ``--rounds`` interleaved rounds of ``triton.testing.do_bench`` (median, warmup 25 ms, rep 100 ms, L2 flushed
 between calls), plain calls, no CUDA graphs; Llama: the ``generate`` call's wall time divided by the new
 tokens (prompt included), median of 5 interleaved rounds (eager, Inductor, minicomp: a call each) after two
-untimed calls, taken again as other rows' are where the rounds disagree. A row above 1.10x Inductor's time (not Llama's) is timed again as calls back to back (``<backend>_loop_ms``, ``harness.back_to_back``). ``*_first_call_s``: the first compiled
-call's wall time (Dynamo, compile, first run) with the cache folders as found.
+untimed calls. Every row's timing is taken again where its rounds disagree (``harness.quiet_times``). A row
+above 1.10x Inductor's time (not Llama's) is timed again as calls back to back (``<backend>_loop_ms``,
+``harness.back_to_back``). ``*_first_call_s``: the first compiled call's wall time (Dynamo, compile, first
+run) with the cache folders as found.
 
 Correctness (``correct``: minicomp's, ``inductor_correct``: Inductor's) against eager's results:
 

@@ -34,8 +34,8 @@ from .compiled import CompiledGraph
 from .options import Options
 from .signatures import has_fakes
 
-RECENT = 8     # a dynamic part is compiled for a signature that comes back within this many calls
-MAX_SIZES = 8  # signatures compiled per dynamic part (Dynamo's own recompile limit is 8 too)
+RECENT = 8     # a dynamic part is compiled for sizes that come back within this many calls
+MAX_SIZES = 8  # sizes compiled per dynamic part (Dynamo's own recompile limit is 8 too)
 
 
 @dataclasses.dataclass
@@ -199,13 +199,13 @@ def compiled_graph(gm: fx.GraphModule, options: Options, kind: str, static_input
 
 
 class SizedPart(CompiledGraph):
-    """A dynamic part: run in PyTorch, compiled for a signature that comes back within ``RECENT``
-    calls while fewer than ``MAX_SIZES`` are compiled. Dynamo has checked none of its inputs.
+    """A dynamic part: run in PyTorch, compiled for sizes that come back within ``RECENT`` calls while
+    fewer than ``MAX_SIZES`` are compiled. Dynamo has checked none of its inputs.
 
     Whether sizes recur is asked of the inputs' shapes and non-tensor values alone (``sizes``): a
     decoding step's parts meet a new length every call, and the full signature (strides, dtype,
-    device, alignment: about 1 µs a tensor) of every input of nine parts was a tenth of its host time.
-    The full signature picks the specialization once the sizes are compiled."""
+    device, alignment: about 1 µs a tensor) of every input of nine parts was about a tenth of its host
+    time under cProfile. The full signature picks the specialization once the sizes are compiled."""
 
     def __init__(self, gm: fx.GraphModule, options: Options, kind: str, name: str, notes=(), static_inputs=()):
         super().__init__(gm, options, kind, name, notes, static_inputs=static_inputs, checked_inputs=False)
