@@ -103,6 +103,7 @@ def _compile_cpu_seconds(steps: int, check: bool = False) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.timed
 @pytest.mark.parametrize("gemm", ["triton", "aten"])
 def test_compile_time_grows_linearly_with_unrolled_steps(monkeypatch, gemm):
     """5x the steps must cost about 5x: measured 4.6-5.1x; before, quadratic steps (fusion's cycle
