@@ -1,4 +1,3 @@
-import fcntl
 import os
 
 import pytest
@@ -23,25 +22,6 @@ def pytest_collection_modifyitems(config, items):
         marker = item.get_closest_marker("gpu")
         if marker is not None:
             item.add_marker(pytest.mark.skip(reason=marker.kwargs.get("reason", "needs a CUDA device")))
-
-
-@pytest.fixture(autouse=True)
-def _alone_when_timed(request, tmp_path_factory):
-    """Under pytest-xdist, a test marked ``timed`` (it asserts on the CPU time of a compile) runs while no
-    other test does: another worker's tests slowed a 200-step compile more than a 40-step one (8.3x where
-    7x is the bound and 4.6-5.2x the quiet measure). Every test holds a shared lock while it runs, a timed
-    one the exclusive lock; a timed test waiting holds the turnstile, so no new test starts before it."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        yield
-        return
-    folder = tmp_path_factory.getbasetemp().parent  # the session's folder, shared by its workers
-    timed = request.node.get_closest_marker("timed") is not None
-    with open(folder / "turnstile.lock", "w") as turnstile, open(folder / "tests.lock", "w") as tests:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        fcntl.flock(tests, fcntl.LOCK_EX if timed else fcntl.LOCK_SH)
-        if not timed:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
-        yield  # the locks go with the files
 
 
 @pytest.fixture(autouse=True)
