@@ -258,19 +258,18 @@ def test_argmax_ties_take_first_index():
 LONG = 17000
 
 
-def test_argmax_ties_across_blocks_of_a_long_row():
-    x = torch.rand(LONG)
-    x[16000] = 5.0
-    x[100] = 5.0        # first of two maxima, in different blocks
-    x[LONG - 1] = -3.0  # a minimum in the last, partial block ...
-    x[9000] = -3.0      # ... after an equal one
-    compile_and_compare(lambda x: (x.argmax(), x.argmin()), x)
-
-
-def test_argmax_of_long_rows():
-    x = torch.rand(2, LONG)
-    x[1, LONG - 3] = 2.0
-    compile_and_compare(lambda x: x.argmax(1), x)
+def test_argmax_ties_across_the_blocks_of_a_looped_row(monkeypatch):
+    """The looped reduction carries each row's best value and its first position from block to block
+    (4096 elements a block in the interpreter): ties in two blocks, a minimum in the last, partial block
+    after an equal one. (Rows this long in few rows are split instead: test_split_reductions.)"""
+    from minicomp.templates import reduction
+    monkeypatch.setattr(reduction, "persistent_limit", lambda target: 8)
+    x = torch.rand(2, 5000)
+    x[0, 4500] = x[0, 100] = 5.0
+    x[1, 4999] = x[1, 4200] = -3.0
+    x[1, 4998] = 2.0
+    report = compile_and_compare(lambda x: (x.argmax(1), x.argmin(1)), x)
+    assert [k.template for k in report.kernels] == ["reduction looped"], report.summary()
 
 
 def test_size_one_reduced_dims():
