@@ -31,6 +31,11 @@ rows in eval mode under ``torch.no_grad()``):
 18. transformers Llama (8 layers, hidden 1024, 16 heads, 4 key/value heads, intermediate 2816, vocab 32000),
     bf16, ``generate`` greedy B4, prompt 256, 32 new tokens, with ``model.forward`` compiled (``torch.compile``
     of a copy of the class's ``forward`` with its own code object, ``common.fresh``, bound to the model)
+19. the same Llama ``generate``, each timed call's prompt of a length no earlier call in the process had
+    (``fresh_prompts``: 289, 322, ... tokens, new random ids; its decoding lengths are new too), as a user's
+    prompts are: a library kernel that prepares a plan per shape (cuDNN's attention) pays for it here, where
+    row 18's timed calls repeat the lengths its untimed calls planned. A third untimed call per backend, at
+    a new length, has Dynamo make the prompt's length dynamic before the clock starts
 
 The plain-PyTorch modules and the timm models go through ``model_zoo.as_trained`` (parameters initialised
 to one value, e.g. normalisation scales 1, a zero-initialised last BatchNorm scale, ConvNeXt's 1e-6 layer
@@ -118,6 +123,7 @@ from models import REL_TOL, graph_facts  # noqa: E402
 from suite import condense  # noqa: E402
 
 GENERATE_CALLS = 5           # interleaved rounds of timed generate calls (after two untimed ones)
+FRESH_PROMPTS = 64           # new prompt lengths a fresh-prompts row can take (its warm calls, every timing's)
 
 
 # ------------------------------------------------------------------------------------------ the modules
@@ -310,15 +316,18 @@ def _bert_mlm_train(device: str, dry: bool) -> Work:
                 kwargs=spec.inputs(batch, device, torch.float32, True), loss=lambda out: out.loss)
 
 
-def _llama_generate(device: str, dry: bool) -> Work:
+def _llama_generate(device: str, dry: bool, fresh_prompts: bool = False) -> Work:
     batch, prompt, tokens = (2, 6, 4) if dry else (4, 256, 32)
     size = zoo.DRY if dry else zoo.Size(hidden=1024, layers=8, heads=16, kv_heads=4, ffn=2816, vocab=32000,
                                         seq=prompt + tokens, image=224, channels=64)
+    if fresh_prompts:  # positions for the longest prompt the timed calls reach
+        size = dataclasses.replace(size, seq=prompt + (tokens + 1) * FRESH_PROMPTS)
     model = gen.build("llama", size, device, torch.bfloat16)
     vocab = model.config.vocab_size
     ids = torch.randint(1, vocab, (batch, prompt), generator=torch.Generator().manual_seed(prompt)).to(device)
-    return Work(model, (ids, torch.ones_like(ids)), f"B{batch} prompt {prompt} +{tokens} tokens, L{size.layers} "
-                f"C{size.hidden} H{size.heads}/{size.kv_heads}", tokens=tokens)
+    shape = f"B{batch} prompt {prompt} +{tokens} tokens, L{size.layers} C{size.hidden} H{size.heads}/{size.kv_heads}"
+    return Work(model, (ids, torch.ones_like(ids)), shape + (", each timed prompt a new length" if fresh_prompts else ""),
+                tokens=tokens, fresh_prompts=fresh_prompts)
 
 
 CASES = [
@@ -340,6 +349,8 @@ CASES = [
     Case("vit-s/16 (timm) train step", "train", "bf16", _timm_train("vit_small_patch16_224"), ("timm",)),
     Case("convnext-t (timm) train step", "train", "bf16", _timm_train("convnext_tiny"), ("timm",)),
     Case("llama gqa generate (ms/token)", "generate", "bf16", _llama_generate),
+    Case("llama gqa generate, new prompt lengths (ms/token)", "generate", "bf16",
+         functools.partial(_llama_generate, fresh_prompts=True)),
 ]
 
 
@@ -379,9 +390,19 @@ def run_generate(work: Work, row: dict, args: argparse.Namespace, device: str, b
     (experiments.md, 'LeViT's and Llama's rows: host noise, interleaved rounds')."""
     base, (ids, mask), tokens = work.model, work.args, work.tokens
     prompt = ids.shape[1]
+    lengths = iter(range(prompt + tokens + 1, prompt + (tokens + 1) * FRESH_PROMPTS + 1, tokens + 1))
+    seeds = torch.Generator().manual_seed(prompt)
 
     def call(m: nn.Module) -> tuple[torch.Tensor, float]:
         return gen.generate(m, ids, mask, tokens, "dynamic", device)
+
+    def timed_call(m: nn.Module) -> tuple[torch.Tensor, float]:
+        """``call``, or with ``fresh_prompts`` the same on a prompt of the next new length (its ids made
+        before the clock starts), so that neither its prefill nor any decoding step repeats a shape."""
+        if not work.fresh_prompts:
+            return call(m)
+        new = torch.randint(1, base.config.vocab_size, (ids.shape[0], next(lengths)), generator=seeds).to(device)
+        return gen.generate(m, new, torch.ones_like(new), tokens, "dynamic", device)
 
     expected, _ = call(base)
     timed: dict[str, nn.Module] = {"eager": base}
@@ -411,8 +432,10 @@ def run_generate(work: Work, row: dict, args: argparse.Namespace, device: str, b
             verdict(row, backend, False, None, "crash: " + condense(e, 600))
         if backend == "minicomp":
             row.update(graph_facts(minicomp.reports_since(before)))
+    for m in timed.values() if work.fresh_prompts else ():  # one new length untimed: Dynamo makes it dynamic
+        timed_call(m)
     with harness.gpu_turn(device):  # (--per-gpu: the GPU alone while timed)
-        row.update(harness.quiet_times({k: functools.partial(call, m) for k, m in timed.items()},
+        row.update(harness.quiet_times({k: functools.partial(timed_call, m) for k, m in timed.items()},
                                        lambda generate: 1000 * generate()[1] / tokens, GENERATE_CALLS, device))
 
 

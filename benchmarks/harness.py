@@ -110,6 +110,7 @@ class Work:
     loss: Callable[[object], torch.Tensor] | None = None
     amp: bool = False
     tokens: int = 0  # generate: new tokens
+    fresh_prompts: bool = False  # generate: each timed call's prompt a length no earlier call had
 
     def __call__(self, model: Callable) -> object:
         return model(*self.args, **self.kwargs)
