@@ -390,19 +390,20 @@ def run_generate(work: Work, row: dict, args: argparse.Namespace, device: str, b
     (experiments.md, 'LeViT's and Llama's rows: host noise, interleaved rounds')."""
     base, (ids, mask), tokens = work.model, work.args, work.tokens
     prompt = ids.shape[1]
-    lengths = iter(range(prompt + tokens + 1, prompt + (tokens + 1) * FRESH_PROMPTS + 1, tokens + 1))
-    seeds = torch.Generator().manual_seed(prompt)
 
     def call(m: nn.Module) -> tuple[torch.Tensor, float]:
         return gen.generate(m, ids, mask, tokens, "dynamic", device)
 
-    def timed_call(m: nn.Module) -> tuple[torch.Tensor, float]:
-        """``call``, or with ``fresh_prompts`` the same on a prompt of the next new length (its ids made
-        before the clock starts), so that neither its prefill nor any decoding step repeats a shape."""
-        if not work.fresh_prompts:
-            return call(m)
+    lengths = iter(range(prompt + tokens + 1, prompt + (tokens + 1) * FRESH_PROMPTS + 1, tokens + 1))
+    seeds = torch.Generator().manual_seed(prompt)
+
+    def fresh_call(m: nn.Module) -> tuple[torch.Tensor, float]:
+        """``call`` on a prompt of the next new length (its ids made before the clock starts), so that
+        neither its prefill nor any decoding step repeats a shape."""
         new = torch.randint(1, base.config.vocab_size, (ids.shape[0], next(lengths)), generator=seeds).to(device)
         return gen.generate(m, new, torch.ones_like(new), tokens, "dynamic", device)
+
+    timed_call = fresh_call if work.fresh_prompts else call
 
     expected, _ = call(base)
     timed: dict[str, nn.Module] = {"eager": base}
@@ -432,8 +433,9 @@ def run_generate(work: Work, row: dict, args: argparse.Namespace, device: str, b
             verdict(row, backend, False, None, "crash: " + condense(e, 600))
         if backend == "minicomp":
             row.update(graph_facts(minicomp.reports_since(before)))
-    for m in timed.values() if work.fresh_prompts else ():  # one new length untimed: Dynamo makes it dynamic
-        timed_call(m)
+    if work.fresh_prompts:  # one new length untimed: Dynamo makes the prompt's length dynamic
+        for m in timed.values():
+            timed_call(m)
     with harness.gpu_turn(device):  # (--per-gpu: the GPU alone while timed)
         row.update(harness.quiet_times({k: functools.partial(timed_call, m) for k, m in timed.items()},
                                        lambda generate: 1000 * generate()[1] / tokens, GENERATE_CALLS, device))
