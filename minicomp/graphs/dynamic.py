@@ -13,6 +13,12 @@ compile per generated token. ``DynamicGraph`` splits the graph instead:
   sequence length from a few buckets) pays its compile back; a cache length, seen once a
   ``generate()`` call (every few dozen calls), would not.
 
+What runs op by op pays a call per op, so the graph is made smaller first: repeated nodes merged
+(``merge_repeated_nodes``: the mask's bias made once, not once a layer) and attention of one query
+position reading the key/value heads unrepeated (``fold_grouped_heads``: no copy of the cache per layer).
+A part running in PyTorch calls cuDNN's attention only at sizes it has met before: cuDNN plans every
+new shape, about 40 ms on the H200 (``without_planned_attention``).
+
 Parts are formed by levels: a node's level is the first at or after its inputs' levels whose parity is
 its kind's (even static, odd dynamic), so parts alternate and every value flows forward. A graph with
 no symbolic node never comes here (``has_symbolic_sizes``).
@@ -26,7 +32,10 @@ from typing import Callable
 
 import torch
 import torch.fx as fx
+import torch.nn.functional as F
 
+from ..frontend.grouped_heads import fold_grouped_heads
+from ..frontend.repeated_nodes import merge_repeated_nodes
 from ..frontend.specialize import has_symbolic_sizes, symbolic, traced_value
 from ..report import Fallback, Report, record
 from .base import GraphCallable
@@ -36,6 +45,7 @@ from .signatures import has_fakes
 
 RECENT = 8     # a dynamic part is compiled for sizes that come back within this many calls
 MAX_SIZES = 8  # sizes compiled per dynamic part (Dynamo's own recompile limit is 8 too)
+MET = 4096     # sizes a dynamic part remembers having met (cuDNN's attention is planned for those)
 
 
 @dataclasses.dataclass
@@ -96,6 +106,10 @@ class DynamicGraph(GraphCallable):
     def __init__(self, gm: fx.GraphModule, options: Options, kind: str, name: str | None = None, notes=(),
                  static_inputs=()):
         super().__init__(gm, options, kind, name, notes)
+        merged, folded = merge_repeated_nodes(gm), fold_grouped_heads(gm)  # fewer ops to run one by one
+        self.notes += [f"repeated nodes: {merged} merged"] * bool(merged) + [
+            f"grouped heads: {folded} attention calls of one query position read the key/value heads unrepeated "
+            f"(each group's query heads as rows)"] * bool(folded)
         self.parts = split_by_symbols(gm)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         n_inputs = len(placeholders)  # the inputs' slots first: a call's arguments fill them
@@ -211,19 +225,69 @@ class SizedPart(CompiledGraph):
         super().__init__(gm, options, kind, name, notes, static_inputs=static_inputs, checked_inputs=False)
         self.recent: deque = deque(maxlen=RECENT)
         self.compiled: set = set()
+        self.unplanned = without_planned_attention(gm)  # (``gm`` where it calls no cuDNN attention)
+        self.met: dict = {}  # sizes met before (at most MET), in the order met
 
     def call(self, args):
         key = sizes(args)
         if key not in self.compiled:
             if len(self.compiled) >= MAX_SIZES or has_fakes(args):
-                return self.gm(*args)
+                return self.in_pytorch(key, args)
             if key not in self.recent:
                 self.recent.append(key)
-                return self.gm(*args)
+                return self.in_pytorch(key, args)
             self.compiled.add(key)
         return super().call(args)
+
+    def in_pytorch(self, key, args):
+        """The part run op by op: as traced at sizes met before, else without cuDNN's attention, which
+        builds a plan for every new shape (``without_planned_attention``)."""
+        if key in self.met:
+            return self.gm(*args)
+        self.met[key] = None
+        if len(self.met) > MET:
+            del self.met[next(iter(self.met))]
+        return self.unplanned(*args)
 
 
 def sizes(args) -> tuple:
     """The shapes of a call's tensors and its other values: what a dynamic part's sizes recur by."""
     return tuple(a.shape if isinstance(a, torch.Tensor) else a for a in args)
+
+
+_CUDNN_ATTENTION = torch.ops.aten._scaled_dot_product_cudnn_attention.default
+
+
+def without_planned_attention(gm: fx.GraphModule) -> fx.GraphModule:
+    """``gm`` where cuDNN's attention (its output alone read, no dropout) is PyTorch's SDPA with cuDNN left
+    out. cuDNN builds a plan for every new shape: about 40 ms of host time a call at a decoding length it
+    had not met (H200, B4, 16 query heads over 4, D64, bf16), 31 µs at one it had; the memory-efficient
+    kernel took 45-50 µs at any length, with the same error against float64 (experiments.md, 'Decoding at
+    new lengths: cuDNN's plans'). ``gm`` itself runs the sizes met before, and those compiled."""
+    if not any(map(_planned_attention, gm.graph.nodes)):
+        return gm
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    graph.eliminate_dead_code()  # (the unread items of the attention's results)
+    for node in graph.nodes:
+        if _planned_attention(node):
+            node.target = _attention_without_cudnn
+    return fx.GraphModule(gm, graph)
+
+
+def _planned_attention(node: fx.Node) -> bool:
+    """A call of cuDNN's attention whose readers take its output alone, without dropout."""
+    dropout = node.args[5] if len(node.args) > 5 else node.kwargs.get("dropout_p", 0.0)
+    return node.target is _CUDNN_ATTENTION and dropout == 0.0 and all(
+        user.target is operator.getitem and (user.args[1] == 0 or not user.users) for user in node.users)
+
+
+def _attention_without_cudnn(query, key, value, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,
+                             return_debug_mask=False, *, scale=None):
+    """cuDNN's attention's output (a 1-tuple: its readers take item 0) from PyTorch's SDPA with cuDNN off."""
+    cudnn = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        return (F.scaled_dot_product_attention(query, key, value, attn_bias, 0.0, is_causal, scale=scale),)
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(cudnn)
