@@ -10,10 +10,8 @@ WINDOWS = "experiments.md, 'Column reductions and windows on few programs'"
 HOST = "experiments.md, 'Training steps' host time'"
 ROWS = "experiments.md, 'Inference rows above 1.10x: BEiT's bias per image, MPNet's wide masks, DPN's groups'"
 PROFILED = "experiments.md, 'Re-measured after the GEMM tiles and narrow copies; profiles of the rows above 1.10x'"
-DECODE = "experiments.md, 'A decoding step's host time; a TMA launch's scratch kept'"
 LAYOUT = ("experiments.md, 'Grouped convolutions' layout per precision; FastViT's one-element reductions; bf16 "
           "FastViT's cuDNN engine'")
-QUIET = "experiments.md, 'LeViT's and Llama's rows: host noise, interleaved rounds'"
 HOST_B1 = ("host-bound: GPU time {} against Inductor's {} ms under walls of several ms, which moved by up to 2.7x "
            f"between runs ({PROFILED})")
 
@@ -40,13 +38,6 @@ CAUSES: dict[str, str] = {
     "timm:maxvit_nano_rw_256 fp32 B1": HOST_B1.format("1.16", "1.12"),
     "gpt_neox bf16 B8": (
         f"none found: profiled alone, minicomp's GPU time and wall were the lower (1.00 vs 1.03, 1.29 vs 1.48 ms) ({ROWS})"),
-    "llama gqa generate (ms/token)": (
-        "host time of a decoding step: the graph has symbolic sizes (the growing cache), so only its static parts "
-        "are compiled and the parts touching the cache run op by op in PyTorch, where Inductor runs symbolic "
-        f"kernels ({DECODE}); per step minicomp makes 196 launches against Inductor's 174, and runs the cache's "
-        "16 concatenations, the repeated key/value heads' 16 clones and about 100 view ops as aten calls where "
-        "Inductor writes both in 24 Triton kernels; the ratio moves with the host: 1.06x, 1.19x and 1.25x in "
-        f"three processes timed in interleaved rounds ({QUIET})"),
     "swinv2 train fp32 B32": (
         "GPU 35.7 of 38.7 ms wall, nearly all in cuBLAS's fp32 IEEE products, as Inductor's: nothing of "
         f"minicomp's stands out in the profile ({HOST})"),
