@@ -136,3 +136,31 @@ def test_fp32_attention_with_an_unaligned_head_bias_is_one_flash_kernel():
     report = compile_and_compare(levit_attention, q, k, v, bias)
     assert [kn.template for kn in report.kernels].count("attention") == 1, report.summary()
     assert any("[rule attention: template]" in d for d in report.decisions), report.decisions
+
+
+# --- decoding over a growing cache with grouped key/value heads (graphs/dynamic.py) ---------------------
+
+def test_decoding_over_grouped_heads_matches_eager_at_new_and_met_lengths():
+    """transformers' decoding step with a mask (``test_decoding_rewrites.step``): the cache grows, its key/value
+    heads are repeated for the query heads, SDPA. minicomp folds the repeat away (each group's query heads
+    as rows) and, in the part that runs in PyTorch, calls the memory-efficient kernel at a length new to
+    it and the traced kernel (cuDNN's, planned) at a length it met before more than ``RECENT`` calls ago
+    (a nearer one is compiled)."""
+    from tests.test_decoding_rewrites import B, D, H, KV, step
+
+    def inputs(length):
+        q, kc, k, vc, v = _dev((B, H, 1, D), (B, KV, length, D), (B, KV, 1, D), (B, KV, length, D), (B, KV, 1, D),
+                               dtype=torch.bfloat16)
+        mask = torch.rand(B, 1, 1, length + 1, device="cuda") < 0.8
+        mask[..., 0] = True
+        return q, kc, k, vc, v, mask
+
+    before = minicomp.report()
+    f = torch.compile(step, backend="minicomp")
+    for length in [300 + i for i in range(12)] + [301, 305]:  # 301 and 305 again, 12 calls later
+        args = inputs(length)
+        with torch.no_grad():
+            for got, want in zip(f(*args), step(*args)):
+                torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+    notes = [d for r in minicomp.reports_since(before) for d in r.decisions]
+    assert any(d.startswith("grouped heads: 1 ") for d in notes), notes

@@ -137,6 +137,15 @@ def test_a_part_in_pytorch_plans_cudnns_attention_only_for_sizes_it_met_before(m
     (got,) = part([q, k, v, mask])
     torch.testing.assert_close(got, sdpa(q, k, v, mask, scale=0.25))
     assert seen == [False] and torch.backends.cuda.cudnn_sdp_enabled()
+    # in cuDNN's layout, the query's, whatever SDPA's kernel gave (the reading part compiled once)
+    q3, unplanned = torch.randn(2, 4, 3, 16), dynamic.without_planned_attention(_cudnn_attention_graph(read=0))
+    mask3 = torch.randn(2, 1, 3, 7)
+    bshd = lambda t: t.transpose(1, 2).contiguous().transpose(1, 2)  # noqa: E731
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **kw: bshd(sdpa(*a, **kw)))
+    for query in (q3, bshd(q3)):
+        (got,) = unplanned(query, k, v, mask3)
+        assert got.stride() == query.stride()
+        torch.testing.assert_close(got, sdpa(q3, k, v, mask3, scale=0.25))
     traced = []
     monkeypatch.setattr(part, "gm", lambda *a: traced.append(a) or ("traced",))
     assert part([q, k, v, mask]) == ("traced",) and len(traced) == 1  # met before: as traced (cuDNN, planned)

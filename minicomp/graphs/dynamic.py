@@ -284,10 +284,14 @@ def _planned_attention(node: fx.Node) -> bool:
 
 def _attention_without_cudnn(query, key, value, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,
                              return_debug_mask=False, *, scale=None):
-    """cuDNN's attention's output (a 1-tuple: its readers take item 0) from PyTorch's SDPA with cuDNN off."""
+    """cuDNN's attention's output (a 1-tuple: its readers take item 0) from PyTorch's SDPA with cuDNN off, in
+    cuDNN's layout (the query's): the part reading it would otherwise be compiled for a second layout."""
     cudnn = torch.backends.cuda.cudnn_sdp_enabled()
     torch.backends.cuda.enable_cudnn_sdp(False)
     try:
-        return (F.scaled_dot_product_attention(query, key, value, attn_bias, 0.0, is_causal, scale=scale),)
+        out = F.scaled_dot_product_attention(query, key, value, attn_bias, 0.0, is_causal, scale=scale)
     finally:
         torch.backends.cuda.enable_cudnn_sdp(cudnn)
+    if out.shape == query.shape and out.stride() != query.stride():
+        out = torch.empty_like(query).copy_(out)
+    return (out,)
