@@ -206,3 +206,16 @@ def fingerprint() -> str:
     text = ";".join(f"{name}={value!r}" for name, value in sorted(codegen_settings().items()))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
+
+
+@contextlib.contextmanager
+def without_cudnn_attention():
+    """PyTorch's SDPA with cuDNN's kernel left out for a ``with`` block, the user's setting restored: a
+    choice made while running (``graphs.dynamic``: cuDNN plans every new shape), so nothing is keyed on it.
+    The torch globals minicomp touches all live in this module."""
+    enabled = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(enabled)

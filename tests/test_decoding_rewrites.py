@@ -113,6 +113,22 @@ def test_repeated_nodes_are_merged_and_random_ones_kept():
     assert got[3].abs().sum() > 0  # two draws, not one
 
 
+def test_nodes_are_not_merged_across_a_write():
+    """The same op on the same input after an in-place update (a static cache's ``index_copy_``, written in
+    place by ``reinplace``) reads other values."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    aten = torch.ops.aten
+    before = g.call_function(aten.mul.Tensor, (x, 2.0))
+    g.call_function(aten.add_.Tensor, (x, 1.0))
+    after = g.call_function(aten.mul.Tensor, (x, 2.0))
+    g.output((before, after, g.call_function(aten.mul.Tensor, (x, 2.0))))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    assert merge_repeated_nodes(gm) == 1  # the last one, into ``after``
+    a, b, c = gm(torch.zeros(3))
+    assert a.tolist() == [0, 0, 0] and b.tolist() == c.tolist() == [2, 2, 2]
+
+
 def _cudnn_attention_graph(read: int, dropout: float = 0.0):
     """A part as Dynamo hands it for a CUDA decoding step: cuDNN's attention with a mask; item ``read`` of
     its results returned (built by hand: the op itself runs on CUDA only)."""

@@ -237,3 +237,5 @@ def test_transformers_generate_with_a_dynamic_cache(reports):
     static = [r.graph for r in reports if any("compiled once" in d for d in r.decisions)]
     assert static and len(static) == len(set(static)), static  # no static part compiled twice
     assert all(r.whole_graph_fallback is None for r in reports)
+    # the masked attention's repeated key/value heads folded away (tests/test_decoding_rewrites.py)
+    assert any(d.startswith("grouped heads: 2 ") for r in reports for d in r.decisions)

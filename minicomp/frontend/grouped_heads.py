@@ -101,11 +101,13 @@ def _fold(graph: fx.Graph, node: fx.Node) -> bool:
         return False
     groups = key[1]
     batch, heads, _, dim = q.shape
+    if not _equal(traced_value(key[0]).shape[1] * groups, heads):
+        return False
     mask_name = _ATTENTION[node.target]
     mask = args.get(mask_name) if mask_name else None
     m = traced_value(mask) if mask is not None else None
     if mask is not None and not (isinstance(m, torch.Tensor) and m.dim() == 4 and _equal(m.shape[2], 1)
-                                 and m.shape[1] in (1, heads)):
+                                 and (m.shape[1] == 1 or m.shape[1] == heads and isinstance(m.shape[0], int))):
         return False
     made: list[fx.Node] = []
 

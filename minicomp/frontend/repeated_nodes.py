@@ -20,7 +20,11 @@ def merge_repeated_nodes(gm: fx.GraphModule) -> int:
     first: dict = {}
     merged = 0
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or not _pure(node.target):
+        if node.op != "call_function":
+            continue
+        if not _pure(node.target):
+            if not _reads_only(node.target):
+                first.clear()  # an op that may write a value: what was computed before may differ after
             continue
         key = (node.target, _key(node.args), _key(node.kwargs))
         try:
@@ -42,6 +46,13 @@ def _pure(target) -> bool:
         return True
     return isinstance(target, torch._ops.OpOverload) and not target._schema.is_mutable \
         and torch.Tag.nondeterministic_seeded not in target.tags and not target.__name__.startswith(("empty", "new_empty"))
+
+
+def _reads_only(target) -> bool:
+    """An op that writes none of its arguments (random ones included), or a size's arithmetic."""
+    if isinstance(target, torch._ops.OpOverload):
+        return not target._schema.is_mutable
+    return getattr(target, "__module__", None) in ("_operator", "torch", "torch.fx.experimental.sym_node")
 
 
 def _key(value):

@@ -34,6 +34,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+from .. import config
 from ..frontend.grouped_heads import fold_grouped_heads
 from ..frontend.repeated_nodes import merge_repeated_nodes
 from ..frontend.specialize import has_symbolic_sizes, symbolic, traced_value
@@ -231,7 +232,9 @@ class SizedPart(CompiledGraph):
     def call(self, args):
         key = sizes(args)
         if key not in self.compiled:
-            if len(self.compiled) >= MAX_SIZES or has_fakes(args):
+            if has_fakes(args):
+                return self.gm(*args)
+            if len(self.compiled) >= MAX_SIZES:
                 return self.in_pytorch(key, args)
             if key not in self.recent:
                 self.recent.append(key)
@@ -262,8 +265,8 @@ def without_planned_attention(gm: fx.GraphModule) -> fx.GraphModule:
     """``gm`` where cuDNN's attention (its output alone read, no dropout) is PyTorch's SDPA with cuDNN left
     out. cuDNN builds a plan for every new shape: about 40 ms of host time a call at a decoding length it
     had not met (H200, B4, 16 query heads over 4, D64, bf16), 31 µs at one it had; the memory-efficient
-    kernel took 45-50 µs at any length, with the same error against float64 (experiments.md, 'Decoding at
-    new lengths: cuDNN's plans'). ``gm`` itself runs the sizes met before, and those compiled."""
+    kernel took 45-50 µs at any length, with the same error against float64 (experiments.md,
+    'Decoding over a growing cache'). ``gm`` itself runs the sizes met before, and those compiled."""
     if not any(map(_planned_attention, gm.graph.nodes)):
         return gm
     graph = fx.Graph()
@@ -286,12 +289,8 @@ def _attention_without_cudnn(query, key, value, attn_bias, compute_log_sumexp, d
                              return_debug_mask=False, *, scale=None):
     """cuDNN's attention's output (a 1-tuple: its readers take item 0) from PyTorch's SDPA with cuDNN off, in
     cuDNN's layout (the query's): the part reading it would otherwise be compiled for a second layout."""
-    cudnn = torch.backends.cuda.cudnn_sdp_enabled()
-    torch.backends.cuda.enable_cudnn_sdp(False)
-    try:
+    with config.without_cudnn_attention():
         out = F.scaled_dot_product_attention(query, key, value, attn_bias, 0.0, is_causal, scale=scale)
-    finally:
-        torch.backends.cuda.enable_cudnn_sdp(cudnn)
     if out.shape == query.shape and out.stride() != query.stride():
         out = torch.empty_like(query).copy_(out)
     return (out,)
