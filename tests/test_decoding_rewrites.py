@@ -129,6 +129,16 @@ def test_nodes_are_not_merged_across_a_write():
     assert a.tolist() == [0, 0, 0] and b.tolist() == c.tolist() == [2, 2, 2]
 
 
+def test_collectives_are_not_merged():
+    """Two equal all-reduces are two exchanges between processes: merged on one rank, not on another (a
+    graph split elsewhere), they would pair the wrong calls."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    reduce = torch.ops._c10d_functional.all_reduce.default
+    g.output((g.call_function(reduce, (x, "sum", "0")), g.call_function(reduce, (x, "sum", "0"))))
+    assert merge_repeated_nodes(torch.fx.GraphModule(torch.nn.Module(), g)) == 0
+
+
 def _cudnn_attention_graph(read: int, dropout: float = 0.0):
     """A part as Dynamo hands it for a CUDA decoding step: cuDNN's attention with a mask; item ``read`` of
     its results returned (built by hand: the op itself runs on CUDA only)."""

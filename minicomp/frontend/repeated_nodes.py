@@ -41,11 +41,13 @@ def merge_repeated_nodes(gm: fx.GraphModule) -> int:
 
 
 def _pure(target) -> bool:
-    """An op whose result depends on its arguments alone: functional, not random, not fresh memory."""
+    """An op whose result depends on its arguments alone: functional, not random, not fresh memory, not a
+    collective (each call one exchange between processes)."""
     if target is operator.getitem:
         return True
     return isinstance(target, torch._ops.OpOverload) and not target._schema.is_mutable \
-        and torch.Tag.nondeterministic_seeded not in target.tags and not target.__name__.startswith(("empty", "new_empty"))
+        and torch.Tag.nondeterministic_seeded not in target.tags and not target.__name__.startswith(("empty", "new_empty")) \
+        and "c10d" not in target.namespace
 
 
 def _reads_only(target) -> bool:
