@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from minicomp.frontend.grouped_heads import fold_grouped_heads
 from minicomp.frontend.repeated_nodes import merge_repeated_nodes
 from minicomp.graphs import dynamic
+from tests.utils import aot_compiled
 
 B, H, KV, D = 2, 8, 2, 16  # 8 query heads over 2 key/value heads
 
@@ -19,22 +20,12 @@ B, H, KV, D = 2, 8, 2, 16  # 8 query heads over 2 key/value heads
 def compiled(fn, rewrite, example, dims: dict[int, int]):
     """``fn`` compiled with AOTAutograd's inference graph rewritten by ``rewrite`` (dimension ``dims[i]`` of
     argument ``i`` symbolic), and a list that receives ``(graph, rewrite's count, ops before)``."""
-    from torch._functorch.aot_autograd import aot_module_simplified
     graphs = []
 
-    def backend(gm, example_inputs):
-        def keep(g, _):
-            before = ops(g)
-            graphs.append((g, rewrite(g), before))
-            return g
-        return aot_module_simplified(gm, example_inputs, fw_compiler=keep)
-    torch._dynamo.reset()
-    for i, d in dims.items():
-        torch._dynamo.mark_dynamic(example[i], d)
-    f = torch.compile(fn, backend=backend, fullgraph=True)
-    with torch.no_grad():
-        f(*example)
-    return f, graphs
+    def keep(g):
+        before = ops(g)
+        graphs.append((g, rewrite(g), before))
+    return aot_compiled(fn, example, dims, keep), graphs
 
 
 def ops(gm) -> list:

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from minicomp.graphs import dynamic
+from tests.utils import aot_compiled
 
 Report = sys.modules["minicomp.report"]  # the module (``minicomp.report`` is the function)
 
@@ -161,16 +162,8 @@ def test_gradients_through_a_graph_with_symbolic_sizes(reports):
 
 def aot_graph(fn, x, *rest):
     """AOTAutograd's forward graph of ``fn`` with ``x``'s first dim symbolic."""
-    from torch._functorch.aot_autograd import aot_module_simplified
     graphs = []
-
-    def grab(gm, example_inputs):
-        def keep(g, _):
-            graphs.append(g)
-            return g
-        return aot_module_simplified(gm, example_inputs, fw_compiler=keep)
-    torch._dynamo.mark_dynamic(x, 0)
-    torch.compile(fn, backend=grab)(x, *rest)
+    aot_compiled(fn, [x, *rest], {0: 0}, graphs.append)
     (gm,) = graphs
     return gm
 

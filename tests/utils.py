@@ -160,3 +160,22 @@ def eager_or_skip(fn, *args):
         return fn(*args)
     except RuntimeError as e:
         pytest.skip(f"eager PyTorch cannot run this on this host: {str(e).splitlines()[0]}")
+
+
+def aot_compiled(fn, example, dims: dict[int, int], on_graph):
+    """``fn`` compiled through AOTAutograd with dimension ``dims[i]`` of ``example[i]`` symbolic, and run once
+    on ``example``; ``on_graph`` sees (and may rewrite) each forward graph before it runs."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    def backend(gm, example_inputs):
+        def keep(g, _):
+            on_graph(g)
+            return g
+        return aot_module_simplified(gm, example_inputs, fw_compiler=keep)
+    torch._dynamo.reset()
+    for i, d in dims.items():
+        torch._dynamo.mark_dynamic(example[i], d)
+    f = torch.compile(fn, backend=backend, fullgraph=True)
+    with torch.no_grad():
+        f(*example)
+    return f

@@ -47,10 +47,17 @@ def fold_grouped_heads(gm: fx.GraphModule) -> int:
     return folded
 
 
-def _arguments(node: fx.Node) -> dict:
-    """``node``'s arguments by their schema's names (defaults left out)."""
+def arguments(node: fx.Node) -> dict:
+    """An op's arguments by their schema's names (defaults left out)."""
     names = [a.name for a in node.target._schema.arguments]
     return dict(zip(names, node.args)) | dict(node.kwargs)
+
+
+def output_readers(node: fx.Node) -> list[fx.Node] | None:
+    """The nodes reading an attention op's output (item 0), where nothing reads its other results (items
+    taken and left unread aside); else None."""
+    read = [u for u in node.users if u.users or u.target is not operator.getitem]
+    return None if any(u.target is not operator.getitem or u.args[1] != 0 for u in read) else read
 
 
 def _equal(a, b) -> bool:
@@ -87,11 +94,11 @@ def _repeated_heads(node: fx.Node):
 
 
 def _fold(graph: fx.Graph, node: fx.Node) -> bool:
-    args = _arguments(node)
+    args = arguments(node)
     if args.get("dropout_p", 0.0) != 0.0 or args.get("is_causal", False):
         return False
-    read = [u for u in node.users if u.users or u.target is not operator.getitem]
-    if not read or any(u.target is not operator.getitem or u.args[1] != 0 for u in read):
+    read = output_readers(node)
+    if not read:
         return False
     q = traced_value(args["query"])
     if not isinstance(q, torch.Tensor) or q.dim() != 4 or not all(isinstance(s, int) for s in q.shape) or q.shape[2] != 1:

@@ -35,7 +35,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 from .. import config
-from ..frontend.grouped_heads import fold_grouped_heads
+from ..frontend.grouped_heads import arguments, fold_grouped_heads, output_readers
 from ..frontend.repeated_nodes import merge_repeated_nodes
 from ..frontend.specialize import has_symbolic_sizes, symbolic, traced_value
 from ..report import Fallback, Report, record
@@ -280,9 +280,8 @@ def without_planned_attention(gm: fx.GraphModule) -> fx.GraphModule:
 
 def _planned_attention(node: fx.Node) -> bool:
     """A call of cuDNN's attention whose readers take its output alone, without dropout."""
-    dropout = node.args[5] if len(node.args) > 5 else node.kwargs.get("dropout_p", 0.0)
-    return node.target is _CUDNN_ATTENTION and dropout == 0.0 and all(
-        user.target is operator.getitem and (user.args[1] == 0 or not user.users) for user in node.users)
+    return node.target is _CUDNN_ATTENTION and arguments(node).get("dropout_p", 0.0) == 0.0 \
+        and output_readers(node) is not None
 
 
 def _attention_without_cudnn(query, key, value, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,
