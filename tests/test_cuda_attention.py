@@ -138,6 +138,29 @@ def test_fp32_attention_with_an_unaligned_head_bias_is_one_flash_kernel():
     assert any("[rule attention: template]" in d for d in report.decisions), report.decisions
 
 
+def test_sdpa_training_with_a_mask_at_unaligned_lengths_under_symbolic_sizes():
+    """fp32 SDPA with a boolean mask at lengths that are not multiples of 8: PyTorch pads the bias's rows
+    and saves that slice, broadcast over the heads, for the memory-efficient backward, which checks its
+    strides. Written contiguous, it failed ('attn_bias is not correctly aligned (strideB)': GPT-2 and
+    Llama trained at a length met again). Lengths: 17 compiled whole, 33 and 17 with symbolic sizes run in
+    PyTorch, 17 again compiled as a part."""
+    def attend(q, k, v, keep):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep) * 2
+
+    f = minicomp.compile(attend)
+    for t in (17, 33, 17, 17):
+        q, k, v, dout = _dev((2, 4, t, 32), (2, 4, t, 32), (2, 4, t, 32), (2, 4, t, 32))
+        keep = torch.rand(2, 1, t, t, device="cuda") < 0.8
+        keep[..., 0] = True
+        results = []
+        for fn in (attend, f):
+            leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+            out = fn(*leaves, keep)
+            results.append([out, *torch.autograd.grad(out, leaves, dout)])
+        for a, e in zip(*results[::-1]):
+            torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+
+
 # --- decoding over a growing cache with grouped key/value heads (graphs/dynamic.py) ---------------------
 
 def test_decoding_over_grouped_heads_matches_eager_at_new_and_met_lengths():

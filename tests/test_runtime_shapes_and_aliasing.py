@@ -168,6 +168,31 @@ def test_equal_results_merged_by_cse_are_two_tensors():
     torch.testing.assert_close(c, x * 2)
 
 
+def test_results_saved_for_the_backward_keep_eager_strides_with_gaps(fresh_reports):
+    """SDPA's bias is a slice of rows padded to 8 (fp32) broadcast over the heads, saved for the backward,
+    whose memory-efficient kernel refuses other strides (GPU: 'attn_bias is not correctly aligned
+    (strideB)'). A kernel writes its base in eager's strides, gaps and all: compiled whole (the first
+    size) and as a part with symbolic sizes compiled for a size that came back (the last)."""
+    def fn(x, w):
+        n = x.shape[-1]
+        bias = torch.nn.functional.pad(x.sin(), (0, (-n) % 8))[..., :n]
+        return (bias.unsqueeze(1).expand(-1, 3, -1, -1) * w).sum()
+
+    def saved_strides(f, x, w):
+        strides = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: strides.append(t.stride()) or t, lambda t: t):
+            grad, = torch.autograd.grad(f(x, w), [w])
+        return strides, grad
+
+    compiled = minicomp.compile(fn)
+    for n in (5, 9, 5, 5):
+        x, w = torch.randn(2, n, n), torch.randn(3, n, n, requires_grad=True)
+        (want, want_grad), (got, got_grad) = saved_strides(fn, x, w), saved_strides(compiled, x, w)
+        assert got == want and want[0][1:3] == (0, n + (-n) % 8), (n, got, want)  # broadcast, rows with gaps
+        torch.testing.assert_close(got_grad, want_grad)
+    assert sum(bool(r.kernels) for r in minicomp.reports()) >= 4  # forward and backward, whole and part
+
+
 def test_eager_strided_copies_to_the_strides_a_fallback_op_is_handed():
     """A permuted layout (a convolution weight channels-last) is one copy with those strides; a broadcast
     dim stays broadcast over a copy of one slice; strides no buffer can have give a contiguous copy."""

@@ -19,7 +19,7 @@ from torch._subclasses.fake_tensor import is_fake
 
 from ..ir import ops, views
 from ..ir.graph import Graph, Node, Scalar, extern_call, map_tree, terminal
-from ..ir.layout import is_dense
+from ..ir.layout import without_overlap
 from ..ir.origin import Origin
 from ..ir.target import Target
 from ..ir.types import SUPPORTED_DTYPES, TensorType, contiguous_strides, is_float
@@ -108,7 +108,7 @@ class Lowering:
                 spec.append(("node", len(nodes)))
                 nodes.append(v)
                 val = fx_v.meta.get("val") if isinstance(fx_v, fx.Node) else None
-                strides.append(_dense_strides(val))
+                strides.append(_written_strides(val))
                 traced.append(_traced_strides(val))  # also of views with gaps (layout_plan compares them)
                 sources.append(SAVED if position >= saved_from else
                                _storage_of(fx_v).name if isinstance(fx_v, fx.Node) else None)
@@ -413,11 +413,12 @@ def _concrete(t: torch.Tensor) -> bool:
     return all(type(v) is int for v in (*t.shape, *t.stride()))
 
 
-def _dense_strides(val) -> tuple[int, ...] | None:
-    """The strides of a traced result when a kernel can write them (``is_dense``); else None (the
-    result is then written contiguous)."""
+def _written_strides(val) -> tuple[int, ...] | None:
+    """The strides of a traced result when a kernel can write them, or its base if the result broadcasts
+    it (``without_overlap``: gaps too, as a saved SDPA bias's padded rows, which the backward's kernel
+    checks); else None (written contiguous)."""
     strides = _traced_strides(val)
-    return strides if strides is not None and is_dense(val.shape, strides) else None
+    return strides if strides is not None and without_overlap(val.shape, strides, broadcast=True) else None
 
 
 def _traced_strides(val) -> tuple[int, ...] | None:

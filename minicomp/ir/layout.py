@@ -16,6 +16,18 @@ def is_dense(shape, strides) -> bool:
     return True
 
 
+def without_overlap(shape, strides, broadcast: bool = False) -> bool:
+    """Strides a kernel can store through: each element at an address of its own (``broadcast``: except
+    along dims of stride 0, which a view of the stored buffer adds). Gaps are allowed: eager returns a
+    slice of a padded buffer (SDPA's bias) with the padded rows' strides, which its kernels need."""
+    reach = 1  # one past the farthest offset of the dims taken so far
+    for stride, size in sorted((st, sz) for st, sz in zip(strides, shape) if sz > 1 and (st or not broadcast)):
+        if stride < reach:
+            return False
+        reach += stride * (size - 1)
+    return True
+
+
 def buffer_strides(node: Node, layouts: dict) -> tuple[int, ...]:
     """Strides of a node that lives in memory: graph inputs and fallback results as PyTorch gives
     them, planned layouts (``layouts``) for graph results, contiguous for everything else."""
@@ -98,11 +110,12 @@ def memory_order(strides, dims) -> tuple[int, ...]:
 def strides_through_view(view: Node, strides) -> tuple[int, ...] | None:
     """Strides for ``view``'s base that make ``view`` read with ``strides`` (a graph result eager
     returns channels-last through a view that only adds or drops size-1 dims, as max pooling's
-    window dim), or None where the view does more than that."""
+    window dim; a padded bias broadcast over the heads by an expand), or None where the view does more."""
     base = view.inputs[0]
-    if [s for s in base.shape if s != 1] != [s for s in view.shape if s != 1]:
+    kept = [(st, n) for st, n in zip(strides, view.shape) if n != 1 and st != 0]  # broadcast dims: no base dim
+    if [s for s in base.shape if s != 1] != [n for _, n in kept]:
         return None
-    kept = iter(st for st, n in zip(strides, view.shape) if n != 1)
+    kept = iter(st for st, _ in kept)
     guess = tuple(next(kept) if n != 1 else 1 for n in base.shape)
     got = view_as_strided(view, {base: guess})
     return guess if got is not None and same_strides(got[0], strides, view.shape) and got[1] == 0 else None

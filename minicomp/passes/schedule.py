@@ -6,7 +6,7 @@ and asks them.
 from __future__ import annotations
 
 from ..ir.graph import Graph, Node
-from ..ir.layout import is_dense, strides_through_view
+from ..ir.layout import is_dense, strides_through_view, without_overlap
 from ..ir.kernel import Kernel
 from ..templates import Context, choose
 from ..ir.graph import Group
@@ -25,7 +25,8 @@ def plan_layouts(graph: Graph) -> dict[Node, tuple[int, ...]]:
             base = strides_through_view(node, strides)  # a pooled result: (N, C, H, W, 1) viewed as 4-D
             if base is not None:
                 out.setdefault(node.inputs[0], base)
-        if strides is not None and node.op in STORED and len(strides) == len(node.shape):
+        if strides is not None and node.op in STORED and len(strides) == len(node.shape) \
+                and without_overlap(node.shape, strides):  # (broadcast strides are a view's, not a buffer's)
             out.setdefault(node, tuple(strides))
     for node in graph.nodes:  # [B, H, T, D] attention stored as [B, T, H, D] (as SDPA's): the heads' merge
         if node.op == "attention" and node.attrs["result"] == "out" and node.type.ndim == 4 and node.shape[1] > 1:
