@@ -30,7 +30,7 @@ def _lowered(fn, *shapes, monkeypatch, moved=None):
             return empty_strided(*args, device=device, **kwargs)
         with fake:
             return empty_strided(*args, device=device, **kwargs)
-    monkeypatch.setattr(lowering.Target, "for_inputs", staticmethod(lambda args: H200))
+    monkeypatch.setattr(lowering.Target, "for_values", staticmethod(lambda values: H200))
     monkeypatch.setattr(lowering, "device_copy", device_copy)
     monkeypatch.setattr(torch, "empty_strided", fake_on_cuda)
     with fake:

@@ -400,7 +400,7 @@ def test_target_describes_the_gpu():
                                                          (props.major, props.minor))
     assert t.tma == (props.major >= 9)
     x = torch.randn(8, device="cuda")
-    assert Target.for_inputs([torch.ones(()), x]) is t  # a CPU scalar tensor joins a GPU graph
+    assert Target.for_values([torch.ones(()), x]) is t  # a CPU scalar tensor joins a GPU graph
 
 
 def test_later_calls_take_the_lean_launch_path_and_match_eager(monkeypatch):

@@ -104,7 +104,7 @@ def test_index_sizes_one_and_zero():
 
 
 def test_bool_and_byte_indices_fall_back_with_a_reason():
-    lowering = Lowering(None, [])
+    lowering = Lowering(torch.fx.GraphModule({}, torch.fx.Graph()), [])  # (an empty graph: a rule called alone)
     x = lowering.graph.input(0, TensorType((4, 3), torch.float32, CPU), (3, 1))
     for dtype in (torch.bool, torch.uint8):
         mask = lowering.graph.input(1, TensorType((4,), dtype, CPU), (1,))

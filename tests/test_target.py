@@ -29,7 +29,28 @@ def test_the_cpu_target_is_the_interpreter():
     assert t.interpreted and not t.is_cuda and t.kind == "interpreter"
     assert t.device == torch.device("cpu") and t.name == INTERPRETER_NAME and str(t) == INTERPRETER_NAME
     assert not t.tma
-    assert Target.for_inputs([torch.ones(2), 3, None]) is t
+    assert Target.for_values([torch.ones(2), 3, None]) is t
+
+
+def test_a_graph_reading_no_cuda_tensor_runs_where_its_trace_made_its_values(monkeypatch):
+    """A part split from a graph with symbolic sizes may read only sizes and make CUDA scalars (transformers'
+    loss, training with dynamic=True): its target is CUDA, where its kernels' tensors are (it ran in
+    PyTorch: 'kernels on tensors off the graph's device (cpu)'). Without CUDA values: the interpreter."""
+    import torch.fx as fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from minicomp.frontend.lowering import graph_target
+
+    def part(device):
+        g = fx.Graph()
+        made = g.call_function(torch.ops.aten.scalar_tensor.default, (g.placeholder("n"),), {"device": device})
+        with FakeTensorMode():
+            made.meta["val"] = torch.empty((), device=device)
+        g.output((made,))
+        return fx.GraphModule({}, g)
+    monkeypatch.setattr(Target, "for_device", staticmethod(torch.device))  # (no GPU here to describe)
+    assert graph_target(part("cuda"), [3]).type == "cuda"
+    assert graph_target(part("cuda"), [torch.ones(())]).type == "cuda"  # a CPU scalar tensor read: still CUDA
+    assert graph_target(part("cpu"), [3, torch.ones(2)]).type == "cpu"
 
 
 def test_lowering_sets_the_graph_target_from_the_inputs():

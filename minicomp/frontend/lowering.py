@@ -8,6 +8,7 @@ runs, with the reason recorded for the report.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from typing import Any
@@ -57,8 +58,7 @@ class Lowering:
         self._meta: dict[Node, torch.Tensor] = {}
         self._moved: dict[Node, Node] = {}  # CPU tensors and their copies on the GPU
         self._written: list[tuple[int, Node]] = []  # (input index, its new value): ``write_back``
-        # where the kernels run: CUDA as soon as one input is there
-        self.target = self.graph.target = Target.for_inputs(args)
+        self.target = self.graph.target = graph_target(gm, args)
         self.device = self.target.device
 
     # --- driver -------------------------------------------------------------------------
@@ -411,6 +411,13 @@ def _random_like(node: Node) -> torch.Tensor:
 def _concrete(t: torch.Tensor) -> bool:
     """Sizes and strides are plain ints (not the symbols of a dynamic-shape trace)."""
     return all(type(v) is int for v in (*t.shape, *t.stride()))
+
+
+def graph_target(gm: fx.GraphModule, args) -> Target:
+    """Where a graph's kernels run: CUDA as soon as one tensor input is there or, its inputs all on the CPU
+    or sizes, one value its trace made there (a part split from a graph with symbolic sizes may read
+    only sizes and make CUDA scalars: transformers' loss); else the interpreter."""
+    return Target.for_values(itertools.chain(args, (n.meta.get("val") for n in gm.graph.nodes)))
 
 
 def _written_strides(val) -> tuple[int, ...] | None:

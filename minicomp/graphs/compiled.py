@@ -21,11 +21,10 @@ import triton
 from .. import config
 from ..errors import MinicompError
 from ..frontend.input_names import dump_label, user_names
-from ..frontend.lowering import Lowering
+from ..frontend.lowering import Lowering, graph_target
 from ..frontend.provenance import fx_ops
 from ..frontend.specialize import specialize
 from ..ir import collectives
-from ..ir.target import Target
 from ..passes.conv_lowering import tunable as conv_tunable
 from ..passes.gemm_choice import ATEN
 from ..passes.manager import PassDumps, run_pipeline
@@ -233,7 +232,7 @@ class CompiledGraph(GraphCallable):
         """Tuned GEMM choices from the on-disk cache; in max-autotune mode, measured now and stored.
         Keyed by the graph and ``config.fingerprint()`` (settings that change lowering change node
         ids); a stored entry is used only if it is node ids and choices the GEMM pass knows."""
-        target = Target.for_inputs(args)
+        target = graph_target(self.gm, args)
         if not target.is_cuda:
             return {}
         key = cache.digest(f"{self.gm.code}|{signature(args)}|{target.name}|{triton.__version__}|"

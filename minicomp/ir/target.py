@@ -51,10 +51,10 @@ class Target:
         return _cuda(index)
 
     @staticmethod
-    def for_inputs(args) -> "Target":
-        """A graph's target: CUDA as soon as one tensor input is there (CPU scalar tensors may join a
-        GPU graph), else the interpreter."""
-        return Target.for_device(next((a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda), "cpu"))
+    def for_values(values) -> "Target":
+        """A graph's target: CUDA as soon as one tensor of ``values`` is there (CPU scalar tensors may join
+        a GPU graph), else the interpreter."""
+        return Target.for_device(next((v.device for v in values if isinstance(v, torch.Tensor) and v.is_cuda), "cpu"))
 
 
 @functools.lru_cache(maxsize=None)
