@@ -207,7 +207,6 @@ def fingerprint() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-
 @contextlib.contextmanager
 def without_cudnn_attention():
     """PyTorch's SDPA with cuDNN's kernel left out for a ``with`` block, the user's setting restored: a
